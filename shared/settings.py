@@ -95,6 +95,7 @@ class Settings:
     """The whole configuration of one process."""
 
     redis_url: str | None = None
+    redis_prefix: str = ""
     models_dir: str = "models"
     model_storage: str | None = None
     model_storage_blob_uri: str | None = None
@@ -126,6 +127,7 @@ class Settings:
         config = Config(environ=dict(os.environ if environ is None else environ))
         return cls(
             redis_url=config("REDIS_URL", default=None) or None,
+            redis_prefix=config("REDIS_KEY_PREFIX", default=""),
             models_dir=config("MODELS_DIR", default="models"),
             model_storage=config("ModelStorage", default=None) or None,
             model_storage_blob_uri=config("ModelStorage__blobServiceUri", default=None) or None,
@@ -166,6 +168,7 @@ class Settings:
 LOCAL_SETTING_NAMES: tuple[str, ...] = ("ModelStorage", "PORT")
 APP_SETTING_NAMES: tuple[str, ...] = (
     "REDIS_URL",
+    "REDIS_KEY_PREFIX",
     "MODELS_DIR",
     "ModelStorage__blobServiceUri",
     "MODELS_CONTAINER",

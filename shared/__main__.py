@@ -1,0 +1,21 @@
+"""`python -m shared`: serve the ASGI app locally with Granian (what `make run` does)."""
+
+from __future__ import annotations
+
+import logging
+
+from granian import Granian
+from granian.constants import Interfaces
+
+from shared.settings import Settings
+
+
+def main() -> None:
+    settings = Settings.from_env()
+    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    print(f"fraud scoring: serving on http://127.0.0.1:{settings.port}  (try GET /api/health/ready)", flush=True)
+    Granian("shared.asgi:app", address="127.0.0.1", port=settings.port, interface=Interfaces.ASGI, workers=1).serve()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""Everything is built here, once per process, lazily and off the import path.
+
+The Functions worker imports `function_app.py` before any invocation and times out
+slow imports, so heavy modules (onnxruntime, redis, azure SDKs) load inside
+`build_service`, on first use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from shared.settings import Settings
+
+if TYPE_CHECKING:
+    from shared.service import ScoringService
+
+__all__ = ["ServiceHolder", "build_service"]
+
+log = logging.getLogger(__name__)
+
+
+async def build_service(settings: Settings) -> ScoringService:
+    """Wire the core from settings and load every model; returns a ready service."""
+    from shared.cache import RedisTier
+    from shared.feature_store import FeatureStore, load_feature_file
+    from shared.models import BlobSource, DirectorySource, ModelRegistry
+    from shared.models.source import ModelSource
+    from shared.service import ScoringService
+
+    redis = RedisTier.from_url(settings.redis_url, timeout_s=settings.cache.redis_timeout_ms / 1000, prefix=settings.redis_prefix) if settings.redis_url else None
+    source: ModelSource
+    if settings.uses_blob_models:
+        source = BlobSource.connect(container=settings.models_container, connection_string=settings.model_storage, blob_uri=settings.model_storage_blob_uri)
+    else:
+        source = DirectorySource(settings.models_dir)
+    fallback = load_feature_file(settings.features_file) if settings.features_file and redis is None else None
+    features = FeatureStore(redis=redis, fallback=fallback, l1_size=min(settings.cache.l1_size, 100_000), l1_ttl_s=settings.cache.features_l1_ttl_s)
+    registry = ModelRegistry(source, settings.ort, settings.batch, settings.models_keep_versions)
+    service = ScoringService(settings, registry, features, redis)
+    await service.start()
+    log.info("scoring service ready: models from %s, features from %s, redis %s", source.description, features.source, "on" if redis else "off")
+    return service
+
+
+class ServiceHolder:
+    """Builds the service once, inside the running event loop, on first need."""
+
+    def __init__(self, settings: Callable[[], Settings] = Settings.from_env) -> None:
+        self._settings_factory = settings
+        self._settings: Settings | None = None
+        self._task: asyncio.Task[ScoringService] | None = None
+
+    @property
+    def settings(self) -> Settings:
+        if self._settings is None:
+            self._settings = self._settings_factory()
+        return self._settings
+
+    def start(self) -> asyncio.Task[ScoringService]:
+        """Begin building (idempotent); a failed build is retried by the next call."""
+        if self._task is None or (self._task.done() and self._task.exception() is not None):
+            self._task = asyncio.get_running_loop().create_task(build_service(self.settings))
+        return self._task
+
+    async def get(self) -> ScoringService:
+        return await asyncio.shield(self.start())
+
+    def peek(self) -> ScoringService | None:
+        """The service if it is built, without starting anything."""
+        if self._task is not None and self._task.done() and self._task.exception() is None:
+            return self._task.result()
+        return None
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            service = self.peek()
+            if not self._task.done():
+                self._task.cancel()
+            self._task = None
+            if service is not None:
+                await service.aclose()

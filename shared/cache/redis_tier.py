@@ -1,0 +1,131 @@
+"""L2: Redis, where a failure is a miss and never an error.
+
+Reads of concurrent requests coalesce into one MGET (a `Batcher` with no window:
+reads queue while an MGET is in flight and go together in the next one). Writes are
+fire-and-forget, buffered and sent as one pipeline per flush. Every call runs under
+a deadline; after a failure Redis is skipped for `backoff_s` so a dead or slow
+server costs one timeout, not one per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+from redis.asyncio.retry import Retry
+
+from shared.batching import Batcher
+from shared.settings import BatchPolicy
+
+__all__ = ["RedisStats", "RedisTier"]
+
+log = logging.getLogger(__name__)
+_FAILURES = (RedisError, OSError, TimeoutError)
+
+
+@dataclass
+class RedisStats:
+    reads: int = 0
+    round_trips: int = 0
+    writes: int = 0
+    errors: int = 0
+    skipped: int = 0
+
+
+class RedisTier:
+    """Byte values in Redis under `prefix`, read in coalesced MGETs, written in pipelines."""
+
+    def __init__(self, client: Redis, *, timeout_s: float, prefix: str = "", backoff_s: float = 1.0) -> None:
+        self._client = client
+        self._timeout = timeout_s
+        self._prefix = prefix
+        self._backoff = backoff_s
+        self._down_until = 0.0
+        self._reader: Batcher[str, bytes | None] = Batcher(self._mget, BatchPolicy(window_ms=0, max_size=512), name="redis-mget")
+        self._writes: list[tuple[str, bytes, int]] = []
+        self._flushing: asyncio.Task[None] | None = None
+        self.stats = RedisStats()
+
+    @classmethod
+    def from_url(cls, url: str, *, timeout_s: float, prefix: str = "") -> RedisTier:
+        client = Redis.from_url(
+            url,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=max(timeout_s, 0.5),
+            retry=Retry(NoBackoff(), 0),
+            health_check_interval=30,
+        )
+        return cls(client, timeout_s=timeout_s, prefix=prefix)
+
+    @property
+    def available(self) -> bool:
+        return time.monotonic() >= self._down_until
+
+    async def get(self, key: str) -> bytes | None:
+        """The stored bytes, or None on a miss, an eviction, a timeout or any Redis error."""
+        self.stats.reads += 1
+        if not self.available:
+            self.stats.skipped += 1
+            return None
+        return (await self._reader.submit(self._prefix + key)).value
+
+    def put(self, key: str, value: bytes, ttl_s: float) -> None:
+        """Store in the background; the caller never waits and never sees a failure."""
+        if not self.available:
+            self.stats.skipped += 1
+            return
+        self._writes.append((self._prefix + key, value, max(1, int(ttl_s * 1000))))
+        if self._flushing is None or self._flushing.done():
+            self._flushing = asyncio.get_running_loop().create_task(self._flush())
+
+    async def ping(self) -> bool:
+        try:
+            async with asyncio.timeout(max(self._timeout, 0.5)):
+                return bool(await self._client.ping())
+        except _FAILURES:
+            return False
+
+    async def aclose(self) -> None:
+        if self._flushing is not None:
+            await asyncio.gather(self._flushing, return_exceptions=True)
+        await self._reader.drain()
+        await self._client.aclose()
+
+    async def _mget(self, keys: list[str]) -> list[bytes | None]:
+        if not self.available:
+            self.stats.skipped += len(keys)
+            return [None] * len(keys)
+        self.stats.round_trips += 1
+        try:
+            async with asyncio.timeout(self._timeout):
+                values: list[bytes | None] = await self._client.mget(keys)
+                return values
+        except _FAILURES as exc:
+            self._trip(exc)
+            return [None] * len(keys)
+
+    async def _flush(self) -> None:
+        while self._writes and self.available:
+            writes, self._writes = self._writes, []
+            self.stats.round_trips += 1
+            try:
+                async with asyncio.timeout(self._timeout * 4):
+                    async with self._client.pipeline(transaction=False) as pipe:
+                        for key, value, ttl_ms in writes:
+                            pipe.set(key, value, px=ttl_ms)
+                        await pipe.execute()
+                self.stats.writes += len(writes)
+            except _FAILURES as exc:
+                self._trip(exc)
+        self._writes.clear()
+
+    def _trip(self, exc: BaseException) -> None:
+        self.stats.errors += 1
+        if self.available:
+            log.warning("redis unavailable (%s); serving without it for %.1f s", type(exc).__name__, self._backoff)
+        self._down_until = time.monotonic() + self._backoff

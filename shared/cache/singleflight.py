@@ -1,0 +1,42 @@
+"""Single-flight: concurrent misses on one key make one backend call."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Generic, TypeVar
+
+__all__ = ["SingleFlight"]
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class SingleFlight(Generic[K, V]):
+    """The first caller for a key runs `fn`; callers arriving meanwhile share its outcome."""
+
+    def __init__(self) -> None:
+        self._calls: dict[K, asyncio.Future[V]] = {}
+        self.shared = 0
+
+    async def do(self, key: K, fn: Callable[[], Awaitable[V]]) -> V:
+        running = self._calls.get(key)
+        if running is not None:
+            self.shared += 1
+            return await asyncio.shield(running)
+        future: asyncio.Future[V] = asyncio.get_running_loop().create_future()
+        self._calls[key] = future
+        try:
+            value = await fn()
+        except Exception as exc:
+            future.set_exception(exc)
+            future.exception()  # NOTE: marks it retrieved when no follower was waiting
+            raise
+        except BaseException:
+            future.cancel()
+            raise
+        else:
+            future.set_result(value)
+            return value
+        finally:
+            del self._calls[key]

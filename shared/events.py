@@ -1,0 +1,71 @@
+"""The payment event: its schema, and decoding bytes into it with clear errors.
+
+msgspec validates while it decodes (one pass, no intermediate dict); unknown
+fields are ignored. Errors are translated into the service's error tree.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+import msgspec
+
+from shared.errors import InvalidEvent, MalformedJson, TooManyItems
+
+__all__ = ["PaymentEvent", "decode_batch", "decode_event", "decode_event_raw"]
+
+Id = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
+
+
+class PaymentEvent(msgspec.Struct, frozen=True):
+    """One payment to score."""
+
+    event_id: Id
+    user_id: Id
+    amount: Annotated[float, msgspec.Meta(ge=0, le=1e12)]
+    currency: Annotated[str, msgspec.Meta(pattern="^[A-Z]{3}$")]
+    merchant_id: Id
+    merchant_category: Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+    country: Annotated[str, msgspec.Meta(pattern="^[A-Z]{2}$")]
+    channel: Literal["web", "app", "pos"]
+    timestamp: Annotated[datetime, msgspec.Meta(tz=True)]
+    note: Annotated[str, msgspec.Meta(max_length=1000)] | None = None
+
+
+class _Batch(msgspec.Struct):
+    events: list[msgspec.Raw]
+
+
+_event_decoder = msgspec.json.Decoder(PaymentEvent)
+_batch_decoder = msgspec.json.Decoder(_Batch)
+
+
+def decode_event(body: bytes) -> PaymentEvent:
+    """A validated event from a JSON body, or `MalformedJson` / `InvalidEvent`."""
+    try:
+        return _event_decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        raise InvalidEvent(str(exc)) from None
+    except msgspec.DecodeError as exc:
+        raise MalformedJson(str(exc)) from None
+
+
+def decode_event_raw(raw: msgspec.Raw) -> PaymentEvent:
+    """One item of a batch (already known to be well-formed JSON)."""
+    return decode_event(bytes(raw))
+
+
+def decode_batch(body: bytes, max_items: int) -> list[msgspec.Raw]:
+    """The raw items of `{"events": [...]}`; each is validated on its own later."""
+    try:
+        batch = _batch_decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        raise InvalidEvent(str(exc)) from None
+    except msgspec.DecodeError as exc:
+        raise MalformedJson(str(exc)) from None
+    if not batch.events:
+        raise InvalidEvent("events must hold at least one event")
+    if len(batch.events) > max_items:
+        raise TooManyItems(f"at most {max_items} events per batch, got {len(batch.events)}")
+    return batch.events

@@ -1,0 +1,86 @@
+"""Feature mapping: a payment event and its user's context → the model's input row.
+
+The model's metadata names its columns in order. Each name is resolved, in order of
+precedence, from:
+  1. a numeric event feature (`amount`, `log_amount`, `hour`, `weekday`, `has_note`, `note_length`);
+  2. a categorical indicator `field=value` over an event field
+     (`channel=web`, `country=NG`, `currency=EUR`, `merchant_category=7995`): 1.0 or 0.0;
+  3. the user's context from the online feature store, by the same name.
+A name found nowhere takes the declared default and is listed in `defaulted`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from shared.events import PaymentEvent
+from shared.models.spec import ModelSpec
+
+__all__ = ["CATEGORICAL_FIELDS", "EVENT_FEATURES", "FeatureMapper", "FeatureRow", "event_features"]
+
+CATEGORICAL_FIELDS = ("channel", "country", "currency", "merchant_category", "merchant_id")
+EVENT_FEATURES = ("amount", "log_amount", "hour", "weekday", "has_note", "note_length")
+
+
+class FeatureRow(NamedTuple):
+    values: npt.NDArray[np.float32]
+    defaulted: list[str]
+
+
+def event_features(event: PaymentEvent) -> dict[str, float]:
+    """The numeric features an event carries by itself."""
+    ts = event.timestamp
+    return {
+        "amount": event.amount,
+        "log_amount": math.log1p(event.amount),
+        "hour": float(ts.hour),
+        "weekday": float(ts.weekday()),
+        "has_note": 1.0 if event.note else 0.0,
+        "note_length": float(len(event.note or "")),
+    }
+
+
+class FeatureMapper:
+    """Builds rows for one model spec; the per-column plan is worked out once."""
+
+    def __init__(self, spec: ModelSpec) -> None:
+        self.spec = spec
+        self._defaults = np.array([f.default for f in spec.features], dtype=np.float32)
+        self._event_cols: list[tuple[int, str]] = []
+        self._indicator_cols: list[tuple[int, str, str]] = []
+        self._user_cols: list[tuple[int, str]] = []
+        for i, feature in enumerate(spec.features):
+            field, sep, expected = feature.name.partition("=")
+            if feature.name in EVENT_FEATURES:
+                self._event_cols.append((i, feature.name))
+            elif sep and field in CATEGORICAL_FIELDS:
+                self._indicator_cols.append((i, field, expected))
+            else:
+                self._user_cols.append((i, feature.name))
+
+    @property
+    def uses_user_features(self) -> bool:
+        return bool(self._user_cols)
+
+    def row(self, event: PaymentEvent, user: Mapping[str, float] | None) -> FeatureRow:
+        """The input row for `event`, with the names that took their default."""
+        values = self._defaults.copy()
+        if self._event_cols:
+            derived = event_features(event)
+            for i, name in self._event_cols:
+                values[i] = derived[name]
+        for i, field, expected in self._indicator_cols:
+            values[i] = 1.0 if getattr(event, field) == expected else 0.0
+        defaulted: list[str] = []
+        for i, name in self._user_cols:
+            value = user.get(name) if user is not None else None
+            if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+                values[i] = value
+            else:
+                defaulted.append(name)
+        return FeatureRow(values, defaulted)

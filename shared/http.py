@@ -1,0 +1,154 @@
+"""The HTTP adapter: one Starlette ASGI app, served by `make run` and by Azure Functions.
+
+Routes (the same paths locally and in Azure, where host.json's routePrefix is "api"):
+
+    POST /api/score                 one payment event
+    POST /api/models/{name}/score   one event, a named model
+    POST /api/score/batch           {"events": [...]}: up to MAX_BATCH_ITEMS, answers in order
+    GET  /api/models                loaded models and versions
+    GET  /api/stats                 cache and batch counters
+    GET  /api/health/live           the process answers
+    GET  /api/health/ready          200 only once every model is loaded and warmed
+
+Every error is JSON `{"error": code, "detail": message}` with the status its class carries.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
+
+import orjson
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from shared.build import ServiceHolder
+from shared.errors import PayloadTooLarge, ScoringError, UnsupportedMediaType, error_body
+from shared.events import PaymentEvent, decode_batch, decode_event, decode_event_raw
+
+if TYPE_CHECKING:
+    from shared.service import ScoringService
+
+__all__ = ["create_app"]
+
+log = logging.getLogger(__name__)
+
+
+def json_response(body: object, status: int = 200) -> Response:
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+
+
+async def read_json_body(request: Request, cap: int) -> bytes:
+    """The body of a JSON request, refusing other media types and bodies over `cap` bytes."""
+    media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if media_type != "application/json" and not media_type.endswith("+json"):
+        raise UnsupportedMediaType(f"expected content-type application/json, got {media_type or 'none'}")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > cap:
+        raise PayloadTooLarge(f"body of {declared} bytes exceeds the {cap}-byte limit")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > cap:
+            raise PayloadTooLarge(f"body exceeds the {cap}-byte limit")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def create_app(holder: ServiceHolder) -> Starlette:
+    """The ASGI app over the service that `holder` builds (lazily, once)."""
+    settings = holder.settings
+
+    async def service() -> ScoringService:
+        return await holder.get()
+
+    async def score(request: Request) -> Response:
+        started = time.perf_counter()
+        body = await read_json_body(request, settings.max_body_bytes)
+        core = await service()
+        event = decode_event(body)
+        scored = await core.score(event, request.path_params.get("name"), parse_s=time.perf_counter() - started)
+        return json_response(scored.as_dict())
+
+    async def score_batch(request: Request) -> Response:
+        body = await read_json_body(request, settings.max_body_bytes * 16)
+        core = await service()
+        items: list[PaymentEvent | ScoringError] = []
+        for raw in decode_batch(body, settings.max_batch_items):
+            try:
+                items.append(decode_event_raw(raw))
+            except ScoringError as exc:
+                items.append(exc)
+        results = await core.score_many(items)
+        return json_response({
+            "results": [
+                r.as_dict() if not isinstance(r, ScoringError) else {"index": i, **error_body(r)}
+                for i, r in enumerate(results)
+            ]
+        })
+
+    async def models(request: Request) -> Response:
+        core = await service()
+        return json_response({"models": core.registry.describe()})
+
+    async def stats(request: Request) -> Response:
+        core = await service()
+        return json_response(core.stats())
+
+    async def live(request: Request) -> Response:
+        return json_response({"status": "live"})
+
+    async def ready(request: Request) -> Response:
+        core = holder.peek()
+        if core is not None and core.ready:
+            return json_response({"status": "ready", "models": [m["name"] for m in core.registry.describe()]})
+        task = holder.start()
+        detail = "starting"
+        if task.done() and task.exception() is not None:
+            detail = f"start failed: {task.exception()}"
+        return json_response({"status": "not_ready", "detail": detail}, 503)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await holder.get()
+        yield
+        await holder.aclose()
+
+    return Starlette(
+        routes=[
+            Route("/api/score", score, methods=["POST"]),
+            Route("/api/score/batch", score_batch, methods=["POST"]),
+            Route("/api/models/{name}/score", score, methods=["POST"]),
+            Route("/api/models", models, methods=["GET"]),
+            Route("/api/stats", stats, methods=["GET"]),
+            Route("/api/health/live", live, methods=["GET"]),
+            Route("/api/health/ready", ready, methods=["GET"]),
+        ],
+        exception_handlers={ScoringError: _scoring_error, HTTPException: _http_error, Exception: _internal_error},
+        lifespan=lifespan,
+    )
+
+
+async def _scoring_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ScoringError)
+    if exc.status >= 500:
+        log.warning("%s %s -> %s: %s", request.method, request.url.path, exc.status, exc.detail)
+    return json_response(error_body(exc), exc.status)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    return json_response({"error": code, "detail": exc.detail}, exc.status_code)
+
+
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return json_response({"error": "internal", "detail": "internal error"}, 500)
