@@ -8,7 +8,7 @@
 
 import azure.functions as func
 
-from shared import triggers
+from shared.triggers import handlers
 
 app = func.FunctionApp()
 
@@ -19,13 +19,13 @@ MODEL_STORAGE = "ModelStorage"
 @app.function_name("health")
 @app.route(route="health/{probe}", methods=["GET"], auth_level=func.AuthLevel.ANONYMOUS)
 async def health(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
-    return await triggers.handle_http(req, context)
+    return await handlers.http(req, context)
 
 
 @app.function_name("api")
 @app.route(route="{*route}", methods=["GET", "POST"], auth_level=func.AuthLevel.FUNCTION)
 async def api(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
-    return await triggers.handle_http(req, context)
+    return await handlers.http(req, context)
 
 
 @app.function_name("payments")
@@ -33,7 +33,7 @@ async def api(req: func.HttpRequest, context: func.Context) -> func.HttpResponse
 @app.service_bus_queue_output(arg_name="completed", queue_name="risk-completed", connection=QUEUE_CONNECTION)
 @app.service_bus_queue_output(arg_name="rejected", queue_name="risk-rejected", connection=QUEUE_CONNECTION)
 async def payments(msg: func.ServiceBusMessage, completed: func.Out[str], rejected: func.Out[str]) -> None:
-    await triggers.handle_payment(msg, completed, rejected)
+    await handlers.payment(msg, completed, rejected)
 
 
 @app.function_name("model_blob")
@@ -44,4 +44,4 @@ async def payments(msg: func.ServiceBusMessage, completed: func.Out[str], reject
     source=func.BlobSource.EVENT_GRID,
 )
 async def model_blob(blob: func.InputStream) -> None:
-    await triggers.handle_model_blob(blob)
+    await handlers.model_blob(blob)

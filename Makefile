@@ -1,0 +1,60 @@
+# The two commands of the quick start: `make run` and `make test`. Both set themselves up.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PORT ?= 7071
+PY := $(VENV)/bin/python
+export PYTHONPATH := $(CURDIR)
+
+.PHONY: run test test-unit test-infra lint seed model clean
+
+$(VENV)/.runtime: requirements.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "installing runtime dependencies into $(VENV) (first run only)..."
+	@$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
+	@touch $@
+
+$(VENV)/.dev: requirements-dev.txt $(VENV)/.runtime
+	@echo "installing test dependencies into $(VENV)..."
+	@$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+	@touch $@
+
+node_modules/.installed: package.json package-lock.json
+	@echo "installing azurite (npm ci)..."
+	@npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+## run: serve the app on http://127.0.0.1:$(PORT) from the committed model (no Redis or Azure needed)
+run: $(VENV)/.runtime
+	@PORT=$(PORT) $(PY) -m shared
+
+## test: start Redis (unless one answers at REDIS_URL) and Azurite, run every test, stop them
+test: test-unit test-infra
+
+test-unit: $(VENV)/.dev node_modules/.installed
+	@PY=$(PY) scripts/with_services.sh $(PY) -m pytest $(PYTEST_ARGS)
+
+test-infra:
+	@if [ -f requirements-infra.txt ]; then $(MAKE) --no-print-directory .venv-infra/.installed && .venv-infra/bin/python -m pytest tests/infra -p no:cacheprovider; fi
+
+.venv-infra/.installed: requirements-infra.txt
+	@test -x .venv-infra/bin/python || $(PYTHON) -m venv .venv-infra
+	@echo "installing infra checks (pycep-parser, checkov) into .venv-infra..."
+	@.venv-infra/bin/python -m pip install -q --disable-pip-version-check -r requirements-infra.txt
+	@touch $@
+
+## lint: ruff and mypy
+lint: $(VENV)/.dev
+	$(VENV)/bin/ruff check shared tests function_app.py scripts
+	$(VENV)/bin/mypy shared function_app.py
+
+## seed: load the demo user features into Redis at REDIS_URL
+seed: $(VENV)/.runtime
+	$(PY) scripts/seed_features.py
+
+## model: retrain the demo model (reproducible) into models/fraud/1
+model: $(VENV)/.dev
+	$(PY) scripts/train_demo_model.py
+
+clean:
+	rm -rf $(VENV) .venv-infra node_modules .pytest_cache .mypy_cache .ruff_cache

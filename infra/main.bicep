@@ -1,0 +1,270 @@
+// Fraud-scoring service on Azure Container Apps (Functions, Python v2), resource-group scope.
+//
+//   azd up                                   (azure.yaml; parameters from main.parameters.json)
+//   az deployment group create -g <rg> -f infra/main.bicep -p environmentName=<name>
+//
+// Identity-only: no key, password or connection string is created, passed or output.
+// Module map:
+//   monitoring   Log Analytics + Application Insights
+//   identity     runtime identity + platform identity (image pull, KEDA scaler)
+//   registry     Azure Container Registry (AcrPull for the platform identity)
+//   storage      host storage + `models` container + Event Grid system topic
+//   servicebus   namespace + payments / risk-completed / risk-rejected
+//   redis        Azure Managed Redis (allkeys-lru, TLS, Entra auth)
+//   openai       optional Azure OpenAI account + deployment
+//   environment  Container Apps environment with workload profiles (GPU optional)
+//   app          the Functions container app, probes, KEDA rules, app settings
+//   alerts       p99, 5xx, dead letters, queue depth/size/age, throttling, replicas at max
+
+@description('Short environment name, used to derive resource names (azd: AZURE_ENV_NAME).')
+@minLength(2)
+@maxLength(20)
+param environmentName string
+
+@description('Azure region for every resource.')
+param location string = resourceGroup().location
+
+@description('Image to run; empty on the first provision (azd sets it on deploy).')
+param containerImage string = ''
+
+@description('Minimum replicas (>= 2: bursts and replica loss). Production at 10k RPS: see docs/capacity.md.')
+@minValue(2)
+param minReplicas int = 2
+
+@description('Maximum replicas.')
+@minValue(2)
+@maxValue(1000)
+param maxReplicas int = 12
+
+@description('HTTP scale rule: concurrent requests per replica.')
+param httpConcurrentRequests int = 14
+
+@description('Service Bus scale rule: active messages per replica.')
+param queueMessagesPerReplica int = 100
+
+@description('vCPU per replica (CPU profile).')
+param replicaCpu string = '2.0'
+
+@description('Memory per replica (CPU profile).')
+param replicaMemory string = '4Gi'
+
+@description('Dedicated workload profile type for the scoring pool.')
+param dedicatedProfileType string = 'D8'
+
+@description('Run on a serverless GPU profile (needs the GPU image build, docs/gpu.md).')
+param enableGpu bool = false
+
+@description('Serverless GPU profile type.')
+@allowed([
+  'Consumption-GPU-NC8as-T4'
+  'Consumption-GPU-NC24-A100'
+])
+param gpuProfileType string = 'Consumption-GPU-NC8as-T4'
+
+@description('Service Bus tier.')
+@allowed([
+  'Standard'
+  'Premium'
+])
+param serviceBusSku string = 'Premium'
+
+@description('Service Bus Premium messaging units.')
+param serviceBusMessagingUnits int = 1
+
+@description('Azure Managed Redis SKU.')
+param redisSku string = 'Balanced_B5'
+
+@description('Deploy an Azure OpenAI account and deployment for the uncertain tail.')
+param deployOpenAi bool = false
+
+@description('Region for Azure OpenAI (model availability differs by region).')
+param openAiLocation string = location
+
+@description('Azure OpenAI model.')
+param openAiModelName string = 'gpt-4o-mini'
+
+@description('Azure OpenAI model version.')
+param openAiModelVersion string = '2024-07-18'
+
+@description('Email for alerts; empty for none.')
+param alertEmail string = ''
+
+@description('Container registry SKU.')
+@allowed([
+  'Standard'
+  'Premium'
+])
+param registrySku string = 'Standard'
+
+var token = toLower(uniqueString(subscription().id, resourceGroup().id, environmentName))
+var prefix = toLower('${environmentName}')
+var tags = {
+  'azd-env-name': environmentName
+  service: 'fraud-scoring'
+}
+var gpuCpu = gpuProfileType == 'Consumption-GPU-NC8as-T4' ? '8.0' : '24.0'
+var gpuMemory = gpuProfileType == 'Consumption-GPU-NC8as-T4' ? '56Gi' : '220Gi'
+var inputQueueName = 'payments'
+var queueMaxSizeInMegabytes = 5120
+var replicasPerNode = 3
+
+module monitoring 'modules/monitoring.bicep' = {
+  name: 'monitoring'
+  params: {
+    location: location
+    tags: tags
+    logAnalyticsName: 'log-${prefix}-${token}'
+    appInsightsName: 'appi-${prefix}-${token}'
+  }
+}
+
+module identity 'modules/identity.bicep' = {
+  name: 'identity'
+  params: {
+    location: location
+    tags: tags
+    appIdentityName: 'id-${prefix}-app'
+    platformIdentityName: 'id-${prefix}-platform'
+  }
+}
+
+module registry 'modules/registry.bicep' = {
+  name: 'registry'
+  params: {
+    location: location
+    tags: tags
+    name: 'cr${token}'
+    sku: registrySku
+    pullPrincipalId: identity.outputs.platformPrincipalId
+  }
+}
+
+module storage 'modules/storage.bicep' = {
+  name: 'storage'
+  params: {
+    location: location
+    tags: tags
+    name: take('st${token}', 24)
+    systemTopicName: 'evgt-${prefix}-models'
+    appPrincipalId: identity.outputs.appPrincipalId
+  }
+}
+
+module serviceBus 'modules/servicebus.bicep' = {
+  name: 'servicebus'
+  params: {
+    location: location
+    tags: tags
+    name: 'sb-${prefix}-${token}'
+    sku: serviceBusSku
+    messagingUnits: serviceBusMessagingUnits
+    inputQueueName: inputQueueName
+    maxSizeInMegabytes: queueMaxSizeInMegabytes
+    appPrincipalId: identity.outputs.appPrincipalId
+    scalerPrincipalId: identity.outputs.platformPrincipalId
+  }
+}
+
+module redis 'modules/redis.bicep' = {
+  name: 'redis'
+  params: {
+    location: location
+    tags: tags
+    name: 'redis-${prefix}-${token}'
+    sku: redisSku
+    appPrincipalId: identity.outputs.appPrincipalId
+  }
+}
+
+module openAi 'modules/openai.bicep' = if (deployOpenAi) {
+  name: 'openai'
+  params: {
+    location: openAiLocation
+    tags: tags
+    name: 'oai-${prefix}-${token}'
+    modelName: openAiModelName
+    modelVersion: openAiModelVersion
+    appPrincipalId: identity.outputs.appPrincipalId
+  }
+}
+
+module environment 'modules/environment.bicep' = {
+  name: 'environment'
+  params: {
+    location: location
+    tags: tags
+    name: 'cae-${prefix}-${token}'
+    workspaceId: monitoring.outputs.workspaceId
+    dedicatedProfileType: dedicatedProfileType
+    dedicatedMinNodes: (minReplicas + replicasPerNode - 1) / replicasPerNode
+    dedicatedMaxNodes: (maxReplicas + replicasPerNode - 1) / replicasPerNode
+    enableGpu: enableGpu
+    gpuProfileType: gpuProfileType
+  }
+}
+
+module app 'modules/app.bicep' = {
+  name: 'app'
+  params: {
+    location: location
+    tags: tags
+    name: 'ca-${prefix}-scoring'
+    environmentId: environment.outputs.id
+    workloadProfileName: environment.outputs.appProfileName
+    containerImage: containerImage
+    registryServer: registry.outputs.loginServer
+    appIdentityId: identity.outputs.appIdentityId
+    appClientId: identity.outputs.appClientId
+    platformIdentityId: identity.outputs.platformIdentityId
+    appInsightsName: monitoring.outputs.appInsightsName
+    storageAccountName: storage.outputs.name
+    blobEndpoint: storage.outputs.blobEndpoint
+    queueEndpoint: storage.outputs.queueEndpoint
+    modelsContainerName: storage.outputs.modelsContainerName
+    serviceBusName: serviceBus.outputs.name
+    serviceBusFqdn: serviceBus.outputs.fullyQualifiedNamespace
+    inputQueueName: inputQueueName
+    redisHost: redis.outputs.hostName
+    redisPort: redis.outputs.port
+    openAiEndpoint: deployOpenAi ? openAi.outputs.endpoint : ''
+    openAiDeployment: deployOpenAi ? openAi.outputs.deploymentName : ''
+    minReplicas: minReplicas
+    maxReplicas: maxReplicas
+    httpConcurrentRequests: httpConcurrentRequests
+    queueMessagesPerReplica: queueMessagesPerReplica
+    cpu: enableGpu ? gpuCpu : replicaCpu
+    memory: enableGpu ? gpuMemory : replicaMemory
+    useGpu: enableGpu
+    ortIntraOpThreads: enableGpu ? 1 : int(replicaCpu)
+  }
+}
+
+module alerts 'modules/alerts.bicep' = {
+  name: 'alerts'
+  params: {
+    tags: tags
+    prefix: prefix
+    location: location
+    alertEmail: alertEmail
+    appInsightsId: monitoring.outputs.appInsightsId
+    serviceBusId: serviceBus.outputs.id
+    inputQueueName: inputQueueName
+    queueMaxSizeInMegabytes: queueMaxSizeInMegabytes
+    containerAppId: app.outputs.id
+    maxReplicas: maxReplicas
+  }
+}
+
+// azd reads these into its environment; the post-deploy hook uses them too.
+output AZURE_LOCATION string = location
+output AZURE_RESOURCE_GROUP string = resourceGroup().name
+output AZURE_CONTAINER_REGISTRY_ENDPOINT string = registry.outputs.loginServer
+output AZURE_CONTAINER_REGISTRY_NAME string = registry.outputs.name
+output AZURE_APP_IDENTITY_CLIENT_ID string = identity.outputs.appClientId
+output SERVICE_SCORING_NAME string = app.outputs.name
+output SERVICE_SCORING_URI string = 'https://${app.outputs.fqdn}'
+output STORAGE_ACCOUNT_NAME string = storage.outputs.name
+output MODELS_CONTAINER string = storage.outputs.modelsContainerName
+output EVENTGRID_SYSTEM_TOPIC_NAME string = storage.outputs.systemTopicName
+output SERVICEBUS_NAMESPACE string = serviceBus.outputs.fullyQualifiedNamespace
+output REDIS_HOST string = redis.outputs.hostName

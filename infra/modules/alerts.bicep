@@ -1,0 +1,335 @@
+// Azure Monitor alerts for the latency budget and the queue path:
+// p99 latency and 5xx rate (App Insights log queries), dead letters, queue depth,
+// queue size (the partition-exhaustion symptom), throttling, message age, and
+// replicas pinned at maxReplicas.
+
+@description('Resource tags.')
+param tags object
+
+@description('Name prefix for the alert rules.')
+param prefix string
+
+@description('Azure region (log alerts are regional).')
+param location string
+
+@description('Email that receives alerts; empty for none (attach your own action group).')
+param alertEmail string = ''
+
+@description('Application Insights component id.')
+param appInsightsId string
+
+@description('Service Bus namespace id.')
+param serviceBusId string
+
+@description('Queue the scoring trigger reads.')
+param inputQueueName string = 'payments'
+
+@description('Queue size (MB) the input queue may hold; the size alert fires at 80%.')
+param queueMaxSizeInMegabytes int = 5120
+
+@description('Container App id.')
+param containerAppId string
+
+@description('The app maxReplicas; the at-max alert fires when replicas reach it.')
+param maxReplicas int
+
+@description('p99 latency budget in ms for the HTTP scoring routes.')
+param p99BudgetMs int = 50
+
+@description('Active messages in the input queue that count as a backlog.')
+param queueDepthThreshold int = 10000
+
+@description('Oldest acceptable message age, in ms, at the time it is scored.')
+param queueAgeThresholdMs int = 5000
+
+@description('Custom metric the app emits with each queue message: enqueue-to-start age in ms.')
+param queueAgeMetricName string = 'queue_age_ms'
+
+var actionGroups = empty(alertEmail) ? [] : [actionGroup.id]
+var metricActions = empty(alertEmail) ? [] : [
+  {
+    actionGroupId: actionGroup.id
+  }
+]
+var queueDimension = [
+  {
+    name: 'EntityName'
+    operator: 'Include'
+    values: [
+      inputQueueName
+    ]
+  }
+]
+var scoringRequests = 'requests | where isnotempty(url) and url has \'/api/\' and url !has \'/api/health/\''
+
+resource actionGroup 'Microsoft.Insights/actionGroups@2023-01-01' = if (!empty(alertEmail)) {
+  name: '${prefix}-oncall'
+  location: 'global'
+  tags: tags
+  properties: {
+    groupShortName: 'scoring'
+    enabled: true
+    emailReceivers: [
+      {
+        name: 'oncall'
+        emailAddress: alertEmail
+        useCommonAlertSchema: true
+      }
+    ]
+  }
+}
+
+resource p99Latency 'Microsoft.Insights/scheduledQueryRules@2023-03-15-preview' = {
+  name: '${prefix}-p99-latency'
+  location: location
+  tags: tags
+  properties: {
+    description: 'p99 of the HTTP scoring routes is over the budget.'
+    severity: 2
+    enabled: true
+    scopes: [
+      appInsightsId
+    ]
+    evaluationFrequency: 'PT5M'
+    windowSize: 'PT5M'
+    criteria: {
+      allOf: [
+        {
+          query: '${scoringRequests} | summarize p99_ms = percentile(duration, 99)'
+          timeAggregation: 'Maximum'
+          metricMeasureColumn: 'p99_ms'
+          operator: 'GreaterThan'
+          threshold: p99BudgetMs
+          failingPeriods: {
+            numberOfEvaluationPeriods: 2
+            minFailingPeriodsToAlert: 2
+          }
+        }
+      ]
+    }
+    actions: {
+      actionGroups: actionGroups
+    }
+  }
+}
+
+resource errorRate 'Microsoft.Insights/scheduledQueryRules@2023-03-15-preview' = {
+  name: '${prefix}-5xx-rate'
+  location: location
+  tags: tags
+  properties: {
+    description: 'More than 1% of scoring requests answered 5xx.'
+    severity: 1
+    enabled: true
+    scopes: [
+      appInsightsId
+    ]
+    evaluationFrequency: 'PT5M'
+    windowSize: 'PT5M'
+    criteria: {
+      allOf: [
+        {
+          query: '${scoringRequests} | summarize total = count(), failed = countif(toint(resultCode) >= 500) | extend pct_5xx = iff(total == 0, 0.0, 100.0 * failed / total)'
+          timeAggregation: 'Maximum'
+          metricMeasureColumn: 'pct_5xx'
+          operator: 'GreaterThan'
+          threshold: 1
+          failingPeriods: {
+            numberOfEvaluationPeriods: 1
+            minFailingPeriodsToAlert: 1
+          }
+        }
+      ]
+    }
+    actions: {
+      actionGroups: actionGroups
+    }
+  }
+}
+
+resource queueAge 'Microsoft.Insights/scheduledQueryRules@2023-03-15-preview' = {
+  name: '${prefix}-queue-age'
+  location: location
+  tags: tags
+  properties: {
+    description: 'Messages on the input queue wait too long before they are scored (Service Bus has no message-age metric; the app reports it).'
+    severity: 2
+    enabled: true
+    scopes: [
+      appInsightsId
+    ]
+    evaluationFrequency: 'PT5M'
+    windowSize: 'PT5M'
+    criteria: {
+      allOf: [
+        {
+          query: 'customMetrics | where name == \'${queueAgeMetricName}\' | summarize age_ms = max(valueMax)'
+          timeAggregation: 'Maximum'
+          metricMeasureColumn: 'age_ms'
+          operator: 'GreaterThan'
+          threshold: queueAgeThresholdMs
+          failingPeriods: {
+            numberOfEvaluationPeriods: 1
+            minFailingPeriodsToAlert: 1
+          }
+        }
+      ]
+    }
+    actions: {
+      actionGroups: actionGroups
+    }
+  }
+}
+
+resource deadLetters 'Microsoft.Insights/metricAlerts@2018-03-01' = {
+  name: '${prefix}-dead-letters'
+  location: 'global'
+  tags: tags
+  properties: {
+    description: 'Messages were dead-lettered on the input queue (poison or expired).'
+    severity: 1
+    enabled: true
+    scopes: [
+      serviceBusId
+    ]
+    evaluationFrequency: 'PT1M'
+    windowSize: 'PT5M'
+    criteria: {
+      'odata.type': 'Microsoft.Azure.Monitor.SingleResourceMultipleMetricCriteria'
+      allOf: [
+        {
+          criterionType: 'StaticThresholdCriterion'
+          name: 'deadlettered'
+          metricName: 'DeadletteredMessages'
+          dimensions: queueDimension
+          operator: 'GreaterThan'
+          threshold: 0
+          timeAggregation: 'Maximum'
+        }
+      ]
+    }
+    actions: metricActions
+  }
+}
+
+resource queueDepth 'Microsoft.Insights/metricAlerts@2018-03-01' = {
+  name: '${prefix}-queue-depth'
+  location: 'global'
+  tags: tags
+  properties: {
+    description: 'The input queue holds a backlog the fleet is not draining.'
+    severity: 2
+    enabled: true
+    scopes: [
+      serviceBusId
+    ]
+    evaluationFrequency: 'PT1M'
+    windowSize: 'PT5M'
+    criteria: {
+      'odata.type': 'Microsoft.Azure.Monitor.SingleResourceMultipleMetricCriteria'
+      allOf: [
+        {
+          criterionType: 'StaticThresholdCriterion'
+          name: 'active'
+          metricName: 'ActiveMessages'
+          dimensions: queueDimension
+          operator: 'GreaterThan'
+          threshold: queueDepthThreshold
+          timeAggregation: 'Minimum'
+        }
+      ]
+    }
+    actions: metricActions
+  }
+}
+
+resource queueSize 'Microsoft.Insights/metricAlerts@2018-03-01' = {
+  name: '${prefix}-queue-size'
+  location: 'global'
+  tags: tags
+  properties: {
+    description: 'The input queue is above 80% of its maximum size: sends will fail with QuotaExceeded (the partition-exhaustion symptom).'
+    severity: 1
+    enabled: true
+    scopes: [
+      serviceBusId
+    ]
+    evaluationFrequency: 'PT1M'
+    windowSize: 'PT5M'
+    criteria: {
+      'odata.type': 'Microsoft.Azure.Monitor.SingleResourceMultipleMetricCriteria'
+      allOf: [
+        {
+          criterionType: 'StaticThresholdCriterion'
+          name: 'size'
+          metricName: 'Size'
+          dimensions: queueDimension
+          operator: 'GreaterThan'
+          threshold: queueMaxSizeInMegabytes * 1024 * 1024 / 10 * 8
+          timeAggregation: 'Maximum'
+        }
+      ]
+    }
+    actions: metricActions
+  }
+}
+
+resource throttled 'Microsoft.Insights/metricAlerts@2018-03-01' = {
+  name: '${prefix}-servicebus-throttled'
+  location: 'global'
+  tags: tags
+  properties: {
+    description: 'Service Bus is throttling requests: add messaging units.'
+    severity: 2
+    enabled: true
+    scopes: [
+      serviceBusId
+    ]
+    evaluationFrequency: 'PT1M'
+    windowSize: 'PT5M'
+    criteria: {
+      'odata.type': 'Microsoft.Azure.Monitor.SingleResourceMultipleMetricCriteria'
+      allOf: [
+        {
+          criterionType: 'StaticThresholdCriterion'
+          name: 'throttled'
+          metricName: 'ThrottledRequests'
+          operator: 'GreaterThan'
+          threshold: 0
+          timeAggregation: 'Total'
+        }
+      ]
+    }
+    actions: metricActions
+  }
+}
+
+resource replicasAtMax 'Microsoft.Insights/metricAlerts@2018-03-01' = {
+  name: '${prefix}-replicas-at-max'
+  location: 'global'
+  tags: tags
+  properties: {
+    description: 'The app has been at maxReplicas for 15 minutes: it cannot scale further.'
+    severity: 2
+    enabled: true
+    scopes: [
+      containerAppId
+    ]
+    evaluationFrequency: 'PT5M'
+    windowSize: 'PT15M'
+    criteria: {
+      'odata.type': 'Microsoft.Azure.Monitor.SingleResourceMultipleMetricCriteria'
+      allOf: [
+        {
+          criterionType: 'StaticThresholdCriterion'
+          name: 'replicas'
+          metricName: 'Replicas'
+          operator: 'GreaterThanOrEqual'
+          threshold: maxReplicas
+          timeAggregation: 'Minimum'
+        }
+      ]
+    }
+    actions: metricActions
+  }
+}

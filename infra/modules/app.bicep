@@ -1,0 +1,312 @@
+// The scoring service: an Azure Functions (Python v2) container on Azure Container Apps
+// (kind 'functionapp'). Scaling is ours, not the platform's trigger mapping:
+// `allowScalingRuleOverride` (API 2026-03-02-preview and later) turns off the
+// auto-generated KEDA rules so the two rules below are the only ones in force.
+//
+// Every setting the code reads (shared/settings.py APP_SETTING_NAMES) is set here;
+// tests/infra checks that. Connections are identity-based; no secret is stored.
+
+@description('Azure region.')
+param location string
+
+@description('Resource tags (the azd service tag is added here).')
+param tags object
+
+@description('Container App name.')
+param name string
+
+@description('azd service name (azure.yaml) this app deploys.')
+param serviceName string = 'scoring'
+
+@description('Container Apps environment id.')
+param environmentId string
+
+@description('Workload profile the app runs on.')
+param workloadProfileName string
+
+@description('Image to run. Empty on the first provision: a placeholder runs until `azd deploy` pushes the real image.')
+param containerImage string = ''
+
+@description('Registry login server.')
+param registryServer string
+
+@description('Runtime identity resource id.')
+param appIdentityId string
+
+@description('Runtime identity client id.')
+param appClientId string
+
+@description('Platform identity resource id (image pull + KEDA scaler only).')
+param platformIdentityId string
+
+@description('Application Insights component name (same resource group).')
+param appInsightsName string
+
+@description('Storage account name (Functions host storage + models).')
+param storageAccountName string
+
+@description('Storage blob endpoint.')
+param blobEndpoint string
+
+@description('Storage queue endpoint.')
+param queueEndpoint string
+
+@description('Blob container with the models.')
+param modelsContainerName string
+
+@description('Service Bus namespace name (the scaler needs the short name).')
+param serviceBusName string
+
+@description('Service Bus FQDN.')
+param serviceBusFqdn string
+
+@description('Queue the Service Bus trigger reads.')
+param inputQueueName string = 'payments'
+
+@description('Redis host name.')
+param redisHost string
+
+@description('Redis TLS port.')
+param redisPort int
+
+@description('Azure OpenAI endpoint; empty when Azure OpenAI is not deployed.')
+param openAiEndpoint string = ''
+
+@description('Azure OpenAI deployment name.')
+param openAiDeployment string = ''
+
+@description('Minimum replicas: at least 2 to absorb bursts and survive a replica loss.')
+@minValue(2)
+param minReplicas int = 2
+
+@description('Maximum replicas (see docs/capacity.md).')
+@minValue(2)
+@maxValue(1000)
+param maxReplicas int = 12
+
+@description('HTTP scale rule: concurrent requests per replica (docs/capacity.md).')
+@minValue(1)
+param httpConcurrentRequests int = 14
+
+@description('Service Bus scale rule: active messages per replica (docs/capacity.md).')
+@minValue(1)
+param queueMessagesPerReplica int = 100
+
+@description('vCPU per replica.')
+param cpu string = '2.0'
+
+@description('Memory per replica.')
+param memory string = '4Gi'
+
+@description('Run ONNX Runtime on the GPU (the image must be the GPU build, docs/gpu.md).')
+param useGpu bool = false
+
+@description('ONNX Runtime intra-op threads (match the replica vCPU on CPU).')
+param ortIntraOpThreads int = 2
+
+@description('Local features file; empty in Azure (features come from Redis).')
+param featuresFile string = ''
+
+@description('Log level of the service.')
+@allowed([
+  'DEBUG'
+  'INFO'
+  'WARNING'
+  'ERROR'
+])
+param logLevel string = 'INFO'
+
+var placeholderImage = 'mcr.microsoft.com/azure-functions/python:4-python3.11'
+var isPlaceholder = empty(containerImage)
+var image = isPlaceholder ? placeholderImage : containerImage
+var port = 80
+
+resource appInsights 'Microsoft.Insights/components@2020-02-02' existing = {
+  name: appInsightsName
+}
+
+// Functions host + identity-based connections. A connection named X is read from
+// X__fullyQualifiedNamespace / X__blobServiceUri, with X__credential and X__clientId
+// selecting the user-assigned identity.
+var hostSettings = [
+  { name: 'FUNCTIONS_WORKER_RUNTIME', value: 'python' }
+  { name: 'FUNCTIONS_EXTENSION_VERSION', value: '~4' }
+  { name: 'AZURE_CLIENT_ID', value: appClientId }
+  { name: 'AzureWebJobsStorage__accountName', value: storageAccountName }
+  { name: 'AzureWebJobsStorage__credential', value: 'managedidentity' }
+  { name: 'AzureWebJobsStorage__clientId', value: appClientId }
+  { name: 'ServiceBusConnection__fullyQualifiedNamespace', value: serviceBusFqdn }
+  { name: 'ServiceBusConnection__credential', value: 'managedidentity' }
+  { name: 'ServiceBusConnection__clientId', value: appClientId }
+  { name: 'ModelStorage__blobServiceUri', value: blobEndpoint }
+  { name: 'ModelStorage__queueServiceUri', value: queueEndpoint }
+  { name: 'ModelStorage__credential', value: 'managedidentity' }
+  { name: 'ModelStorage__clientId', value: appClientId }
+  { name: 'APPLICATIONINSIGHTS_CONNECTION_STRING', value: appInsights.properties.ConnectionString }
+  { name: 'APPLICATIONINSIGHTS_AUTHENTICATION_STRING', value: 'Authorization=AAD;ClientId=${appClientId}' }
+]
+
+// shared/settings.py APP_SETTING_NAMES, one entry each (values are strings).
+var serviceSettings = [
+  { name: 'REDIS_URL', value: 'rediss://${redisHost}:${redisPort}' }
+  { name: 'REDIS_USE_ENTRA', value: 'true' }
+  { name: 'MODELS_DIR', value: '/home/site/wwwroot/models' }
+  { name: 'MODELS_CONTAINER', value: modelsContainerName }
+  { name: 'DEFAULT_MODEL', value: 'fraud' }
+  { name: 'FEATURES_FILE', value: featuresFile }
+  { name: 'BATCH_WINDOW_MS', value: '5' }
+  { name: 'BATCH_MAX_SIZE', value: '8' }
+  { name: 'CACHE_L1_SIZE', value: '50000' }
+  { name: 'CACHE_L1_TTL_S', value: '30' }
+  { name: 'CACHE_L2_TTL_S', value: '3600' }
+  { name: 'FEATURES_L1_TTL_S', value: '5' }
+  { name: 'REDIS_TIMEOUT_MS', value: '50' }
+  { name: 'ORT_INTRA_OP_THREADS', value: string(ortIntraOpThreads) }
+  { name: 'ORT_INTER_OP_THREADS', value: '1' }
+  { name: 'ORT_GRAPH_OPTIMIZATION', value: 'all' }
+  { name: 'ORT_USE_GPU', value: useGpu ? 'true' : 'false' }
+  { name: 'ORT_USE_TENSORRT', value: 'false' }
+  { name: 'ORT_INLINE', value: 'true' }
+  { name: 'MAX_BODY_BYTES', value: '65536' }
+  { name: 'MAX_BATCH_ITEMS', value: '256' }
+  { name: 'MODELS_KEEP_VERSIONS', value: '2' }
+  { name: 'LOG_LEVEL', value: logLevel }
+]
+
+var openAiSettings = [
+  { name: 'AZURE_OPENAI_ENDPOINT', value: openAiEndpoint }
+  { name: 'AZURE_OPENAI_DEPLOYMENT', value: openAiDeployment }
+]
+
+var env = concat(hostSettings, serviceSettings, empty(openAiEndpoint) ? [] : openAiSettings)
+
+// Liveness restarts a wedged worker; readiness takes a replica out of rotation until
+// its model is loaded and warm; startup gives the first model load up to 2 minutes.
+var probes = [
+  {
+    type: 'Startup'
+    httpGet: {
+      path: '/api/health/live'
+      port: port
+    }
+    initialDelaySeconds: 2
+    periodSeconds: 2
+    failureThreshold: 60
+    timeoutSeconds: 2
+  }
+  {
+    type: 'Liveness'
+    httpGet: {
+      path: '/api/health/live'
+      port: port
+    }
+    periodSeconds: 10
+    failureThreshold: 3
+    timeoutSeconds: 2
+  }
+  {
+    type: 'Readiness'
+    httpGet: {
+      path: '/api/health/ready'
+      port: port
+    }
+    periodSeconds: 5
+    failureThreshold: 2
+    successThreshold: 1
+    timeoutSeconds: 2
+  }
+]
+
+var scaleRules = [
+  {
+    name: 'payments-queue-depth'
+    custom: {
+      type: 'azure-servicebus'
+      // NOTE: KEDA authenticates with the platform identity (Data Owner on this queue
+      // only); no connection string or secret is involved.
+      identity: platformIdentityId
+      metadata: {
+        namespace: serviceBusName
+        queueName: inputQueueName
+        messageCount: string(queueMessagesPerReplica)
+      }
+    }
+  }
+  {
+    name: 'http-concurrency'
+    http: {
+      metadata: {
+        concurrentRequests: string(httpConcurrentRequests)
+      }
+    }
+  }
+]
+
+resource app 'Microsoft.App/containerApps@2026-03-02-preview' = {
+  name: name
+  location: location
+  tags: union(tags, { 'azd-service-name': serviceName })
+  kind: 'functionapp'
+  identity: {
+    type: 'UserAssigned'
+    userAssignedIdentities: {
+      '${appIdentityId}': {}
+      '${platformIdentityId}': {}
+    }
+  }
+  properties: {
+    environmentId: environmentId
+    workloadProfileName: workloadProfileName
+    configuration: {
+      activeRevisionsMode: 'Single'
+      // Runtime containers may use only the app identity; the platform identity serves
+      // image pulls and the scaler.
+      identitySettings: [
+        {
+          identity: appIdentityId
+          lifecycle: 'Main'
+        }
+        {
+          identity: platformIdentityId
+          lifecycle: 'None'
+        }
+      ]
+      ingress: {
+        external: true
+        targetPort: port
+        transport: 'auto'
+        allowInsecure: false
+      }
+      registries: [
+        {
+          server: registryServer
+          identity: platformIdentityId
+        }
+      ]
+    }
+    template: {
+      containers: [
+        {
+          name: 'scoring'
+          image: image
+          env: env
+          probes: isPlaceholder ? [] : probes
+          resources: {
+            cpu: json(cpu)
+            memory: memory
+          }
+        }
+      ]
+      scale: {
+        allowScalingRuleOverride: true
+        minReplicas: minReplicas
+        maxReplicas: maxReplicas
+        rules: scaleRules
+      }
+    }
+  }
+}
+
+output id string = app.id
+output name string = app.name
+output fqdn string = app.properties.configuration.ingress.fqdn

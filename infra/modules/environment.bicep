@@ -1,0 +1,95 @@
+// Container Apps environment with workload profiles:
+// - 'Consumption' (always present),
+// - 'scoring': a Dedicated general-purpose pool for steady, noisy-neighbour-free latency,
+// - 'gpu' (optional): a serverless GPU profile. GPU profiles can only be added when the
+//   environment is created, so decide `enableGpu` up front (see docs/gpu.md).
+// Logs go to Azure Monitor and on to Log Analytics through a diagnostic setting, so
+// the template never handles the workspace shared key.
+
+@description('Azure region.')
+param location string
+
+@description('Resource tags.')
+param tags object
+
+@description('Environment name.')
+param name string
+
+@description('Log Analytics workspace resource id.')
+param workspaceId string
+
+@description('Dedicated profile type for the scoring pool (D4, D8, D16, ...).')
+param dedicatedProfileType string = 'D8'
+
+@description('Minimum nodes in the scoring pool.')
+@minValue(1)
+param dedicatedMinNodes int = 1
+
+@description('Maximum nodes in the scoring pool.')
+@minValue(1)
+param dedicatedMaxNodes int = 4
+
+@description('Add a serverless GPU workload profile.')
+param enableGpu bool = false
+
+@description('Serverless GPU profile type.')
+@allowed([
+  'Consumption-GPU-NC8as-T4'
+  'Consumption-GPU-NC24-A100'
+])
+param gpuProfileType string = 'Consumption-GPU-NC8as-T4'
+
+var baseProfiles = [
+  {
+    name: 'Consumption'
+    workloadProfileType: 'Consumption'
+  }
+  {
+    name: 'scoring'
+    workloadProfileType: dedicatedProfileType
+    minimumCount: dedicatedMinNodes
+    maximumCount: dedicatedMaxNodes
+  }
+]
+
+var gpuProfile = {
+  name: 'gpu'
+  workloadProfileType: gpuProfileType
+}
+
+resource environment 'Microsoft.App/managedEnvironments@2025-01-01' = {
+  name: name
+  location: location
+  tags: tags
+  properties: {
+    appLogsConfiguration: {
+      destination: 'azure-monitor'
+    }
+    workloadProfiles: enableGpu ? concat(baseProfiles, [gpuProfile]) : baseProfiles
+  }
+}
+
+resource diagnostics 'Microsoft.Insights/diagnosticSettings@2021-05-01-preview' = {
+  name: 'to-log-analytics'
+  scope: environment
+  properties: {
+    workspaceId: workspaceId
+    logs: [
+      {
+        categoryGroup: 'allLogs'
+        enabled: true
+      }
+    ]
+    metrics: [
+      {
+        category: 'AllMetrics'
+        enabled: true
+      }
+    ]
+  }
+}
+
+output id string = environment.id
+output name string = environment.name
+output defaultDomain string = environment.properties.defaultDomain
+output appProfileName string = enableGpu ? gpuProfile.name : 'scoring'

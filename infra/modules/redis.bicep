@@ -1,0 +1,62 @@
+// Azure Managed Redis (redisEnterprise) as the cross-replica cache and online feature
+// store. TLS only, access keys disabled (Entra ID auth via an access-policy assignment
+// for the runtime identity), eviction allkeys-lru so a full cache evicts instead of
+// failing writes (a miss then costs one round-trip, never an error).
+
+@description('Azure region.')
+param location string
+
+@description('Resource tags.')
+param tags object
+
+@description('Cluster name.')
+param name string
+
+@description('SKU, e.g. Balanced_B5 (see docs/capacity.md for sizing).')
+param sku string = 'Balanced_B5'
+
+@description('Principal (object id) of the runtime identity.')
+param appPrincipalId string
+
+resource cluster 'Microsoft.Cache/redisEnterprise@2025-07-01' = {
+  name: name
+  location: location
+  tags: tags
+  sku: {
+    name: sku
+  }
+  properties: {
+    minimumTlsVersion: '1.2'
+    highAvailability: 'Enabled'
+    publicNetworkAccess: 'Enabled'
+  }
+}
+
+resource database 'Microsoft.Cache/redisEnterprise/databases@2025-07-01' = {
+  parent: cluster
+  name: 'default'
+  properties: {
+    clientProtocol: 'Encrypted'
+    port: 10000
+    // NOTE: EnterpriseCluster exposes one endpoint, so the plain (non-cluster) redis-py
+    // client works; the proxy spreads keys over shards.
+    clusteringPolicy: 'EnterpriseCluster'
+    evictionPolicy: 'AllKeysLRU'
+    accessKeysAuthentication: 'Disabled'
+  }
+}
+
+resource appAccess 'Microsoft.Cache/redisEnterprise/databases/accessPolicyAssignments@2025-07-01' = {
+  parent: database
+  name: 'scoringapp'
+  properties: {
+    accessPolicyName: 'default'
+    user: {
+      objectId: appPrincipalId
+    }
+  }
+}
+
+output name string = cluster.name
+output hostName string = cluster.properties.hostName
+output port int = database.properties.port

@@ -1,0 +1,119 @@
+"""Shared fixtures: tiny real ONNX models, real Redis, real Azurite.
+
+Redis and Azurite come from `scripts/with_services.sh` (what `make test` runs).
+Without them a backed test skips, except under CI=true, where it fails.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+from shared.settings import BatchPolicy, CachePolicy, Settings
+from tests.onnx_models import make_model
+
+REPO = Path(__file__).resolve().parent.parent
+# NOTE: Azurite's documented, public development account (not a secret; it only opens the emulator).
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+
+def _unavailable(what: str) -> None:
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{what} is required under CI=true (run through `make test`)")
+    pytest.skip(f"{what} is not available (run through `make test`)")
+
+
+def _answers(url: str) -> bool:
+    parsed = urlparse(url)
+    try:
+        socket.create_connection((parsed.hostname or "127.0.0.1", parsed.port or 6379), 0.5).close()
+        return True
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def redis_url() -> str:
+    url = os.environ.get("REDIS_URL", "")
+    if not url or not _answers(url):
+        _unavailable("Redis (REDIS_URL)")
+    return url
+
+
+@pytest.fixture
+def redis_prefix() -> str:
+    """A fresh key namespace per test: no test sees another run's keys."""
+    return f"test:{uuid.uuid4().hex[:12]}:"
+
+
+@pytest.fixture
+async def redis_client(redis_url: str, redis_prefix: str) -> AsyncIterator[object]:
+    from redis.asyncio import Redis
+
+    client = Redis.from_url(redis_url)
+    yield client
+    keys = [k async for k in client.scan_iter(match=redis_prefix + "*", count=1000)]
+    if keys:
+        await client.delete(*keys)
+    await client.aclose()
+
+
+@pytest.fixture
+def azurite_connection() -> str:
+    endpoint = os.environ.get("AZURITE_BLOB_ENDPOINT", "")
+    if not endpoint or not _answers(endpoint):
+        _unavailable("Azurite (AZURITE_BLOB_ENDPOINT)")
+    return f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={AZURITE_KEY};BlobEndpoint={endpoint};"
+
+
+@pytest.fixture
+def model_bytes() -> Callable[..., bytes]:
+    """Build a tiny real ONNX model: `model_bytes(bias=0.0, features=..., thresholds=...)`."""
+    return make_model
+
+
+@pytest.fixture
+def models_dir(tmp_path: Path) -> Iterator[Path]:
+    """A model directory holding `fraud/1` (a tiny model) in the blob layout."""
+    root = tmp_path / "models"
+    (root / "fraud" / "1").mkdir(parents=True)
+    (root / "fraud" / "1" / "model.onnx").write_bytes(make_model())
+    yield root
+
+
+@pytest.fixture
+def settings(models_dir: Path, tmp_path: Path) -> Settings:
+    """Embedded-default settings over the tiny model (no Redis)."""
+    users = tmp_path / "users.json"
+    users.write_text('{"u1": {"user_avg_amount_30d": 50.0, "user_txn_count_24h": 3}}')
+    return Settings(
+        models_dir=str(models_dir),
+        features_file=str(users),
+        batch=BatchPolicy(window_ms=5, max_size=8),
+        cache=CachePolicy(l1_size=1000),
+    )
+
+
+def event(**overrides: object) -> dict[str, object]:
+    """A valid payment event body."""
+    body: dict[str, object] = {
+        "event_id": "evt-1",
+        "user_id": "u1",
+        "amount": 120.5,
+        "currency": "USD",
+        "merchant_id": "m-42",
+        "merchant_category": "7995",
+        "country": "NG",
+        "channel": "web",
+        "timestamp": "2026-11-29T03:12:00Z",
+        "note": "gift card",
+    }
+    body.update(overrides)
+    return body

@@ -1,0 +1,89 @@
+import asyncio
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shared.errors import ModelInvalid, ModelNotFound, NotReady
+from shared.models import DirectorySource, ModelRegistry
+from shared.settings import BatchPolicy, OrtOptions
+from tests.onnx_models import make_model
+
+
+def registry(root: Path, keep: int = 2) -> ModelRegistry:
+    return ModelRegistry(DirectorySource(root), OrtOptions(), BatchPolicy(window_ms=5, max_size=8), keep)
+
+
+def row() -> np.ndarray:
+    return np.zeros(4, dtype=np.float32)
+
+
+async def test_newest_version_is_active(models_dir: Path) -> None:
+    (models_dir / "fraud" / "2").mkdir()
+    (models_dir / "fraud" / "2" / "model.onnx").write_bytes(make_model(bias=2.0))
+    reg = registry(models_dir)
+    with pytest.raises(NotReady):
+        reg.active("fraud")
+    await reg.load_all()
+    assert reg.active("fraud").version == "2"
+    assert reg.loaded_versions("fraud") == ["1", "2"]
+    assert (await reg.active("fraud").score(row())).value == pytest.approx(1 / (1 + np.exp(-2.0)))
+    [described] = reg.describe()
+    assert described["active_version"] == "2" and described["providers"] == ["CPUExecutionProvider"]
+    await reg.aclose()
+
+
+async def test_unknown_model_is_not_found(models_dir: Path) -> None:
+    reg = registry(models_dir)
+    await reg.load_all()
+    with pytest.raises(ModelNotFound):
+        reg.active("nope")
+    await reg.aclose()
+
+
+async def test_empty_source_is_not_ready(tmp_path: Path) -> None:
+    with pytest.raises(NotReady):
+        await registry(tmp_path).load_all()
+
+
+async def test_install_swaps_in_a_new_version_and_releases_beyond_keep(models_dir: Path) -> None:
+    reg = registry(models_dir, keep=2)
+    await reg.load_all()
+    v1 = reg.active("fraud")
+    await reg.install("fraud", "2", make_model(bias=1.0))
+    await reg.install("fraud", "3", make_model(bias=3.0))
+    assert reg.active("fraud").version == "3"
+    assert reg.loaded_versions("fraud") == ["2", "3"]
+    with pytest.raises(Exception, match="released|draining"):
+        await v1.score(row())
+    await reg.aclose()
+
+
+async def test_requests_queued_on_the_old_version_finish_during_a_swap(models_dir: Path) -> None:
+    reg = registry(models_dir, keep=1)
+    await reg.load_all()
+    old = reg.active("fraud")
+    pending = [asyncio.ensure_future(old.score(row())) for _ in range(20)]
+    await reg.install("fraud", "2", make_model(bias=1.0))
+    results = await asyncio.gather(*pending)
+    assert all(r.value == pytest.approx(0.5) for r in results)
+    assert reg.active("fraud").version == "2"
+    await reg.aclose()
+
+
+async def test_invalid_upload_keeps_the_active_version(models_dir: Path) -> None:
+    reg = registry(models_dir)
+    await reg.load_all()
+    with pytest.raises(ModelInvalid):
+        await reg.install("fraud", "9", b"garbage")
+    assert reg.active("fraud").version == "1"
+    assert reg.loaded_versions("fraud") == ["1"]
+    await reg.aclose()
+
+
+async def test_an_older_upload_does_not_replace_the_newer_active(models_dir: Path) -> None:
+    reg = registry(models_dir, keep=3)
+    await reg.install("fraud", "5", make_model())
+    await reg.install("fraud", "4", make_model())
+    assert reg.active("fraud").version == "5"
+    await reg.aclose()

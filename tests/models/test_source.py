@@ -1,0 +1,62 @@
+from pathlib import Path
+
+import pytest
+
+from shared.errors import ModelSourceError
+from shared.models import BlobSource, DirectorySource, ModelRef, parse_model_path
+from shared.models.source import version_key
+from tests.onnx_models import make_model
+
+
+@pytest.mark.parametrize(
+    ("path", "container", "ref"),
+    [
+        ("fraud/2/model.onnx", None, ModelRef("fraud", "2")),
+        ("models/fraud/10/model.onnx", "models", ModelRef("fraud", "10")),
+        ("models/fraud/10/model.onnx", None, None),
+        ("fraud/2/weights.bin", None, None),
+        ("fraud/model.onnx", None, None),
+        ("../etc/2/model.onnx", None, None),
+    ],
+)
+def test_parse_model_path(path: str, container: str | None, ref: ModelRef | None) -> None:
+    assert parse_model_path(path, container=container) == ref
+
+
+def test_versions_sort_numerically() -> None:
+    assert sorted(["10", "2", "1"], key=version_key) == ["1", "2", "10"]
+
+
+def test_directory_source_lists_and_reads(models_dir: Path) -> None:
+    (models_dir / "fraud" / "2").mkdir()
+    (models_dir / "fraud" / "2" / "model.onnx").write_bytes(b"v2")
+    (models_dir / "README.txt").write_text("ignored")
+    source = DirectorySource(models_dir)
+    assert source.list() == [ModelRef("fraud", "1"), ModelRef("fraud", "2")]
+    assert source.read(ModelRef("fraud", "2")) == b"v2"
+
+
+def test_directory_source_errors_are_model_source_errors(tmp_path: Path) -> None:
+    with pytest.raises(ModelSourceError):
+        DirectorySource(tmp_path / "absent").list()
+    with pytest.raises(ModelSourceError):
+        DirectorySource(tmp_path).read(ModelRef("x", "1"))
+
+
+def test_blob_source_against_azurite(azurite_connection: str) -> None:
+    from azure.storage.blob import BlobServiceClient
+
+    service = BlobServiceClient.from_connection_string(azurite_connection)
+    container = service.get_container_client("models-source-test")
+    if not container.exists():
+        container.create_container()
+    data = make_model(bias=1.0)
+    container.upload_blob("fraud/3/model.onnx", data, overwrite=True)
+    container.upload_blob("fraud/3/notes.txt", b"ignored", overwrite=True)
+
+    source = BlobSource.connect(container="models-source-test", connection_string=azurite_connection, blob_uri=None)
+    assert ModelRef("fraud", "3") in source.list()
+    assert source.read(ModelRef("fraud", "3")) == data
+    with pytest.raises(ModelSourceError):
+        source.read(ModelRef("fraud", "999"))
+    container.delete_container()

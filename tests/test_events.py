@@ -1,0 +1,74 @@
+import json
+
+import pytest
+
+from shared.errors import InvalidEvent, MalformedJson, TooManyItems
+from shared.events import decode_batch, decode_event
+from tests.conftest import event
+
+
+def body(**overrides: object) -> bytes:
+    return json.dumps(event(**overrides)).encode()
+
+
+def test_valid_event_decodes_and_ignores_unknown_fields() -> None:
+    parsed = decode_event(body(extra_field={"nested": 1}))
+    assert parsed.event_id == "evt-1" and parsed.amount == 120.5 and parsed.timestamp.tzinfo is not None
+
+
+def test_note_is_optional() -> None:
+    raw = event()
+    del raw["note"]
+    assert decode_event(json.dumps(raw).encode()).note is None
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"amount": -1},
+        {"amount": "12"},
+        {"amount": True},
+        {"amount": 1e300},
+        {"currency": "usd"},
+        {"currency": "USDX"},
+        {"country": "USA"},
+        {"channel": "fax"},
+        {"timestamp": "yesterday"},
+        {"timestamp": "2026-11-29T03:12:00"},  # no offset: not RFC 3339
+        {"event_id": ""},
+        {"event_id": "x" * 129},
+        {"user_id": 42},
+        {"note": "n" * 1001},
+    ],
+)
+def test_invalid_fields_are_invalid_event(overrides: dict[str, object]) -> None:
+    with pytest.raises(InvalidEvent):
+        decode_event(body(**overrides))
+
+
+def test_missing_field_names_the_field() -> None:
+    raw = event()
+    del raw["merchant_id"]
+    with pytest.raises(InvalidEvent, match="merchant_id"):
+        decode_event(json.dumps(raw).encode())
+
+
+@pytest.mark.parametrize("raw", [b"{bad", b"", b"{\"event_id\": ", b'{"amount": NaN}', b'{"amount": Infinity}'])
+def test_malformed_json(raw: bytes) -> None:
+    with pytest.raises(MalformedJson):
+        decode_event(raw)
+
+
+def test_non_object_json_is_invalid_event() -> None:
+    with pytest.raises(InvalidEvent):
+        decode_event(b"[]")
+
+
+def test_batch_limits() -> None:
+    assert len(decode_batch(json.dumps({"events": [event(), {"bad": 1}]}).encode(), 256)) == 2
+    with pytest.raises(TooManyItems):
+        decode_batch(json.dumps({"events": [event()] * 3}).encode(), 2)
+    with pytest.raises(InvalidEvent):
+        decode_batch(b'{"events": []}', 256)
+    with pytest.raises(InvalidEvent):
+        decode_batch(b'{"items": []}', 256)
