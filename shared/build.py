@@ -52,6 +52,7 @@ class ServiceHolder:
         self._settings_factory = settings
         self._settings: Settings | None = None
         self._task: asyncio.Task[ScoringService] | None = None
+        self.last_error: str | None = None
 
     @property
     def settings(self) -> Settings:
@@ -61,7 +62,10 @@ class ServiceHolder:
 
     def start(self) -> asyncio.Task[ScoringService]:
         """Begin building (idempotent); a failed build is retried by the next call."""
-        if self._task is None or (self._task.done() and self._task.exception() is not None):
+        if self._task is not None and self._task.done() and self._task.exception() is not None:
+            self.last_error = str(self._task.exception())
+            self._task = None
+        if self._task is None:
             self._task = asyncio.get_running_loop().create_task(build_service(self.settings))
         return self._task
 

@@ -109,15 +109,16 @@ def create_app(holder: ServiceHolder) -> Starlette:
         core = holder.peek()
         if core is not None and core.ready:
             return json_response({"status": "ready", "models": [m["name"] for m in core.registry.describe()]})
-        task = holder.start()
-        detail = "starting"
-        if task.done() and task.exception() is not None:
-            detail = f"start failed: {task.exception()}"
+        holder.start()
+        detail = f"start failed, retrying: {holder.last_error}" if holder.last_error else "starting"
         return json_response({"status": "not_ready", "detail": detail}, 503)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        await holder.get()
+        try:
+            await holder.get()
+        except Exception as exc:  # NOTE: stay up; readiness says why and the next request retries
+            log.error("service failed to start: %s", exc)
         yield
         await holder.aclose()
 

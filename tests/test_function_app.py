@@ -1,0 +1,141 @@
+"""The Functions app: its declared metadata, and its handlers called with real binding types."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import azure.functions as func
+import pytest
+from azure.functions.blob import InputStream
+from azure.functions.servicebus import ServiceBusMessage
+
+import function_app
+from shared.build import ServiceHolder
+from shared.settings import Settings
+from shared.triggers import FunctionHandlers
+from tests.conftest import event
+from tests.onnx_models import make_model
+
+
+# NOTE: like the worker, index the app once (a second get_functions() re-registers and fails).
+FUNCTIONS = {f.get_function_name(): f for f in function_app.app.get_functions()}
+
+
+class Out(func.Out[str]):
+    """The output-binding container the host passes in."""
+
+    def __init__(self) -> None:
+        self.value: str | None = None
+
+    def set(self, val: str) -> None:
+        self.value = val
+
+    def get(self) -> str:
+        assert self.value is not None
+        return self.value
+
+
+def bindings(name: str) -> dict[str, dict[str, Any]]:
+    return {b.get_dict_repr()["name"]: _plain(b.get_dict_repr()) for b in FUNCTIONS[name].get_bindings()}
+
+
+def _plain(binding: dict[str, Any]) -> dict[str, str]:
+    return {k: str(getattr(v, "value", v)) for k, v in binding.items()}
+
+
+def test_http_functions_routes_and_auth() -> None:
+    health = bindings("health")["req"]
+    assert (health["type"], health["route"], health["authLevel"]) == ("httpTrigger", "health/{probe}", "anonymous")
+    api = bindings("api")["req"]
+    assert (api["type"], api["route"], api["authLevel"]) == ("httpTrigger", "{*route}", "function")
+    with open("host.json") as f:
+        assert json.load(f)["extensions"]["http"]["routePrefix"] == "api"
+
+
+def test_service_bus_function_bindings() -> None:
+    b = bindings("payments")
+    assert b["msg"] == {"direction": "0", "type": "serviceBusTrigger", "name": "msg", "connection": "ServiceBusConnection", "queueName": "payments"}
+    assert (b["completed"]["type"], b["completed"]["queueName"], b["completed"]["connection"]) == ("serviceBus", "risk-completed", "ServiceBusConnection")
+    assert (b["rejected"]["type"], b["rejected"]["queueName"]) == ("serviceBus", "risk-rejected")
+
+
+def test_blob_function_bindings() -> None:
+    blob = bindings("model_blob")["blob"]
+    assert (blob["type"], blob["path"], blob["connection"], blob["source"]) == (
+        "blobTrigger", "models/{name}/{version}/model.onnx", "ModelStorage", "EventGrid")
+
+
+def test_function_names() -> None:
+    assert sorted(FUNCTIONS) == ["api", "health", "model_blob", "payments"]
+
+
+@pytest.fixture
+async def handlers(settings: Settings):
+    h = FunctionHandlers(ServiceHolder(lambda: settings))
+    yield h
+    await h.holder.aclose()
+
+
+def http_request(method: str, path: str, body: object | None = None, content_type: str = "application/json") -> func.HttpRequest:
+    data = json.dumps(body).encode() if body is not None else b""
+    return func.HttpRequest(method=method, url=f"http://localhost{path}", headers={"content-type": content_type}, body=data)
+
+
+def sb_message(body: bytes, message_id: str = "m-1") -> ServiceBusMessage:
+    return ServiceBusMessage(body=body, message_id=message_id, delivery_count=1, application_properties={}, user_properties={})
+
+
+async def test_http_handler_with_function_types(handlers: FunctionHandlers) -> None:
+    r = await handlers.http(http_request("POST", "/api/score", event()))
+    assert r.status_code == 200 and json.loads(r.get_body())["event_id"] == "evt-1"
+    r = await handlers.http(http_request("POST", "/api/score", event(amount=-3)))
+    assert r.status_code == 422 and json.loads(r.get_body())["error"] == "invalid_event"
+    r = await handlers.http(http_request("GET", "/api/health/ready"))
+    assert r.status_code == 200
+
+
+async def test_service_bus_handler_publishes_the_result(handlers: FunctionHandlers) -> None:
+    completed, rejected = Out(), Out()
+    await handlers.payment(sb_message(json.dumps(event(event_id="q-1")).encode()), completed, rejected)
+    result = json.loads(completed.get())
+    assert result["event_id"] == "q-1" and result["decision"] in ("approve", "review", "decline")
+    assert rejected.value is None
+
+
+@pytest.mark.parametrize("body", [b"{broken", json.dumps(event(amount=-1)).encode(), b"\xff\xfe binary"])
+async def test_bad_message_is_rejected_with_reason_and_body(handlers: FunctionHandlers, body: bytes) -> None:
+    completed, rejected = Out(), Out()
+    await handlers.payment(sb_message(body, "m-bad"), completed, rejected)
+    assert completed.value is None
+    record = json.loads(rejected.get())
+    assert record["error"] in ("malformed_json", "invalid_event") and record["message_id"] == "m-bad"
+    assert record.get("body", "").encode() == body or "body_base64" in record
+
+
+async def test_blob_handler_swaps_in_a_new_version(handlers: FunctionHandlers) -> None:
+    data = make_model(bias=1.0)
+    await handlers.model_blob(InputStream(data=data, name="models/fraud/2/model.onnx", length=len(data)))
+    service = await handlers.holder.get()
+    assert service.registry.active("fraud").version == "2"
+
+
+async def test_blob_handler_rejects_an_invalid_model_and_keeps_serving(handlers: FunctionHandlers, caplog: pytest.LogCaptureFixture) -> None:
+    await handlers.model_blob(InputStream(data=b"garbage", name="models/fraud/7/model.onnx", length=7))
+    await handlers.model_blob(InputStream(data=b"x", name="models/fraud/readme.txt", length=1))
+    service = await handlers.holder.get()
+    assert service.registry.active("fraud").version == "1"
+    assert any("rejected" in r.getMessage() for r in caplog.records)
+
+
+async def test_the_app_functions_run_end_to_end() -> None:
+    """The decorated functions themselves, on the module-level service (repo model, env settings)."""
+    fns = {name: f.get_user_function() for name, f in FUNCTIONS.items()}
+    r = await fns["health"](http_request("GET", "/api/health/ready"), None)
+    assert r.status_code in (200, 503)
+    r = await fns["api"](http_request("POST", "/api/score", event()), None)
+    assert r.status_code == 200 and json.loads(r.get_body())["model"] == "fraud"
+    completed, rejected = Out(), Out()
+    await fns["payments"](sb_message(json.dumps(event()).encode()), completed, rejected)
+    assert json.loads(completed.get())["event_id"] == "evt-1"
+    await function_app.handlers.holder.aclose()

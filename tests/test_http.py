@@ -1,0 +1,111 @@
+"""The HTTP API through the ASGI app (the same app Functions and `make run` serve)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from shared.build import ServiceHolder
+from shared.http import create_app
+from shared.settings import Settings
+from tests.conftest import event
+
+
+@pytest.fixture
+def client(settings: Settings) -> Iterator[TestClient]:
+    with TestClient(create_app(ServiceHolder(lambda: settings)), raise_server_exceptions=False) as c:
+        yield c
+
+
+def test_score_answers_with_every_field(client: TestClient) -> None:
+    r = client.post("/api/score", json=event())
+    assert r.status_code == 200 and r.headers["content-type"] == "application/json"
+    body = r.json()
+    assert body["event_id"] == "evt-1" and body["model"] == "fraud" and body["model_version"] == "1"
+    assert body["source"] == "model" and body["decision"] in ("approve", "review", "decline")
+    assert body["timings_ms"]["parse"] > 0 and body["timings_ms"]["total"] >= body["timings_ms"]["parse"]
+
+
+def test_named_model_route(client: TestClient) -> None:
+    assert client.post("/api/models/fraud/score", json=event()).json()["model"] == "fraud"
+    r = client.post("/api/models/nope/score", json=event())
+    assert r.status_code == 404 and r.json()["error"] == "model_not_found"
+
+
+@pytest.mark.parametrize(
+    ("content", "headers", "status", "code"),
+    [
+        (b"{not json", {"content-type": "application/json"}, 400, "malformed_json"),
+        (json.dumps(event(amount=-1)).encode(), {"content-type": "application/json"}, 422, "invalid_event"),
+        (json.dumps(event(amount="ten")).encode(), {"content-type": "application/json"}, 422, "invalid_event"),
+        (json.dumps({k: v for k, v in event().items() if k != "user_id"}).encode(), {"content-type": "application/json"}, 422, "invalid_event"),
+        (b'{"amount": 1e999}', {"content-type": "application/json"}, 422, "invalid_event"),
+        (json.dumps(event()).encode(), {"content-type": "text/plain"}, 415, "unsupported_media_type"),
+        (json.dumps(event()).encode(), {}, 415, "unsupported_media_type"),
+        (b"{" + b" " * 70_000 + b"}", {"content-type": "application/json"}, 413, "payload_too_large"),
+    ],
+)
+def test_bad_input_is_a_clear_4xx(client: TestClient, content: bytes, headers: dict[str, str], status: int, code: str) -> None:
+    r = client.post("/api/score", content=content, headers=headers)
+    assert r.status_code == status
+    assert r.json()["error"] == code and r.json()["detail"]
+    assert "Traceback" not in r.text
+
+
+def test_oversized_body_without_content_length_is_cut_off(client: TestClient) -> None:
+    def chunks() -> Iterator[bytes]:
+        yield b'{"pad": "'
+        for _ in range(100):
+            yield b"x" * 1000
+        yield b'"}'
+
+    r = client.post("/api/score", content=chunks(), headers={"content-type": "application/json"})
+    assert r.status_code == 413
+
+
+def test_batch_answers_in_order_with_per_item_errors(client: TestClient) -> None:
+    events = [event(event_id=f"e{i}", amount=float(i)) for i in range(5)]
+    events[2] = {"event_id": "broken"}
+    r = client.post("/api/score/batch", json={"events": events})
+    assert r.status_code == 200
+    results = r.json()["results"]
+    assert [x.get("event_id") for x in results] == ["e0", "e1", None, "e3", "e4"]
+    assert results[2]["error"] == "invalid_event" and results[2]["index"] == 2
+
+
+def test_batch_limits(client: TestClient) -> None:
+    r = client.post("/api/score/batch", json={"events": [event()] * 257})
+    assert r.status_code == 422 and r.json()["error"] == "too_many_items"
+    assert client.post("/api/score/batch", json={"events": []}).status_code == 422
+    assert client.post("/api/score/batch", json=[event()]).status_code == 422
+
+
+def test_health_and_models(client: TestClient) -> None:
+    assert client.get("/api/health/live").status_code == 200
+    assert client.get("/api/health/ready").json()["status"] == "ready"
+    [model] = client.get("/api/models").json()["models"]
+    assert model["name"] == "fraud" and model["active_version"] == "1" and model["versions"] == ["1"]
+    assert model["providers"] == ["CPUExecutionProvider"] and model["loaded_at"] > 0
+    assert set(client.get("/api/stats").json()) >= {"predictions", "features", "redis"}
+
+
+def test_unknown_route_and_method_are_json(client: TestClient) -> None:
+    r = client.get("/api/nope")
+    assert r.status_code == 404 and r.json()["error"] == "not_found"
+    r = client.get("/api/score")
+    assert r.status_code == 405 and r.json()["error"] == "method_not_allowed"
+
+
+def test_ready_is_503_until_models_load(tmp_path: Path) -> None:
+    empty = Settings(models_dir=str(tmp_path), features_file=None)
+    with TestClient(create_app(ServiceHolder(lambda: empty)), raise_server_exceptions=False) as c:
+        r = c.get("/api/health/ready")
+        assert r.status_code == 503 and r.json()["status"] == "not_ready"
+        assert "no models found" in r.json()["detail"]
+        assert c.get("/api/health/live").status_code == 200
+        r = c.post("/api/score", json=event())
+        assert r.status_code == 503 and r.json()["error"] == "not_ready"
