@@ -45,7 +45,7 @@ test-infra:
 
 ## lint: ruff and mypy
 lint: $(VENV)/.dev
-	$(VENV)/bin/ruff check shared tests function_app.py scripts
+	$(VENV)/bin/ruff check shared tests function_app.py scripts --exclude tests/infra
 	$(VENV)/bin/mypy shared function_app.py
 
 ## seed: load the demo user features into Redis at REDIS_URL

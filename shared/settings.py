@@ -148,7 +148,7 @@ class Settings:
             ort=OrtOptions(
                 intra_op_threads=config("ORT_INTRA_OP_THREADS", cast=int, default=1),
                 inter_op_threads=config("ORT_INTER_OP_THREADS", cast=int, default=1),
-                graph_optimization=config("ORT_GRAPH_OPTIMIZATION", default="all"),
+                graph_optimization=config("ORT_GRAPH_OPTIMIZATION", default="all"),  # type: ignore[arg-type]
                 use_gpu=config("ORT_USE_GPU", cast=bool, default=True),
                 use_tensorrt=config("ORT_USE_TENSORRT", cast=bool, default=False),
                 inline=config("ORT_INLINE", cast=bool, default=True),

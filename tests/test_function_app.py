@@ -17,7 +17,6 @@ from shared.triggers import FunctionHandlers
 from tests.conftest import event
 from tests.onnx_models import make_model
 
-
 # NOTE: like the worker, index the app once (a second get_functions() re-registers and fails).
 FUNCTIONS = {f.get_function_name(): f for f in function_app.app.get_functions()}
 

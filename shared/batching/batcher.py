@@ -38,7 +38,7 @@ class BatcherClosed(NotReady):
     code = "model_retired"
 
 
-class Completed(NamedTuple, Generic[R]):  # type: ignore[misc]
+class Completed(NamedTuple, Generic[R]):
     """One request's result with where its time went."""
 
     value: R
@@ -113,9 +113,8 @@ class Batcher(Generic[T, R]):
         if self._changed is None:
             self._changed = asyncio.Event()
         self._changed.set()
-        if self._dispatcher is None or self._dispatcher.done():
-            if self._queue:
-                self._dispatcher = asyncio.get_running_loop().create_task(self._dispatch_loop())
+        if (self._dispatcher is None or self._dispatcher.done()) and self._queue:
+            self._dispatcher = asyncio.get_running_loop().create_task(self._dispatch_loop())
 
     async def _wait_change(self, timeout: float | None) -> None:
         assert self._changed is not None
@@ -168,7 +167,7 @@ class Batcher(Generic[T, R]):
             results = await self._run([p.item for p in batch])
             if len(results) != len(batch):
                 raise BatchShapeError(f"{self.name}: {len(batch)} items in, {len(results)} results out")
-        except BaseException as exc:  # noqa: BLE001 - every request of the batch gets the error
+        except BaseException as exc:
             for pending in batch:
                 if not pending.future.done():
                     pending.future.set_exception(exc)

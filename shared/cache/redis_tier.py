@@ -15,9 +15,9 @@ import time
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
-from redis.asyncio.retry import Retry
 
 from shared.batching import Batcher
 from shared.settings import BatchPolicy
@@ -103,7 +103,7 @@ class RedisTier:
         self.stats.round_trips += 1
         try:
             async with asyncio.timeout(self._timeout):
-                values: list[bytes | None] = await self._client.mget(keys)
+                values: list[bytes | None] = await self._client.mget(keys)  # type: ignore[assignment]
                 return values
         except _FAILURES as exc:
             self._trip(exc)

@@ -54,7 +54,7 @@ async def test_install_swaps_in_a_new_version_and_releases_beyond_keep(models_di
     await reg.install("fraud", "3", make_model(bias=3.0))
     assert reg.active("fraud").version == "3"
     assert reg.loaded_versions("fraud") == ["2", "3"]
-    with pytest.raises(Exception, match="released|draining"):
+    with pytest.raises(Exception, match=r"released|draining"):
         await v1.score(row())
     await reg.aclose()
 

@@ -41,7 +41,7 @@ def test_garbage_bytes_are_model_invalid() -> None:
 
 
 def test_model_without_serving_metadata_is_invalid() -> None:
-    with pytest.raises(ModelInvalid, match="serving.features"):
+    with pytest.raises(ModelInvalid, match=r"serving\.features"):
         OnnxModel.load(make_model(metadata={}), OrtOptions())
 
 

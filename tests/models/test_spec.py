@@ -47,7 +47,7 @@ def test_bad_metadata_is_model_invalid(bad: dict[str, str]) -> None:
 
 
 def test_missing_metadata_is_model_invalid() -> None:
-    with pytest.raises(ModelInvalid, match="serving.features"):
+    with pytest.raises(ModelInvalid, match=r"serving\.features"):
         ModelSpec.from_metadata({}, INPUTS, OUTPUTS)
 
 
