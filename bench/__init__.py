@@ -1,0 +1,1 @@
+"""`make bench`: the score path measured against its ceiling (bare ASGI) and floor (raw ONNX Runtime)."""

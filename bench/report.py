@@ -1,0 +1,161 @@
+"""The benchmark report: a markdown page of tables and target checks, and PNG plots."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from bench.loadgen import STAGES, OpenLoopResult  # noqa: E402
+
+# The design notes' naive stack, per request (ms).
+NAIVE = {"parse": 5, "queue": 10, "redis": 20, "model load": 15, "inference": 30}
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def summarize_open_loop(res: OpenLoopResult) -> dict[str, Any]:
+    return {
+        "offered": res.rate,
+        "achieved": res.achieved,
+        "p50_ms": _pct(res.latencies_ms, 0.50),
+        "p90_ms": _pct(res.latencies_ms, 0.90),
+        "p99_ms": _pct(res.latencies_ms, 0.99),
+        "max_ms": max(res.latencies_ms, default=float("nan")),
+        "errors": res.errors + (res.sent - len(res.latencies_ms) - res.errors),
+        "stages_ms": {s: statistics.median(v) if v else 0.0 for s, v in res.stages.items()},
+    }
+
+
+def budget(stages: dict[str, float], load_ms: float = 0.0) -> dict[str, float]:
+    """Our per-request stage medians in the design notes' form."""
+    return {
+        "parse": stages.get("parse", 0.0),
+        "queue": stages.get("queue", 0.0),
+        "redis": stages.get("features", 0.0) + stages.get("cache", 0.0),
+        "model load": load_ms,
+        "inference": stages.get("inference", 0.0),
+    }
+
+
+def targets(r: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
+    w = r["wrk"]
+    ceiling = w["ceiling_starlette"]["rps"]
+    low = r["open_loop"][0]
+    return [
+        ("miss path ≥ 50% of ceiling req/s", "≥ 50%", f"{w['score_miss']['rps'] / ceiling:.0%}", w["score_miss"]["rps"] >= 0.5 * ceiling),
+        ("hit path ≥ 80% of ceiling req/s", "≥ 80%", f"{w['score_hit']['rps'] / ceiling:.0%}", w["score_hit"]["rps"] >= 0.8 * ceiling),
+        ("p99 (miss path, 16 connections)", "≤ 10 ms", f"{w['score_miss']['p99_ms']:.2f} ms", w["score_miss"]["p99_ms"] <= 10),
+        ("batcher added median at low load", "≤ 0.3 ms", f"{r['batcher']['added_us'] / 1000:.3f} ms", r["batcher"]["added_us"] <= 300),
+        ("process start to ready", "≤ 2 s", f"{r['start_to_ready_s']:.2f} s", r["start_to_ready_s"] <= 2),
+        (f"open loop p99 at {low['offered']:.0f} req/s", "≤ 10 ms", f"{low['p99_ms']:.2f} ms", low["p99_ms"] <= 10),
+    ]
+
+
+def write(r: dict[str, Any], out: Path) -> None:
+    _plot_latency(r["open_loop"], out / "latency_vs_load.png")
+    low_stages = budget(r["open_loop"][0]["stages_ms"])
+    _plot_budget(low_stages, out / "stage_budget.png")
+    _plot_throughput(r["wrk"], out / "throughput.png")
+    (out / "report.md").write_text(_markdown(r, low_stages))
+
+
+def _markdown(r: dict[str, Any], stages: dict[str, float]) -> str:
+    w = r["wrk"]
+    ceiling = w["ceiling_starlette"]["rps"]
+    m = r["machine"]
+    lines = [
+        "# Benchmark: the score path against its ceiling and floor",
+        "",
+        f"Machine: {m['cores']} cores, Python {m['python']}, {m['platform']}. One app process (Granian, 1 worker).",
+        f"wrk -t2 -c{r['config']['connections']}, {r['config']['seconds']:.0f} s per run, {r['config']['rounds']} interleaved rounds, medians. "
+        "Load generator and server share the machine.",
+        "",
+        "## Closed loop (wrk)",
+        "",
+        "| endpoint | req/s | vs ceiling | p50 ms | p90 ms | p99 ms | errors | RSS MiB |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    labels = {
+        "ceiling_starlette": "bare Starlette on Granian (ceiling, same stack)",
+        "ceiling_raw_asgi": "raw ASGI on Granian (fastest server)",
+        "score_miss": "/api/score, cache miss (unique rows)",
+        "score_hit": "/api/score, cache hit",
+        "batch_8": "/api/score/batch, 8 events per request",
+    }
+    for name, label in labels.items():
+        x = w[name]
+        lines.append(
+            f"| {label} | {x['rps']:,.0f} | {x['rps'] / ceiling:.0%} | {x['p50_ms']:.2f} | {x['p90_ms']:.2f} | {x['p99_ms']:.2f} | "
+            f"{x['errors']:.0f} | {r['memory_mib'].get(name, float('nan')):.0f} |"
+        )
+    lines += [f"", f"Batch endpoint: {w['batch_8']['events_per_s']:,.0f} events/s.", "", "## Targets", "", "| target | goal | measured | met |", "|---|---|---|---|"]
+    lines += [f"| {name} | {goal} | {got} | {'yes' if ok else '**no**'} |" for name, goal, got, ok in targets(r)]
+    lines += ["", "## Open loop on the miss path (fixed offered rates)", "",
+              "| offered req/s | achieved | p50 ms | p90 ms | p99 ms | max ms | errors |", "|---:|---:|---:|---:|---:|---:|---:|"]
+    for x in r["open_loop"]:
+        lines.append(f"| {x['offered']:.0f} | {x['achieved']:.0f} | {x['p50_ms']:.2f} | {x['p90_ms']:.2f} | {x['p99_ms']:.2f} | {x['max_ms']:.2f} | {x['errors']} |")
+    lines += ["", f"## Per-stage budget (server-side medians at {r['open_loop'][0]['offered']:.0f} req/s, ms)", "",
+              "| stage | design notes (naive) | ours |", "|---|---:|---:|"]
+    for stage, naive in NAIVE.items():
+        lines.append(f"| {stage} | {naive} | {stages[stage]:.3f} |")
+    lines.append(f"| total (server) | {sum(NAIVE.values())} | {r['open_loop'][0]['stages_ms']['total']:.3f} |")
+    lines += ["", "Model load is 0 per request: sessions are created and warmed once per process, before ready.", "",
+              "## Floor: raw ONNX Runtime on the same model (in-process, CPU, 1 thread)", "",
+              f"- session.run, 1 row: {r['floor']['run_b1_us']:.1f} µs median ({r['floor']['rows_per_s_b1']:,.0f} rows/s)",
+              f"- session.run, 8 rows: {r['floor']['run_b8_us']:.1f} µs median ({r['floor']['rows_per_s_b8']:,.0f} rows/s)",
+              f"- one lone request through the batcher: {r['batcher']['batched_us']:.1f} µs vs {r['batcher']['direct_us']:.1f} µs direct "
+              f"(+{r['batcher']['added_us']:.1f} µs)",
+              f"- process start to ready (median of 3): {r['start_to_ready_s']:.2f} s", "",
+              "![latency vs load](latency_vs_load.png) ![stage budget](stage_budget.png) ![throughput](throughput.png)", ""]
+    return "\n".join(lines)
+
+
+def _plot_latency(rows: list[dict[str, Any]], path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(7, 4))
+    offered = [x["offered"] for x in rows]
+    for key, label in (("p50_ms", "p50"), ("p90_ms", "p90"), ("p99_ms", "p99")):
+        ax.plot(offered, [x[key] for x in rows], marker="o", label=label)
+    ax.axhline(10, color="grey", linestyle="--", linewidth=1, label="10 ms target")
+    ax.set(xlabel="offered load (req/s, open loop)", ylabel="latency (ms)", title="/api/score miss path: latency vs offered load", yscale="log")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _plot_budget(ours: dict[str, float], path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(7, 4))
+    stages = list(NAIVE)
+    xs = range(len(stages))
+    ax.bar([x - 0.2 for x in xs], [NAIVE[s] for s in stages], width=0.4, label="design notes (naive)")
+    ax.bar([x + 0.2 for x in xs], [max(ours[s], 1e-3) for s in stages], width=0.4, label="ours (measured median)")
+    ax.set_xticks(list(xs), stages)
+    ax.set(ylabel="ms per request (log)", yscale="log", title="Per-stage latency budget")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _plot_throughput(w: dict[str, dict[str, float]], path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(7, 4))
+    names = ["ceiling_raw_asgi", "ceiling_starlette", "score_hit", "score_miss", "batch_8"]
+    ax.barh(names, [w[n]["rps"] for n in names])
+    ax.set(xlabel="requests/s (wrk, 16 connections)", title="Throughput, one process")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+__all__ = ["STAGES", "budget", "summarize_open_loop", "targets", "write"]

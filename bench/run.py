@@ -1,0 +1,153 @@
+"""`make bench`: one run that measures the score path beside its ceiling and its floor.
+
+    .venv/bin/python -m bench.run --out bench-out [--seconds 5] [--rounds 3]
+
+Steps (progress is printed as it goes):
+  1. Redis (REDIS_URL, or our own redis-server), demo user features seeded under a fresh prefix;
+  2. closed loop, wrk -t2 -c16, rounds interleaved so every figure sees the same machine:
+     bare Starlette on Granian (the ceiling, same stack) · raw ASGI on Granian (fastest we have) ·
+     /api/score on the miss path (unique rows) · the hit path · /api/score/batch (8 events);
+  3. open loop at fixed offered rates on the miss path: latency percentiles and per-stage timings;
+  4. in-process: raw ONNX Runtime on the model (the floor) and the batcher's added latency;
+  5. report.md, results.json and PNG plots in --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from bench import floor, report
+from bench.loadgen import open_loop
+from bench.servers import Redis, rss_mib, start_granian
+
+ROOT = Path(__file__).resolve().parent.parent
+WRK_SCRIPT = ROOT / "bench" / "wrk" / "score.lua"
+
+
+def say(step: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {step}", flush=True)
+
+
+def wrk(port: int, seconds: float, connections: int, mode: str, path: str = "/api/score") -> dict[str, float]:
+    env = {**os.environ, "MODE": mode}
+    cmd = ["wrk", "-t2", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--timeout", "5s", "-s", str(WRK_SCRIPT), f"http://127.0.0.1:{port}{path}"]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+    match = re.search(r"WRK_JSON (\{.*\})", out)
+    if match is None:
+        raise RuntimeError(f"wrk printed no summary:\n{out}")
+    raw = json.loads(match.group(1))
+    seconds_run = raw["duration_us"] / 1e6
+    return {
+        "rps": raw["requests"] / seconds_run,
+        "p50_ms": raw["p50_us"] / 1000, "p90_ms": raw["p90_us"] / 1000, "p99_ms": raw["p99_us"] / 1000,
+        "max_ms": raw["max_us"] / 1000,
+        "errors": raw["connect_errors"] + raw["read_errors"] + raw["write_errors"] + raw["non2xx"] + raw["timeouts"],
+    }
+
+
+def median_of(runs: list[dict[str, float]]) -> dict[str, float]:
+    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+
+
+def seed(redis_url: str, prefix: str) -> int:
+    from shared.feature_store import load_feature_file, seed_redis
+
+    return asyncio.run(seed_redis(redis_url, load_feature_file(ROOT / "data" / "demo_users.json"), prefix=prefix))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench-out")
+    parser.add_argument("--seconds", type=float, default=5.0, help="length of one wrk run")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians are reported")
+    parser.add_argument("--connections", type=int, default=16)
+    parser.add_argument("--rates", default="250,500,1000,2000,3000", help="open-loop offered rates (req/s)")
+    parser.add_argument("--open-seconds", type=float, default=4.0)
+    args = parser.parse_args()
+    if shutil.which("wrk") is None:
+        sys.exit("wrk is not installed (apt-get install wrk)")
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    say("starting Redis and seeding the demo user features")
+    redis = Redis()
+    prefix = f"bench:{uuid.uuid4().hex[:8]}:"
+    users = seed(redis.url, prefix)
+    app_env = {"REDIS_URL": redis.url, "REDIS_KEY_PREFIX": prefix, "PYTHONPATH": str(ROOT), "LOG_LEVEL": "WARNING"}
+    results: dict[str, object] = {
+        "machine": {"cores": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "config": {"seconds": args.seconds, "rounds": args.rounds, "connections": args.connections, "users_seeded": users},
+    }
+    try:
+        say("starting the servers: app (Granian + Starlette + core), bare Starlette, raw ASGI")
+        starts = []
+        for _ in range(3):
+            server = start_granian("app-start", "shared.asgi:app", app_env)
+            starts.append(server.start_to_ready_s)
+            server.stop()
+        results["start_to_ready_s"] = statistics.median(starts)
+
+        targets = {
+            "ceiling_starlette": ("bench.ceiling:starlette_app", "hit"),
+            "ceiling_raw_asgi": ("bench.ceiling:raw_app", "hit"),
+            "score_miss": ("shared.asgi:app", "miss"),
+            "score_hit": ("shared.asgi:app", "hit"),
+            "batch_8": ("shared.asgi:app", "batch"),
+        }
+        runs: dict[str, list[dict[str, float]]] = {name: [] for name in targets}
+        memory: dict[str, float] = {}
+        for round_no in range(1, args.rounds + 1):
+            for name, (target, mode) in targets.items():
+                say(f"round {round_no}/{args.rounds}: wrk {name} ({args.seconds:.0f} s, {args.connections} connections)")
+                server = start_granian(name, target, {**app_env, "PYTHONPATH": str(ROOT)})
+                try:
+                    if mode == "hit":
+                        wrk(server.port, 1, args.connections, mode)  # warm the cache with the hit set
+                    runs[name].append(wrk(server.port, args.seconds, args.connections, mode))
+                    memory[name] = rss_mib(server.process.pid)
+                finally:
+                    server.stop()
+        wrk_results = {name: median_of(r) for name, r in runs.items()}
+        wrk_results["batch_8"]["events_per_s"] = wrk_results["batch_8"]["rps"] * 8
+        results["wrk"] = wrk_results
+        results["wrk_rounds"] = runs
+        results["memory_mib"] = memory
+
+        say("open loop on the miss path at fixed offered rates")
+        server = start_granian("open-loop", "shared.asgi:app", app_env)
+        open_results = []
+        try:
+            asyncio.run(open_loop(server.port, 200, 1.0, offset=10_000_000))  # warm
+            for i, rate in enumerate(float(r) for r in args.rates.split(",")):
+                say(f"  offered {rate:.0f} req/s for {args.open_seconds:.0f} s")
+                res = asyncio.run(open_loop(server.port, rate, args.open_seconds, connections=args.connections, offset=(i + 2) * 10_000_000))
+                open_results.append(report.summarize_open_loop(res))
+        finally:
+            server.stop()
+        results["open_loop"] = open_results
+
+        say("in-process floor: raw ONNX Runtime, and the batcher's added latency")
+        results["floor"] = floor.raw_onnxruntime(ROOT / "models" / "fraud" / "1" / "model.onnx")
+        results["batcher"] = floor.batcher_overhead(ROOT / "models")
+    finally:
+        redis.stop()
+
+    (args.out / "results.json").write_text(json.dumps(results, indent=2))
+    report.write(results, args.out)
+    say(f"wrote {args.out / 'report.md'} and plots")
+    print((args.out / "report.md").read_text())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""Processes the benchmark starts: Redis (when none answers), the app, the bare endpoints."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_http(url: str, timeout_s: float = 30.0) -> float:
+    """Seconds until `url` answers 200."""
+    start = time.perf_counter()
+    while time.perf_counter() - start < timeout_s:
+        try:
+            with urllib.request.urlopen(url, timeout=1) as r:
+                if r.status == 200:
+                    return time.perf_counter() - start
+        except OSError:
+            pass
+        time.sleep(0.01)
+    raise TimeoutError(f"{url} did not answer 200 within {timeout_s} s")
+
+
+def rss_mib(pid: int) -> float:
+    """Resident memory of a process and its children, in MiB (Linux /proc)."""
+    total = 0
+    pids = [pid]
+    while pids:
+        p = pids.pop()
+        try:
+            status = Path(f"/proc/{p}/status").read_text()
+            total += next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:"))
+            children = Path(f"/proc/{p}/task/{p}/children").read_text().split()
+            pids.extend(int(c) for c in children)
+        except (OSError, StopIteration):
+            continue
+    return total / 1024
+
+
+@dataclass
+class Server:
+    name: str
+    port: int
+    process: subprocess.Popen[bytes]
+    start_to_ready_s: float
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def start_granian(name: str, target: str, env: dict[str, str], ready_path: str = "/api/health/ready") -> Server:
+    """Granian, one worker, on a free loopback port; timed from spawn to a 200 on `ready_path`."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "granian", "--interface", "asgi", "--host", "127.0.0.1", "--port", str(port),
+           "--workers", "1", "--no-ws", "--log-level", "warning", target]
+    log = open(Path(tempfile.gettempdir()) / f"bench-{name}.log", "wb")
+    started = time.perf_counter()
+    process = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT)
+    wait_http(f"http://127.0.0.1:{port}{ready_path}")
+    return Server(name, port, process, time.perf_counter() - started)
+
+
+class Redis:
+    """REDIS_URL when it answers, else our own redis-server on a free port."""
+
+    def __init__(self) -> None:
+        self.process: subprocess.Popen[bytes] | None = None
+        self.url = os.environ.get("REDIS_URL", "")
+        if not self.url or not self._answers():
+            port = free_port()
+            self.process = subprocess.Popen(
+                ["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no",
+                 "--maxmemory", "512mb", "--maxmemory-policy", "allkeys-lru"],
+                stdout=subprocess.DEVNULL,
+            )
+            self.url = f"redis://127.0.0.1:{port}/0"
+            for _ in range(100):
+                if self._answers():
+                    break
+                time.sleep(0.05)
+
+    def _answers(self) -> bool:
+        import redis
+
+        try:
+            return bool(redis.Redis.from_url(self.url, socket_timeout=1, socket_connect_timeout=1).ping())
+        except redis.RedisError:
+            return False
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait()

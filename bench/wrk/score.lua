@@ -1,0 +1,56 @@
+-- POST /api/score with events. MODE=miss: every request a unique feature row (cache misses).
+-- MODE=hit: a fixed set of HIT_KEYS events, so after warm-up every request is a cache hit.
+-- MODE=batch: /api/score/batch with BATCH events of unique rows.
+local mode = os.getenv("MODE") or "miss"
+local hit_keys = tonumber(os.getenv("HIT_KEYS") or "200")
+local batch = tonumber(os.getenv("BATCH") or "8")
+local users = tonumber(os.getenv("USERS") or "2000")
+local channels = {"web", "app", "pos"}
+local countries = {"US", "GB", "DE", "NG"}
+local threads = {}
+local counter = 0
+local tid = 0
+
+function setup(thread)
+  thread:set("tid", tid)
+  tid = tid + 1
+  table.insert(threads, thread)
+end
+
+function init(args)
+  counter = 0
+  wrk.method = "POST"
+  wrk.headers["Content-Type"] = "application/json"
+  if mode == "batch" then wrk.path = "/api/score/batch" end
+end
+
+local function event(n)
+  local cents = n % 500000
+  return string.format(
+    '{"event_id":"e-%d-%d","user_id":"u%05d","amount":%d.%02d,"currency":"USD","merchant_id":"m-%d",' ..
+    '"merchant_category":"5411","country":"%s","channel":"%s","timestamp":"2026-11-29T%02d:15:00Z"}',
+    tid, n, n % users, 1 + math.floor(cents / 100), cents % 100, n % 97, countries[n % 4 + 1], channels[n % 3 + 1], n % 24)
+end
+
+function request()
+  counter = counter + 1
+  local n = counter * 16 + tid
+  if mode == "hit" then
+    n = counter % hit_keys
+  end
+  if mode == "batch" then
+    local items = {}
+    for i = 1, batch do items[i] = event(n * batch + i) end
+    return wrk.format(nil, nil, nil, '{"events":[' .. table.concat(items, ",") .. ']}')
+  end
+  return wrk.format(nil, nil, nil, event(n))
+end
+
+function done(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    'WRK_JSON {"requests":%d,"duration_us":%d,"connect_errors":%d,"read_errors":%d,"write_errors":%d,' ..
+    '"non2xx":%d,"timeouts":%d,"p50_us":%d,"p90_us":%d,"p99_us":%d,"max_us":%d}\n',
+    summary.requests, summary.duration, e.connect, e.read, e.write, e.status, e.timeout,
+    latency:percentile(50), latency:percentile(90), latency:percentile(99), latency.max))
+end
