@@ -34,8 +34,9 @@ test: test-unit test-infra
 test-unit: $(VENV)/.dev node_modules/.installed
 	@PY=$(PY) scripts/with_services.sh $(PY) -m pytest $(PYTEST_ARGS)
 
-test-infra:
-	@if [ -f requirements-infra.txt ]; then $(MAKE) --no-print-directory .venv-infra/.installed && .venv-infra/bin/python -m pytest tests/infra -p no:cacheprovider; fi
+## test-infra: offline checks of infra/ (Bicep parsed by pycep-parser, checkov) in their own venv
+test-infra: .venv-infra/.installed
+	@.venv-infra/bin/python -m pytest -c tests/infra/pytest.ini tests/infra -p no:cacheprovider
 
 .venv-infra/.installed: requirements-infra.txt
 	@test -x .venv-infra/bin/python || $(PYTHON) -m venv .venv-infra

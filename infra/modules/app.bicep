@@ -107,6 +107,9 @@ param ortIntraOpThreads int = 2
 @description('Local features file; empty in Azure (features come from Redis).')
 param featuresFile string = ''
 
+@description('Prefix for every Redis key (lets environments share a cache).')
+param redisKeyPrefix string = ''
+
 @description('Log level of the service.')
 @allowed([
   'DEBUG'
@@ -150,6 +153,7 @@ var hostSettings = [
 var serviceSettings = [
   { name: 'REDIS_URL', value: 'rediss://${redisHost}:${redisPort}' }
   { name: 'REDIS_USE_ENTRA', value: 'true' }
+  { name: 'REDIS_KEY_PREFIX', value: redisKeyPrefix }
   { name: 'MODELS_DIR', value: '/home/site/wwwroot/models' }
   { name: 'MODELS_CONTAINER', value: modelsContainerName }
   { name: 'DEFAULT_MODEL', value: 'fraud' }

@@ -1,0 +1,34 @@
+# Fraud-scoring Functions app (Python v2) for Azure Container Apps.
+#
+#   CPU (default):  docker build -t scoring .
+#   GPU (docs/gpu.md): docker build --build-arg ORT_GPU=1 -t scoring:gpu .
+#
+# Base: the Azure Functions host for Python 3.11. It serves HTTP on port 80; the
+# Container App's probes hit /api/health/live and /api/health/ready there.
+FROM mcr.microsoft.com/azure-functions/python:4-python3.11
+
+# 1 adds the CUDA 12 / cuDNN 9 user-space libraries onnxruntime-gpu needs on a
+# serverless GPU profile (the NVIDIA driver comes from the host). 0 keeps the image
+# CPU-only: onnxruntime-gpu then runs on its CPU execution provider.
+ARG ORT_GPU=0
+
+ENV AzureWebJobsScriptRoot=/home/site/wwwroot \
+    AzureFunctionsJobHost__Logging__Console__IsEnabled=true \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1
+
+# Dependencies first, so code edits reuse this layer.
+COPY requirements.txt /tmp/requirements.txt
+RUN pip install -r /tmp/requirements.txt \
+ && if [ "$ORT_GPU" = "1" ]; then \
+        ORT_VERSION="$(python -c 'import importlib.metadata as m; print(m.version("onnxruntime-gpu"))')" \
+        && pip install "onnxruntime-gpu[cuda,cudnn]==${ORT_VERSION}"; \
+    fi
+
+# NOTE: the nvidia-* wheels put their .so files under site-packages/nvidia/*/lib;
+# ONNX Runtime's CUDA provider finds them through LD_LIBRARY_PATH (or
+# onnxruntime.preload_dlls()). Harmless on the CPU image, where the folders are absent.
+ENV LD_LIBRARY_PATH=/usr/local/lib/python3.11/site-packages/nvidia/cudnn/lib:/usr/local/lib/python3.11/site-packages/nvidia/cublas/lib:/usr/local/lib/python3.11/site-packages/nvidia/cuda_runtime/lib:/usr/local/lib/python3.11/site-packages/nvidia/cufft/lib:/usr/local/lib/python3.11/site-packages/nvidia/curand/lib:/usr/local/lib/python3.11/site-packages/nvidia/cuda_nvrtc/lib:/usr/local/lib/python3.11/site-packages/nvidia/nvjitlink/lib
+
+COPY . /home/site/wwwroot

@@ -1,0 +1,174 @@
+"""Shared fixtures for the offline infrastructure checks.
+
+Everything here is read from files: the Bicep modules (parsed with pycep, the parser
+checkov itself uses), shared/settings.py (read with `ast`, so this venv needs none of
+the app's packages) and the azd parameter file.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pycep import BicepParser
+
+REPO = Path(__file__).resolve().parents[2]
+INFRA = REPO / "infra"
+BICEP_FILES = sorted(INFRA.rglob("*.bicep"))
+
+
+def parse_bicep(path: Path) -> dict[str, Any]:
+    """Parse one Bicep file; any syntax error raises."""
+    return BicepParser().parse(file_path=path)
+
+
+def settings_tuple(name: str) -> tuple[str, ...]:
+    """Read a module-level tuple of strings from shared/settings.py without importing it."""
+    tree = ast.parse((REPO / "shared" / "settings.py").read_text())
+    for node in tree.body:
+        targets: list[ast.expr]
+        if isinstance(node, ast.AnnAssign):
+            targets, value = [node.target], node.value
+        elif isinstance(node, ast.Assign):
+            targets, value = list(node.targets), node.value
+        else:
+            continue
+        if value is not None and any(isinstance(t, ast.Name) and t.id == name for t in targets):
+            result = ast.literal_eval(value)
+            assert isinstance(result, tuple) and all(isinstance(v, str) for v in result), name
+            return result
+    raise AssertionError(f"{name} not found in shared/settings.py")
+
+
+class Module:
+    """One parsed Bicep file with helpers to look things up by resource type."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.tree = parse_bicep(path)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return self.tree.get("parameters", {})
+
+    @property
+    def variables(self) -> dict[str, Any]:
+        return self.tree.get("variables", {})
+
+    def resources(self, type_: str) -> list[dict[str, Any]]:
+        """Configs of every resource of `type_` (case-insensitive), loops unwrapped."""
+        found = []
+        for res in self.tree.get("resources", {}).values():
+            if res["type"].lower() == type_.lower():
+                config = res["config"]
+                # Loops (`[for ...]`) and conditions (`= if (...)`) wrap the body in "config".
+                while isinstance(config.get("config"), dict) and ("loop_type" in config or "condition" in config):
+                    config = config["config"]
+                found.append(config)
+        return found
+
+    def resource(self, type_: str) -> dict[str, Any]:
+        found = self.resources(type_)
+        assert len(found) == 1, f"{self.path.name}: expected one {type_}, found {len(found)}"
+        return found[0]
+
+    def var(self, name: str) -> Any:
+        assert name in self.variables, f"{self.path.name}: no variable {name!r}"
+        return self.variables[name]["value"]
+
+    def resolve(self, value: Any) -> Any:
+        """A bare identifier naming a parameter or variable resolves to its default/value."""
+        if isinstance(value, str) and value in self.params:
+            assert "default" in self.params[value], f"{self.path.name}: param {value} has no default"
+            return self.params[value]["default"]
+        if isinstance(value, str) and value in self.variables:
+            return self.variables[value]["value"]
+        return value
+
+    def param_min(self, name: str) -> int | None:
+        for deco in self.params[name].get("decorators", []):
+            if deco["type"] == "min_value":
+                return int(deco["argument"])
+        return None
+
+
+@pytest.fixture(scope="session")
+def modules() -> dict[str, Module]:
+    """Every Bicep file under infra/, keyed by its stem (`main`, `app`, `redis`, ...)."""
+    return {path.stem: Module(path) for path in BICEP_FILES}
+
+
+@pytest.fixture(scope="session")
+def app(modules: dict[str, Module]) -> Module:
+    return modules["app"]
+
+
+@pytest.fixture(scope="session")
+def container_app(app: Module) -> dict[str, Any]:
+    return app.resource("Microsoft.App/containerApps")
+
+
+@pytest.fixture(scope="session")
+def app_env(app: Module) -> dict[str, Any]:
+    """Every env var the app module can set: name -> value (parsed expression)."""
+    env: dict[str, Any] = {}
+    for var_name, var in app.variables.items():
+        value = var["value"]
+        if (
+            isinstance(value, list)
+            and value
+            and all(isinstance(i, dict) and set(i) == {"name", "value"} for i in value)
+        ):
+            for item in value:
+                assert item["name"] not in env, f"{item['name']} set twice (in {var_name})"
+                env[item["name"]] = item["value"]
+    assert env, "no env var lists found in infra/modules/app.bicep"
+    return env
+
+
+def function_app_bindings() -> dict[str, dict[str, dict[str, Any]]]:
+    """Decorators of each function in function_app.py: {function: {decorator: kwargs}}.
+
+    Read with `ast` (no import): literal keyword values, with module-level string
+    constants (QUEUE_CONNECTION = "...") resolved.
+    """
+    tree = ast.parse((REPO / "function_app.py").read_text())
+    constants = {
+        t.id: n.value.value
+        for n in tree.body
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    }
+
+    def literal(node: ast.expr) -> Any:
+        if isinstance(node, ast.Name) and node.id in constants:
+            return constants[node.id]
+        try:
+            return ast.literal_eval(node)
+        except ValueError:
+            return ast.unparse(node)
+
+    functions: dict[str, dict[str, dict[str, Any]]] = {}
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        decorators: dict[str, dict[str, Any]] = {}
+        name = node.name
+        for deco in node.decorator_list:
+            if isinstance(deco, ast.Call) and isinstance(deco.func, ast.Attribute):
+                kwargs = {k.arg: literal(k.value) for k in deco.keywords if k.arg}
+                if deco.func.attr == "function_name" and deco.args:
+                    name = literal(deco.args[0])
+                decorators.setdefault(deco.func.attr, kwargs)
+        functions[name] = decorators
+    return functions
+
+
+def trigger(decorator: str) -> tuple[str, dict[str, Any]]:
+    """(function name, kwargs) of the one function carrying `decorator`."""
+    found = [(fn, decos[decorator]) for fn, decos in function_app_bindings().items() if decorator in decos]
+    assert len(found) == 1, f"expected one function with @app.{decorator} in function_app.py, found {found}"
+    return found[0]

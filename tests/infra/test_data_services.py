@@ -1,0 +1,119 @@
+"""Service Bus queues, Redis, Storage, registry and alerts: the settings the design relies on."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from conftest import Module
+
+OUTPUT_QUEUES = {"risk-completed", "risk-rejected"}
+ISO_DURATION = re.compile(r"^P(T\d+[SMH]|\d+D)$")
+
+
+def _queue_properties(sb: Module) -> list[tuple[str, dict[str, Any]]]:
+    queues = []
+    for res in sb.tree["resources"].values():
+        if res["type"] != "Microsoft.ServiceBus/namespaces/queues":
+            continue
+        config = res["config"]
+        if "loop_type" in config:
+            names = sb.resolve(config["loop_type"]["detail"]["array_name"])
+            queues += [(name, config["config"]["properties"]) for name in names]
+        else:
+            queues.append((sb.resolve(config["name"]), config["properties"]))
+    return queues
+
+
+def test_queues_exist(modules: dict[str, Module]) -> None:
+    names = {name for name, _ in _queue_properties(modules["servicebus"])}
+    assert names == {"payments"} | OUTPUT_QUEUES
+
+
+def test_queues_deduplicate_dead_letter_and_bound_deliveries(modules: dict[str, Module]) -> None:
+    sb = modules["servicebus"]
+    for name, props in _queue_properties(sb):
+        assert props["requiresDuplicateDetection"] is True, name
+        assert ISO_DURATION.match(sb.resolve(props["duplicateDetectionHistoryTimeWindow"])), name
+        assert props["deadLetteringOnMessageExpiration"] is True, name
+        assert 1 <= sb.resolve(props["maxDeliveryCount"]) <= 10, name
+        assert ISO_DURATION.match(sb.resolve(props["lockDuration"])), name
+        # Unpartitioned by decision (docs/capacity.md: partition exhaustion).
+        assert props["enablePartitioning"] is False, name
+        assert props["requiresSession"] is False, name
+
+
+def test_payments_lock_outlasts_processing(modules: dict[str, Module]) -> None:
+    sb = modules["servicebus"]
+    props = dict(_queue_properties(sb))["payments"]
+    lock = sb.resolve(props["lockDuration"])
+    seconds = int(lock[2:-1]) * {"S": 1, "M": 60, "H": 3600}[lock[-1]]
+    # p99 budget is 50 ms; the Azure OpenAI review is bounded by a few seconds. The lock
+    # must cover that with margin, yet return a crashed replica's messages quickly.
+    assert 10 <= seconds <= 120, lock
+
+
+def test_service_bus_has_local_auth_off(modules: dict[str, Module]) -> None:
+    ns = modules["servicebus"].resource("Microsoft.ServiceBus/namespaces")
+    assert ns["properties"]["disableLocalAuth"] is True
+    assert ns["properties"]["minimumTlsVersion"] == "1.2"
+
+
+def test_service_bus_roles_are_scoped_to_queues(modules: dict[str, Module]) -> None:
+    roles = modules["servicebus"].resources("Microsoft.Authorization/roleAssignments")
+    assert roles and all(r["scope"] != "namespace" for r in roles), "no namespace-wide data roles"
+
+
+def test_redis_is_tls_allkeys_lru_and_entra_only(modules: dict[str, Module]) -> None:
+    redis = modules["redis"]
+    cluster = redis.resource("Microsoft.Cache/redisEnterprise")
+    db = redis.resource("Microsoft.Cache/redisEnterprise/databases")["properties"]
+    assert cluster["properties"]["minimumTlsVersion"] == "1.2"
+    assert db["clientProtocol"] == "Encrypted"
+    assert db["evictionPolicy"] == "AllKeysLRU"
+    assert db["accessKeysAuthentication"] == "Disabled"
+    policy = redis.resource("Microsoft.Cache/redisEnterprise/databases/accessPolicyAssignments")
+    assert policy["properties"]["user"]["objectId"] == "appPrincipalId"
+
+
+def test_storage_is_identity_only(modules: dict[str, Module]) -> None:
+    storage = modules["storage"]
+    props = storage.resource("Microsoft.Storage/storageAccounts")["properties"]
+    assert props["allowSharedKeyAccess"] is False
+    assert props["allowBlobPublicAccess"] is False
+    assert props["minimumTlsVersion"] == "TLS1_2"
+    container = storage.resource("Microsoft.Storage/storageAccounts/blobServices/containers")
+    assert storage.resolve(container["name"]) == "models"
+    topic = storage.resource("Microsoft.EventGrid/systemTopics")
+    assert topic["properties"]["topicType"] == "Microsoft.Storage.StorageAccounts"
+
+
+def test_registry_has_no_admin_user(modules: dict[str, Module]) -> None:
+    props = modules["registry"].resource("Microsoft.ContainerRegistry/registries")["properties"]
+    assert props["adminUserEnabled"] is False
+    assert props["anonymousPullEnabled"] is False
+
+
+def test_openai_is_keyless_and_optional(modules: dict[str, Module]) -> None:
+    props = modules["openai"].resource("Microsoft.CognitiveServices/accounts")["properties"]
+    assert props["disableLocalAuth"] is True
+    assert modules["main"].tree["modules"]["openAi"]["config"]["condition"] == "deployOpenAi"
+
+
+def test_gpu_profile_is_optional(modules: dict[str, Module]) -> None:
+    env = modules["environment"]
+    assert env.params["enableGpu"]["default"] is False
+    allowed = next(d["argument"] for d in env.params["gpuProfileType"]["decorators"] if d["type"] == "allowed")
+    assert all(t.startswith("Consumption-GPU-") for t in allowed)
+
+
+def test_alerts_cover_the_named_signals(modules: dict[str, Module]) -> None:
+    alerts = modules["alerts"]
+    names = set(alerts.tree["resources"])
+    assert {"p99Latency", "errorRate", "deadLetters", "queueDepth", "queueAge", "queueSize", "replicasAtMax"} <= names
+    metrics = {
+        c["metricName"]
+        for r in alerts.resources("Microsoft.Insights/metricAlerts")
+        for c in r["properties"]["criteria"]["allOf"]
+    }
+    assert {"DeadletteredMessages", "ActiveMessages", "Size", "Replicas"} <= metrics

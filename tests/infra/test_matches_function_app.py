@@ -1,0 +1,54 @@
+"""The infrastructure matches the triggers function_app.py declares (read with `ast`)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from conftest import INFRA, Module, function_app_bindings, trigger
+
+
+def test_scaler_and_queues_follow_the_service_bus_trigger(
+    modules: dict[str, Module], container_app: dict[str, Any]
+) -> None:
+    _, sb_trigger = trigger("service_bus_queue_trigger")
+    app, sb = modules["app"], modules["servicebus"]
+    assert app.params["inputQueueName"]["default"] == sb_trigger["queue_name"]
+    assert sb.params["inputQueueName"]["default"] == sb_trigger["queue_name"]
+    assert modules["main"].var("inputQueueName") == sb_trigger["queue_name"]
+
+
+def test_output_queues_exist_for_every_output_binding(modules: dict[str, Module]) -> None:
+    # A function may carry several output decorators, so read them from the source text.
+    source = (INFRA.parent / "function_app.py").read_text()
+    outputs = set(re.findall(r'service_bus_queue_output\([^)]*queue_name="([^"]+)"', source))
+    assert outputs, "no Service Bus output bindings found in function_app.py"
+    assert outputs <= set(modules["servicebus"].params["outputQueueNames"]["default"])
+
+
+def test_connection_prefixes_have_identity_settings(app_env: dict[str, Any]) -> None:
+    for decorator, suffix in (
+        ("service_bus_queue_trigger", "__fullyQualifiedNamespace"),
+        ("blob_trigger", "__blobServiceUri"),
+    ):
+        _, kwargs = trigger(decorator)
+        assert f"{kwargs['connection']}{suffix}" in app_env, f"{decorator}: {kwargs['connection']}{suffix} not set"
+        assert app_env[f"{kwargs['connection']}__credential"] == "managedidentity"
+
+
+def test_blob_trigger_container_and_event_grid_hook(modules: dict[str, Module]) -> None:
+    name, blob = trigger("blob_trigger")
+    container = blob["path"].split("/", 1)[0]
+    assert modules["storage"].params["modelsContainerName"]["default"] == container
+    assert "EVENT_GRID" in str(blob.get("source")), "the infra subscribes the blob trigger through Event Grid"
+    hook = (INFRA / "hooks" / "eventgrid-subscription.sh").read_text()
+    default = re.search(r'BLOB_TRIGGER_FUNCTION="\$\{BLOB_TRIGGER_FUNCTION:-(\w+)\}"', hook)
+    assert default and default.group(1) == name, f"hook default function name must be {name!r}"
+    assert blob["path"].endswith("/model.onnx") and '--subject-ends-with "/model.onnx"' in hook
+
+
+def test_probe_routes_are_served_anonymously() -> None:
+    routes = [decos["route"] for decos in function_app_bindings().values() if "route" in decos]
+    health = [r for r in routes if str(r.get("route", "")).startswith("health")]
+    assert health, "function_app.py has no health route for the probes"
+    assert all("ANONYMOUS" in str(r.get("auth_level")) for r in health), "probes must not need a function key"
