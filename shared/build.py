@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 async def build_service(settings: Settings) -> ScoringService:
     """Wire the core from settings and load every model; returns a ready service."""
-    from shared.cache import RedisTier
+    from shared.cache import PredictionCache, RedisTier
     from shared.feature_store import FeatureStore, load_feature_file
     from shared.models import BlobSource, DirectorySource, ModelRegistry
     from shared.models.source import ModelSource
@@ -38,8 +38,10 @@ async def build_service(settings: Settings) -> ScoringService:
         source = DirectorySource(settings.models_dir)
     fallback = load_feature_file(settings.features_file) if settings.features_file and redis is None else None
     features = FeatureStore(redis=redis, fallback=fallback, l1_size=min(settings.cache.l1_size, 100_000), l1_ttl_s=settings.cache.features_l1_ttl_s)
-    registry = ModelRegistry(source, settings.ort, settings.batch, settings.models_keep_versions)
-    service = ScoringService(settings, registry, features, redis)
+    policy = settings.cache
+    predictions = PredictionCache(l1_size=policy.l1_size, l1_ttl_s=policy.l1_ttl_s, l2=redis, l2_ttl_s=policy.l2_ttl_s)
+    registry = ModelRegistry(source, settings.ort, settings.batch, settings.models_keep_versions, predictions)
+    service = ScoringService(settings, registry, features, predictions, redis)
     await service.start()
     log.info("scoring service ready: models from %s, features from %s, redis %s", source.description, features.source, "on" if redis else "off")
     return service

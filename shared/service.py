@@ -8,16 +8,12 @@ path land in the same micro-batches and share the caches.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import struct
 import time
 from dataclasses import dataclass, field
 from typing import Literal
 
-from cachetools import TTLCache
-
-from shared.batching import BatcherClosed, Completed
-from shared.cache import RedisTier, TieredCache
+from shared.batching import BatcherClosed
+from shared.cache import PredictionCache, RedisTier
 from shared.errors import ScoringError
 from shared.events import PaymentEvent, decode_event
 from shared.feature_store import FeatureStore
@@ -27,7 +23,6 @@ from shared.settings import Settings
 __all__ = ["Scored", "ScoringService"]
 
 Source = Literal["model", "cache"]
-_SCORE = struct.Struct("<d")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,35 +51,22 @@ class Scored:
         }
 
 
-def prediction_key(loaded: LoadedModel, row: bytes) -> str:
-    """Model name + version + the canonical float32 feature row: a new version never hits old entries."""
-    return f"pred:{loaded.name}:{loaded.version}:{hashlib.blake2b(row, digest_size=16).hexdigest()}"
-
-
-def _load_score(payload: bytes) -> float | None:
-    return _SCORE.unpack(payload)[0] if len(payload) == _SCORE.size else None
-
-
 class ScoringService:
     """Scores payment events with the active model of a name, through features and caches."""
 
     def __init__(
-        self, settings: Settings, registry: ModelRegistry, features: FeatureStore, redis: RedisTier | None
+        self,
+        settings: Settings,
+        registry: ModelRegistry,
+        features: FeatureStore,
+        predictions: PredictionCache,
+        redis: RedisTier | None,
     ) -> None:
         self.settings = settings
         self.registry = registry
         self.features = features
+        self.predictions = predictions
         self.redis = redis
-        policy = settings.cache
-        self.predictions: TieredCache[float] = TieredCache(
-            "predictions",
-            l1=TTLCache(maxsize=policy.l1_size, ttl=policy.l1_ttl_s) if policy.l1_size else None,
-            l2=redis,
-            l2_ttl_s=policy.l2_ttl_s,
-            dump=_SCORE.pack,
-            load=_load_score,
-            compress_min_bytes=policy.compress_min_bytes,
-        )
 
     @property
     def ready(self) -> bool:
@@ -145,32 +127,24 @@ class ScoringService:
             user, _ = await self.features.get(event.user_id)
         t1 = time.perf_counter()
         row = loaded.mapper.row(event, user)
-        ran: list[Completed[float]] = []
-
-        async def infer() -> float:
-            done = await loaded.score(row.values)
-            ran.append(done)
-            return done.value
-
-        score, tier = await self.predictions.get_or_compute(prediction_key(loaded, row.values.tobytes()), infer)
+        done = await loaded.score(row.values)
         t2 = time.perf_counter()
-        queue_s = ran[0].queued_s if ran else 0.0
-        inference_s = ran[0].run_s if ran else 0.0
+        prediction = done.value
         timings = {
             "parse": parse_s * 1000,
             "features": (t1 - t0) * 1000,
-            "cache": max(0.0, (t2 - t1) - queue_s - inference_s) * 1000,
-            "queue": queue_s * 1000,
-            "inference": inference_s * 1000,
+            "cache": prediction.cache_s * 1000,
+            "queue": done.queued_s * 1000,
+            "inference": prediction.inference_s * 1000,
             "total": (t2 - t0 + parse_s) * 1000,
         }
         return Scored(
             event_id=event.event_id,
-            risk_score=score,
-            decision=loaded.spec.thresholds.decide(score),
+            risk_score=prediction.score,
+            decision=loaded.spec.thresholds.decide(prediction.score),
             model=loaded.name,
             model_version=loaded.version,
-            source="cache" if tier is not None else "model",
+            source="model" if prediction.source == "model" else "cache",
             defaulted=row.defaulted,
             timings_ms={k: round(v, 3) for k, v in timings.items()},
         )

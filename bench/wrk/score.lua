@@ -7,14 +7,13 @@ local batch = tonumber(os.getenv("BATCH") or "8")
 local users = tonumber(os.getenv("USERS") or "2000")
 local channels = {"web", "app", "pos"}
 local countries = {"US", "GB", "DE", "NG"}
-local threads = {}
 local counter = 0
-local tid = 0
+local next_tid = 0
+tid = 0 -- a global: setup() gives each thread its own value
 
 function setup(thread)
-  thread:set("tid", tid)
-  tid = tid + 1
-  table.insert(threads, thread)
+  thread:set("tid", next_tid)
+  next_tid = next_tid + 1
 end
 
 function init(args)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
@@ -74,12 +75,22 @@ class RedisTier:
             return None
         return (await self._reader.submit(self._prefix + key)).value
 
+    async def mget(self, keys: Sequence[str]) -> list[bytes | None]:
+        """Many keys in one MGET now (for callers that already batch); failures read as misses."""
+        self.stats.reads += len(keys)
+        return await self._mget([self._prefix + key for key in keys])
+
     def put(self, key: str, value: bytes, ttl_s: float) -> None:
         """Store in the background; the caller never waits and never sees a failure."""
+        self.put_many([(key, value)], ttl_s)
+
+    def put_many(self, items: Sequence[tuple[str, bytes]], ttl_s: float) -> None:
+        """Store many in the background, in one pipeline with whatever else is pending."""
         if not self.available:
-            self.stats.skipped += 1
+            self.stats.skipped += len(items)
             return
-        self._writes.append((self._prefix + key, value, max(1, int(ttl_s * 1000))))
+        ttl_ms = max(1, int(ttl_s * 1000))
+        self._writes.extend((self._prefix + key, value, ttl_ms) for key, value in items)
         if self._flushing is None or self._flushing.done():
             self._flushing = asyncio.get_running_loop().create_task(self._flush())
 

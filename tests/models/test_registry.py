@@ -27,7 +27,7 @@ async def test_newest_version_is_active(models_dir: Path) -> None:
     await reg.load_all()
     assert reg.active("fraud").version == "2"
     assert reg.loaded_versions("fraud") == ["1", "2"]
-    assert (await reg.active("fraud").score(row())).value == pytest.approx(1 / (1 + np.exp(-2.0)))
+    assert (await reg.active("fraud").score(row())).value.score == pytest.approx(1 / (1 + np.exp(-2.0)))
     [described] = reg.describe()
     assert described["active_version"] == "2" and described["providers"] == ["CPUExecutionProvider"]
     await reg.aclose()
@@ -66,7 +66,7 @@ async def test_requests_queued_on_the_old_version_finish_during_a_swap(models_di
     pending = [asyncio.ensure_future(old.score(row())) for _ in range(20)]
     await reg.install("fraud", "2", make_model(bias=1.0))
     results = await asyncio.gather(*pending)
-    assert all(r.value == pytest.approx(0.5) for r in results)
+    assert all(r.value.score == pytest.approx(0.5) for r in results)
     assert reg.active("fraud").version == "2"
     await reg.aclose()
 

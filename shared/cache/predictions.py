@@ -1,0 +1,74 @@
+"""The prediction cache, batch-shaped: L1 in-process TTL-LRU over L2 Redis.
+
+Keys are model name + version + the canonical float32 feature row, so a new
+version never serves an old prediction. The micro-batch asks L2 once per batch
+(one MGET for all its misses) and writes its new scores back in one background
+pipeline; values are 8-byte doubles stored raw behind the codec's marker byte.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections.abc import Sequence
+
+from cachetools import TTLCache
+
+from shared.cache import codec
+from shared.cache.redis_tier import RedisTier
+from shared.cache.tiered import CacheStats
+
+__all__ = ["PredictionCache"]
+
+_SCORE = struct.Struct("<d")
+
+
+class PredictionCache:
+    """Scores by (model, version, row)."""
+
+    def __init__(self, *, l1_size: int, l1_ttl_s: float, l2: RedisTier | None, l2_ttl_s: float) -> None:
+        self._l1: TTLCache[str, float] | None = TTLCache(maxsize=l1_size, ttl=l1_ttl_s) if l1_size else None
+        self._l2 = l2
+        self._l2_ttl = l2_ttl_s
+        self.stats = CacheStats()
+
+    @staticmethod
+    def key(name: str, version: str, row: bytes) -> str:
+        return f"pred:{name}:{version}:{hashlib.blake2b(row, digest_size=16).hexdigest()}"
+
+    def get_l1(self, key: str) -> float | None:
+        """The score if this process has it (counted as an L1 hit)."""
+        if self._l1 is None:
+            return None
+        score = self._l1.get(key)
+        if score is not None:
+            self.stats.l1_hits += 1
+        return score
+
+    async def get_l2(self, keys: Sequence[str]) -> list[float | None]:
+        """Scores from Redis for `keys` in one round-trip; any failure reads as misses."""
+        if self._l2 is None or not keys:
+            self.stats.misses += len(keys)
+            return [None] * len(keys)
+        found: list[float | None] = []
+        for value in await self._l2.mget(keys):
+            payload = codec.decode(value)
+            score = _SCORE.unpack(payload)[0] if payload is not None and len(payload) == _SCORE.size else None
+            found.append(score)
+            if score is None:
+                self.stats.misses += 1
+            else:
+                self.stats.l2_hits += 1
+                self.remember(keys[len(found) - 1], score)
+        return found
+
+    def remember(self, key: str, score: float) -> None:
+        if self._l1 is not None:
+            self._l1[key] = score
+
+    def store(self, items: Sequence[tuple[str, float]]) -> None:
+        """Keep new scores in L1 now and in Redis in the background."""
+        for key, score in items:
+            self.remember(key, score)
+        if self._l2 is not None and items:
+            self._l2.put_many([(key, codec.encode(_SCORE.pack(score))) for key, score in items], self._l2_ttl)
