@@ -50,11 +50,16 @@ class BatchPolicy:
 
 @dataclass(frozen=True)
 class CachePolicy:
-    """Sizes and lifetimes of the two cache tiers."""
+    """Sizes and lifetimes of the two cache tiers.
+
+    `l2_ttl_s=0` keeps predictions in Redis without expiry: a prediction never goes
+    stale (its key holds the model version and the exact feature row), and Redis's
+    allkeys-lru policy evicts the coldest. A TTL costs a SET per key instead of one MSET.
+    """
 
     l1_size: int = 50_000
     l1_ttl_s: float = 30.0
-    l2_ttl_s: float = 3600.0
+    l2_ttl_s: float = 0.0
     features_l1_ttl_s: float = 5.0
     redis_timeout_ms: float = 50.0
     compress_min_bytes: int = 64
@@ -62,9 +67,10 @@ class CachePolicy:
     def __post_init__(self) -> None:
         if self.l1_size < 0:
             raise SettingsError(f"CACHE_L1_SIZE must be >= 0, got {self.l1_size}")
+        if self.l2_ttl_s < 0:
+            raise SettingsError(f"CACHE_L2_TTL_S must be >= 0 (0: no expiry, LRU evicts), got {self.l2_ttl_s}")
         for name, value in (
             ("CACHE_L1_TTL_S", self.l1_ttl_s),
-            ("CACHE_L2_TTL_S", self.l2_ttl_s),
             ("FEATURES_L1_TTL_S", self.features_l1_ttl_s),
             ("REDIS_TIMEOUT_MS", self.redis_timeout_ms),
         ):
@@ -141,7 +147,7 @@ class Settings:
             cache=CachePolicy(
                 l1_size=config("CACHE_L1_SIZE", cast=int, default=50_000),
                 l1_ttl_s=config("CACHE_L1_TTL_S", cast=float, default=30.0),
-                l2_ttl_s=config("CACHE_L2_TTL_S", cast=float, default=3600.0),
+                l2_ttl_s=config("CACHE_L2_TTL_S", cast=float, default=0.0),
                 features_l1_ttl_s=config("FEATURES_L1_TTL_S", cast=float, default=5.0),
                 redis_timeout_ms=config("REDIS_TIMEOUT_MS", cast=float, default=50.0),
             ),

@@ -162,7 +162,7 @@ var serviceSettings = [
   { name: 'BATCH_MAX_SIZE', value: '8' }
   { name: 'CACHE_L1_SIZE', value: '50000' }
   { name: 'CACHE_L1_TTL_S', value: '30' }
-  { name: 'CACHE_L2_TTL_S', value: '3600' }
+  { name: 'CACHE_L2_TTL_S', value: '0' }
   { name: 'FEATURES_L1_TTL_S', value: '5' }
   { name: 'REDIS_TIMEOUT_MS', value: '50' }
   { name: 'ORT_INTRA_OP_THREADS', value: string(ortIntraOpThreads) }

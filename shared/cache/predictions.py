@@ -71,4 +71,4 @@ class PredictionCache:
         for key, score in items:
             self.remember(key, score)
         if self._l2 is not None and items:
-            self._l2.put_many([(key, codec.encode(_SCORE.pack(score))) for key, score in items], self._l2_ttl)
+            self._l2.put_many([(key, codec.encode(_SCORE.pack(score))) for key, score in items], self._l2_ttl or None)

@@ -2,7 +2,8 @@
 
 Reads of concurrent requests coalesce into one MGET (a `Batcher` with no window:
 reads queue while an MGET is in flight and go together in the next one). Writes are
-fire-and-forget, buffered and sent as one pipeline per flush. Every call runs under
+fire-and-forget, buffered and sent in one round-trip per flush (an MSET when nothing
+pending needs an expiry, else a pipeline). Every call runs under
 a deadline; after a failure Redis is skipped for `backoff_s` so a dead or slow
 server costs one timeout, not one per request.
 """
@@ -48,7 +49,7 @@ class RedisTier:
         self._backoff = backoff_s
         self._down_until = 0.0
         self._reader: Batcher[str, bytes | None] = Batcher(self._mget, BatchPolicy(window_ms=0, max_size=512), name="redis-mget")
-        self._writes: list[tuple[str, bytes, int]] = []
+        self._writes: list[tuple[str, bytes, int | None]] = []
         self._flushing: asyncio.Task[None] | None = None
         self.stats = RedisStats()
 
@@ -80,16 +81,20 @@ class RedisTier:
         self.stats.reads += len(keys)
         return await self._mget([self._prefix + key for key in keys])
 
-    def put(self, key: str, value: bytes, ttl_s: float) -> None:
+    def put(self, key: str, value: bytes, ttl_s: float | None) -> None:
         """Store in the background; the caller never waits and never sees a failure."""
         self.put_many([(key, value)], ttl_s)
 
-    def put_many(self, items: Sequence[tuple[str, bytes]], ttl_s: float) -> None:
-        """Store many in the background, in one pipeline with whatever else is pending."""
+    def put_many(self, items: Sequence[tuple[str, bytes]], ttl_s: float | None) -> None:
+        """Store many in the background, with whatever else is pending, in one round-trip.
+
+        `ttl_s=None` stores without expiry (Redis's allkeys-lru policy evicts the coldest):
+        those go in one MSET, which costs the client far less than a SET per key.
+        """
         if not self.available:
             self.stats.skipped += len(items)
             return
-        ttl_ms = max(1, int(ttl_s * 1000))
+        ttl_ms = max(1, int(ttl_s * 1000)) if ttl_s else None
         self._writes.extend((self._prefix + key, value, ttl_ms) for key, value in items)
         if self._flushing is None or self._flushing.done():
             self._flushing = asyncio.get_running_loop().create_task(self._flush())
@@ -124,12 +129,19 @@ class RedisTier:
         while self._writes and self.available:
             writes, self._writes = self._writes, []
             self.stats.round_trips += 1
+            plain = {key: value for key, value, ttl_ms in writes if ttl_ms is None}
             try:
                 async with asyncio.timeout(self._timeout * 4):
-                    async with self._client.pipeline(transaction=False) as pipe:
-                        for key, value, ttl_ms in writes:
-                            pipe.set(key, value, px=ttl_ms)
-                        await pipe.execute()
+                    if len(plain) == len(writes):
+                        await self._client.mset(plain)
+                    else:
+                        async with self._client.pipeline(transaction=False) as pipe:
+                            for key, value, ttl_ms in writes:
+                                if ttl_ms is not None:
+                                    pipe.set(key, value, px=ttl_ms)
+                            if plain:
+                                pipe.mset(plain)
+                            await pipe.execute()
                 self.stats.writes += len(writes)
             except _FAILURES as exc:
                 self._trip(exc)

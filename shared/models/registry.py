@@ -59,6 +59,7 @@ class LoadedModel:
     predictions: PredictionCache | None = None
     loaded_at: float = field(default_factory=time.time)
     load_s: float = 0.0
+    rows_run: int = 0
     batcher: Batcher[tuple[str, Row], Prediction] = field(init=False)
     mapper: FeatureMapper = field(init=False)
 
@@ -98,6 +99,7 @@ class LoadedModel:
         if missing:
             started = time.perf_counter()
             scores = await self._predict(list(missing.values()))
+            self.rows_run += len(missing)
             inference_s = time.perf_counter() - started
             fresh = list(zip(missing, scores, strict=True))
             known.update((key, (score, "model")) for key, score in fresh)
@@ -125,6 +127,7 @@ class LoadedModel:
             "thresholds": {"review": self.spec.thresholds.review, "decline": self.spec.thresholds.decline},
             "batches": self.batcher.batches,
             "requests": self.batcher.items,
+            "rows_run": self.rows_run,
         }
 
 

@@ -1,0 +1,96 @@
+"""The batch-shaped prediction cache and the micro-batch that uses it, against real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shared.cache import PredictionCache, RedisTier, codec
+from shared.models import DirectorySource, ModelRegistry
+from shared.settings import BatchPolicy, OrtOptions
+
+
+def key(i: int) -> str:
+    return PredictionCache.key("fraud", "1", np.full(4, i, dtype=np.float32).tobytes())
+
+
+def test_keys_hold_model_version_and_row() -> None:
+    row = np.ones(4, dtype=np.float32).tobytes()
+    assert PredictionCache.key("fraud", "1", row) != PredictionCache.key("fraud", "2", row)
+    assert PredictionCache.key("fraud", "1", row) != PredictionCache.key("fraud", "1", np.zeros(4, dtype=np.float32).tobytes())
+    assert PredictionCache.key("fraud", "1", row).startswith("pred:fraud:1:")
+
+
+async def settle(tier: RedisTier) -> None:
+    for _ in range(200):
+        if not tier._writes and (tier._flushing is None or tier._flushing.done()):
+            return
+        await asyncio.sleep(0.01)
+
+
+async def test_store_then_read_from_another_replica(redis_url: str, redis_prefix: str, redis_client) -> None:
+    tier_a = RedisTier.from_url(redis_url, timeout_s=0.5, prefix=redis_prefix)
+    a = PredictionCache(l1_size=100, l1_ttl_s=30, l2=tier_a, l2_ttl_s=0)
+    a.store([(key(1), 0.25), (key(2), 0.75)])
+    assert a.get_l1(key(1)) == 0.25
+    await settle(tier_a)
+    raw = await redis_client.get(redis_prefix + key(1))
+    assert raw == codec.RAW + struct.pack("<d", 0.25)
+    assert await redis_client.pttl(redis_prefix + key(1)) == -1  # no expiry: allkeys-lru evicts
+
+    tier_b = RedisTier.from_url(redis_url, timeout_s=0.5, prefix=redis_prefix)
+    b = PredictionCache(l1_size=100, l1_ttl_s=30, l2=tier_b, l2_ttl_s=0)
+    assert b.get_l1(key(1)) is None
+    assert await b.get_l2([key(1), key(3), key(2)]) == [0.25, None, 0.75]
+    assert tier_b.stats.round_trips == 1
+    assert b.get_l1(key(2)) == 0.75  # an L2 hit fills L1
+    assert b.stats.as_dict() == {"l1_hits": 1, "l2_hits": 2, "misses": 1}
+    await tier_a.aclose()
+    await tier_b.aclose()
+
+
+async def test_with_a_ttl_entries_expire(redis_url: str, redis_prefix: str, redis_client) -> None:
+    tier = RedisTier.from_url(redis_url, timeout_s=0.5, prefix=redis_prefix)
+    PredictionCache(l1_size=0, l1_ttl_s=30, l2=tier, l2_ttl_s=120).store([(key(5), 0.5)])
+    await settle(tier)
+    assert 0 < await redis_client.pttl(redis_prefix + key(5)) <= 120_000
+    await tier.aclose()
+
+
+@pytest.fixture
+async def fraud(models_dir: Path, redis_url: str, redis_prefix: str):
+    tier = RedisTier.from_url(redis_url, timeout_s=0.5, prefix=redis_prefix)
+    cache = PredictionCache(l1_size=1000, l1_ttl_s=30, l2=tier, l2_ttl_s=0)
+    registry = ModelRegistry(DirectorySource(models_dir), OrtOptions(), BatchPolicy(window_ms=5, max_size=8), predictions=cache)
+    await registry.load_all()
+    yield registry.active("fraud"), tier
+    await registry.aclose()
+    await tier.aclose()
+
+
+async def test_a_batch_is_one_mget_and_one_model_run(fraud) -> None:
+    loaded, tier = fraud
+    rows = [np.full(4, i, dtype=np.float32) for i in range(8)]
+    before_batches, before_trips = loaded.batcher.batches, tier.stats.round_trips
+    results = await asyncio.gather(*(loaded.score(r) for r in rows))
+    assert {r.value.source for r in results} == {"model"}
+    assert loaded.batcher.batches - before_batches == 1
+    await settle(tier)
+    assert tier.stats.round_trips - before_trips == 2  # one MGET, one background MSET
+    assert tier.stats.writes == 8
+    again = await loaded.score(rows[3])
+    assert again.value.source == "l1" and again.value.score == results[3].value.score
+
+
+async def test_identical_rows_in_flight_run_the_model_once(fraud) -> None:
+    loaded, _ = fraud
+    row = np.full(4, 42, dtype=np.float32)
+    before = loaded.rows_run
+    results = await asyncio.gather(*(loaded.score(row) for _ in range(8)))
+    assert len({r.value.score for r in results}) == 1
+    assert [r.value.source for r in results] == ["model"] * 8
+    assert loaded.rows_run - before == 1  # eight requests, one model row
