@@ -6,7 +6,7 @@ PORT ?= 7071
 PY := $(VENV)/bin/python
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: run test test-unit test-infra lint seed model clean
+.PHONY: run test test-unit test-infra lint bench seed model clean
 
 $(VENV)/.runtime: requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -46,8 +46,13 @@ test-infra: .venv-infra/.installed
 
 ## lint: ruff and mypy
 lint: $(VENV)/.dev
-	$(VENV)/bin/ruff check shared tests function_app.py scripts --exclude tests/infra
-	$(VENV)/bin/mypy shared function_app.py
+	$(VENV)/bin/ruff check shared tests function_app.py scripts bench --exclude tests/infra
+	$(VENV)/bin/mypy shared function_app.py bench
+
+## bench: measure the score path against its ceiling and floor; report and plots in bench-out/
+bench: $(VENV)/.dev
+	@command -v wrk >/dev/null || { echo "installing wrk (apt-get)"; apt-get install -y -qq wrk >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq wrk; }; }
+	$(PY) -m bench.run --out bench-out $(BENCH_ARGS)
 
 ## seed: load the demo user features into Redis at REDIS_URL
 seed: $(VENV)/.runtime

@@ -9,9 +9,9 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from bench.loadgen import STAGES, OpenLoopResult  # noqa: E402
+from bench.loadgen import STAGES, OpenLoopResult
 
 # The design notes' naive stack, per request (ms).
 NAIVE = {"parse": 5, "queue": 10, "redis": 20, "model load": 15, "inference": 30}
@@ -99,7 +99,7 @@ def _markdown(r: dict[str, Any], stages: dict[str, float]) -> str:
             f"| {label} | {x['rps']:,.0f} | {x['rps'] / ceiling:.0%} | {x['p50_ms']:.2f} | {x['p90_ms']:.2f} | {x['p99_ms']:.2f} | "
             f"{x['errors']:.0f} | {r['memory_mib'].get(name, float('nan')):.0f} |"
         )
-    lines += [f"", f"Batch endpoint: {w['batch_8']['events_per_s']:,.0f} events/s.", "", "## Targets", "", "| target | goal | measured | met |", "|---|---|---|---|"]
+    lines += ["", f"Batch endpoint: {w['batch_8']['events_per_s']:,.0f} events/s.", "", "## Targets", "", "| target | goal | measured | met |", "|---|---|---|---|"]
     lines += [f"| {name} | {goal} | {got} | {'yes' if ok else '**no**'} |" for name, goal, got, ok in targets(r)]
     lines += ["", "## Open loop on the miss path (fixed offered rates)", "",
               "| offered req/s | achieved | p50 ms | p90 ms | p99 ms | max ms | errors |", "|---:|---:|---:|---:|---:|---:|---:|"]

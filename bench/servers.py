@@ -70,9 +70,9 @@ def start_granian(name: str, target: str, env: dict[str, str], ready_path: str =
     port = free_port()
     cmd = [sys.executable, "-m", "granian", "--interface", "asgi", "--host", "127.0.0.1", "--port", str(port),
            "--workers", "1", "--no-ws", "--log-level", "warning", target]
-    log = open(Path(tempfile.gettempdir()) / f"bench-{name}.log", "wb")
     started = time.perf_counter()
-    process = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT)
+    with open(Path(tempfile.gettempdir()) / f"bench-{name}.log", "wb") as log:  # the child keeps its own handle
+        process = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT)
     wait_http(f"http://127.0.0.1:{port}{ready_path}")
     return Server(name, port, process, time.perf_counter() - started)
 

@@ -8,6 +8,7 @@ slow imports, so heavy modules (onnxruntime, redis, azure SDKs) load inside
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -17,7 +18,7 @@ from shared.settings import Settings
 if TYPE_CHECKING:
     from shared.service import ScoringService
 
-__all__ = ["ServiceHolder", "build_service"]
+__all__ = ["ServiceHolder", "build_service", "tune_gc"]
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +44,22 @@ async def build_service(settings: Settings) -> ScoringService:
     registry = ModelRegistry(source, settings.ort, settings.batch, settings.models_keep_versions, predictions)
     service = ScoringService(settings, registry, features, predictions, redis)
     await service.start()
+    tune_gc(settings.gc_gen0_threshold)
     log.info("scoring service ready: models from %s, features from %s, redis %s", source.description, features.source, "on" if redis else "off")
     return service
+
+
+def tune_gc(gen0_threshold: int) -> None:
+    """Keep the cyclic garbage collector off the latency tail.
+
+    NOTE: with Python's default thresholds a full collection walks every object of the
+    in-process caches (each TTL-LRU entry is several objects) every few thousand
+    requests: measured as p99 37 ms vs 7 ms at 16 connections. Objects alive after
+    start-up are frozen out of collection, and collections run far less often.
+    """
+    if gen0_threshold:
+        gc.freeze()
+        gc.set_threshold(gen0_threshold, 50, 100)
 
 
 class ServiceHolder:

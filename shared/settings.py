@@ -114,12 +114,15 @@ class Settings:
     max_body_bytes: int = 64 * 1024
     max_batch_items: int = 256
     models_keep_versions: int = 2
+    gc_gen0_threshold: int = 50_000
     port: int = 7071
     log_level: str = "INFO"
 
     def __post_init__(self) -> None:
         if self.max_body_bytes < 1024:
             raise SettingsError(f"MAX_BODY_BYTES must be >= 1024, got {self.max_body_bytes}")
+        if self.gc_gen0_threshold < 0:
+            raise SettingsError("GC_GEN0_THRESHOLD must be >= 0 (0 keeps Python's default)")
         if self.models_keep_versions < 1:
             raise SettingsError("MODELS_KEEP_VERSIONS must be >= 1")
 
@@ -162,6 +165,7 @@ class Settings:
             max_body_bytes=config("MAX_BODY_BYTES", cast=int, default=64 * 1024),
             max_batch_items=config("MAX_BATCH_ITEMS", cast=int, default=256),
             models_keep_versions=config("MODELS_KEEP_VERSIONS", cast=int, default=2),
+            gc_gen0_threshold=config("GC_GEN0_THRESHOLD", cast=int, default=50_000),
             port=config("PORT", cast=int, default=7071),
             log_level=config("LOG_LEVEL", default="INFO").upper(),
         )
@@ -196,5 +200,6 @@ APP_SETTING_NAMES: tuple[str, ...] = (
     "MAX_BODY_BYTES",
     "MAX_BATCH_ITEMS",
     "MODELS_KEEP_VERSIONS",
+    "GC_GEN0_THRESHOLD",
     "LOG_LEVEL",
 )

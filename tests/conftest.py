@@ -98,6 +98,7 @@ def settings(models_dir: Path, tmp_path: Path) -> Settings:
         features_file=str(users),
         batch=BatchPolicy(window_ms=5, max_size=8),
         cache=CachePolicy(l1_size=1000),
+        gc_gen0_threshold=0,
     )
 
 

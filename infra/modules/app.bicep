@@ -174,6 +174,7 @@ var serviceSettings = [
   { name: 'MAX_BODY_BYTES', value: '65536' }
   { name: 'MAX_BATCH_ITEMS', value: '256' }
   { name: 'MODELS_KEEP_VERSIONS', value: '2' }
+  { name: 'GC_GEN0_THRESHOLD', value: '50000' }
   { name: 'LOG_LEVEL', value: logLevel }
 ]
 
