@@ -69,6 +69,7 @@ class ServiceHolder:
         self._settings_factory = settings
         self._settings: Settings | None = None
         self._task: asyncio.Task[ScoringService] | None = None
+        self._service: ScoringService | None = None
         self.last_error: str | None = None
 
     @property
@@ -87,13 +88,16 @@ class ServiceHolder:
         return self._task
 
     async def get(self) -> ScoringService:
+        service = self.peek()  # NOTE: the per-request path: no future, no task
+        if service is not None:
+            return service
         return await asyncio.shield(self.start())
 
     def peek(self) -> ScoringService | None:
         """The service if it is built, without starting anything."""
-        if self._task is not None and self._task.done() and self._task.exception() is None:
-            return self._task.result()
-        return None
+        if self._service is None and self._task is not None and self._task.done() and self._task.exception() is None:
+            self._service = self._task.result()
+        return self._service
 
     async def aclose(self) -> None:
         if self._task is not None:
@@ -101,5 +105,6 @@ class ServiceHolder:
             if not self._task.done():
                 self._task.cancel()
             self._task = None
+            self._service = None
             if service is not None:
                 await service.aclose()

@@ -24,6 +24,7 @@ from shared.models.spec import ModelSpec
 __all__ = ["CATEGORICAL_FIELDS", "EVENT_FEATURES", "FeatureMapper", "FeatureRow", "event_features"]
 
 CATEGORICAL_FIELDS = ("channel", "country", "currency", "merchant_category", "merchant_id")
+_NUMBERS = (int, float)  # exact types: a bool is not a feature value
 EVENT_FEATURES = ("amount", "log_amount", "hour", "weekday", "has_note", "note_length")
 
 
@@ -82,7 +83,7 @@ class FeatureMapper:
         defaulted: list[str] = []
         for i, name in self._user_cols:
             value = user.get(name) if user is not None else None
-            if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+            if value is not None and type(value) in _NUMBERS and math.isfinite(value):
                 values[i] = value
             else:
                 defaulted.append(name)

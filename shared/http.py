@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import orjson
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -46,20 +46,26 @@ def json_response(body: object, status: int = 200) -> Response:
 
 async def read_json_body(request: Request, cap: int) -> bytes:
     """The body of a JSON request, refusing other media types and bodies over `cap` bytes."""
-    media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    headers = request.headers
+    media_type = headers.get("content-type", "").partition(";")[0].strip().lower()
     if media_type != "application/json" and not media_type.endswith("+json"):
         raise UnsupportedMediaType(f"expected content-type application/json, got {media_type or 'none'}")
-    declared = request.headers.get("content-length", "")
+    declared = headers.get("content-length", "")
     if declared.isdigit() and int(declared) > cap:
         raise PayloadTooLarge(f"body of {declared} bytes exceeds the {cap}-byte limit")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
+    while True:  # NOTE: straight from receive(): the per-request path, no async generator
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        chunk = message.get("body", b"")
         size += len(chunk)
         if size > cap:
             raise PayloadTooLarge(f"body exceeds the {cap}-byte limit")
         chunks.append(chunk)
-    return b"".join(chunks)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def create_app(holder: ServiceHolder) -> Starlette:
