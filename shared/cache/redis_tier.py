@@ -2,8 +2,8 @@
 
 Reads of concurrent requests coalesce into one MGET (a `Batcher` with no window:
 reads queue while an MGET is in flight and go together in the next one). Writes are
-fire-and-forget, buffered and sent in one round-trip per flush (an MSET when nothing
-pending needs an expiry, else a pipeline). Every call runs under
+fire-and-forget, buffered for `write_delay_s` and sent in one round-trip per flush
+(an MSET when nothing pending needs an expiry, else a pipeline). Every call runs under
 a deadline; after a failure Redis is skipped for `backoff_s` so a dead or slow
 server costs one timeout, not one per request.
 """
@@ -42,8 +42,11 @@ class RedisStats:
 class RedisTier:
     """Byte values in Redis under `prefix`, read in coalesced MGETs, written in pipelines."""
 
-    def __init__(self, client: Redis, *, timeout_s: float, prefix: str = "", backoff_s: float = 1.0) -> None:
+    def __init__(
+        self, client: Redis, *, timeout_s: float, prefix: str = "", backoff_s: float = 1.0, write_delay_s: float = 0.005
+    ) -> None:
         self._client = client
+        self._write_delay = write_delay_s
         self._timeout = timeout_s
         self._prefix = prefix
         self._backoff = backoff_s
@@ -107,6 +110,7 @@ class RedisTier:
             return False
 
     async def aclose(self) -> None:
+        self._write_delay = 0.0
         if self._flushing is not None:
             await asyncio.gather(self._flushing, return_exceptions=True)
         await self._reader.drain()
@@ -126,6 +130,9 @@ class RedisTier:
             return [None] * len(keys)
 
     async def _flush(self) -> None:
+        # NOTE: writes wait a few ms for company: at 5k req/s one MSET carries ~25 scores
+        # instead of one per batch (a redis-py command costs ~100 µs of client CPU here).
+        await asyncio.sleep(self._write_delay)
         while self._writes and self.available:
             writes, self._writes = self._writes, []
             self.stats.round_trips += 1
