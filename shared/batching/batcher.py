@@ -119,6 +119,9 @@ class Batcher(Generic[T, R]):
     async def _wait_change(self, timeout: float | None) -> None:
         assert self._changed is not None
         self._changed.clear()
+        if timeout is None:
+            await self._changed.wait()
+            return
         try:
             async with asyncio.timeout(timeout):
                 await self._changed.wait()
@@ -143,7 +146,13 @@ class Batcher(Generic[T, R]):
                 if wait > 0:
                     await self._wait_change(wait)
                     continue
-            self._start(self._take())
+            batch = self._take()
+            if batch and self._max_concurrency == 1:
+                # NOTE: one slot: the dispatcher would only wait for it, so it runs the batch itself
+                self._in_flight += 1
+                await self._run_batch(batch)
+            else:
+                self._start(batch)
 
     def _take(self) -> list[_Pending[T, R]]:
         batch: list[_Pending[T, R]] = []

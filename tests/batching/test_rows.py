@@ -22,3 +22,8 @@ def test_output_rows_must_equal_input_rows() -> None:
 def test_empty_batch_is_refused() -> None:
     with pytest.raises(BatchShapeError):
         stack_rows([])
+
+
+def test_unequal_rows_are_a_shape_error() -> None:
+    with pytest.raises(BatchShapeError):
+        stack_rows([np.zeros(2, dtype=np.float32), np.zeros(3, dtype=np.float32)])
