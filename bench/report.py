@@ -48,13 +48,19 @@ def budget(stages: dict[str, float], load_ms: float = 0.0) -> dict[str, float]:
     }
 
 
+def paired_ratio(r: dict[str, Any], name: str) -> float:
+    """Median over rounds of (endpoint req/s / ceiling req/s in the same round): robust to a noisy machine."""
+    rounds = r["wrk_rounds"]
+    return statistics.median(a["rps"] / c["rps"] for a, c in zip(rounds[name], rounds["ceiling_starlette"], strict=True))
+
+
 def targets(r: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
     w = r["wrk"]
-    ceiling = w["ceiling_starlette"]["rps"]
     low = r["open_loop"][0]
+    miss, hit = paired_ratio(r, "score_miss"), paired_ratio(r, "score_hit")
     return [
-        ("miss path ≥ 50% of ceiling req/s", "≥ 50%", f"{w['score_miss']['rps'] / ceiling:.0%}", w["score_miss"]["rps"] >= 0.5 * ceiling),
-        ("hit path ≥ 80% of ceiling req/s", "≥ 80%", f"{w['score_hit']['rps'] / ceiling:.0%}", w["score_hit"]["rps"] >= 0.8 * ceiling),
+        ("miss path ≥ 50% of ceiling req/s (median of per-round ratios)", "≥ 50%", f"{miss:.0%}", miss >= 0.5),
+        ("hit path ≥ 80% of ceiling req/s (median of per-round ratios)", "≥ 80%", f"{hit:.0%}", hit >= 0.8),
         ("p99 (miss path, 16 connections)", "≤ 10 ms", f"{w['score_miss']['p99_ms']:.2f} ms", w["score_miss"]["p99_ms"] <= 10),
         ("batcher added median at low load", "≤ 0.3 ms", f"{r['batcher']['added_us'] / 1000:.3f} ms", r["batcher"]["added_us"] <= 300),
         ("process start to ready", "≤ 2 s", f"{r['start_to_ready_s']:.2f} s", r["start_to_ready_s"] <= 2),
@@ -72,18 +78,19 @@ def write(r: dict[str, Any], out: Path) -> None:
 
 def _markdown(r: dict[str, Any], stages: dict[str, float]) -> str:
     w = r["wrk"]
-    ceiling = w["ceiling_starlette"]["rps"]
     m = r["machine"]
     lines = [
         "# Benchmark: the score path against its ceiling and floor",
         "",
         f"Machine: {m['cores']} cores, Python {m['python']}, {m['platform']}. One app process (Granian, 1 worker).",
-        f"wrk -t2 -c{r['config']['connections']}, {r['config']['seconds']:.0f} s per run, {r['config']['rounds']} interleaved rounds, medians. "
-        "Load generator and server share the machine.",
+        f"wrk -t2 -c{r['config']['connections']}, {r['config']['seconds']:.0f} s per run, {r['config']['rounds']} interleaved rounds, medians; "
+        "each ratio is the median of per-round ratios against the ceiling of the same round. Load generator, Redis and server share the machine.",
+        "",
+        "Per-round req/s: " + "; ".join(f"{k} {[round(x['rps']) for x in v]}" for k, v in r["wrk_rounds"].items()),
         "",
         "## Closed loop (wrk)",
         "",
-        "| endpoint | req/s | vs ceiling | p50 ms | p90 ms | p99 ms | errors | RSS MiB |",
+        "| endpoint | req/s | vs ceiling (paired) | p50 ms | p90 ms | p99 ms | errors | RSS MiB |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     labels = {
@@ -96,7 +103,7 @@ def _markdown(r: dict[str, Any], stages: dict[str, float]) -> str:
     for name, label in labels.items():
         x = w[name]
         lines.append(
-            f"| {label} | {x['rps']:,.0f} | {x['rps'] / ceiling:.0%} | {x['p50_ms']:.2f} | {x['p90_ms']:.2f} | {x['p99_ms']:.2f} | "
+            f"| {label} | {x['rps']:,.0f} | {paired_ratio(r, name):.0%} | {x['p50_ms']:.2f} | {x['p90_ms']:.2f} | {x['p99_ms']:.2f} | "
             f"{x['errors']:.0f} | {r['memory_mib'].get(name, float('nan')):.0f} |"
         )
     lines += ["", f"Batch endpoint: {w['batch_8']['events_per_s']:,.0f} events/s.", "", "## Targets", "", "| target | goal | measured | met |", "|---|---|---|---|"]

@@ -71,7 +71,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=ROOT / "bench-out")
     parser.add_argument("--seconds", type=float, default=5.0, help="length of one wrk run")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians are reported")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds; medians are reported")
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--rates", default="250,500,1000,2000,3000", help="open-loop offered rates (req/s)")
     parser.add_argument("--open-seconds", type=float, default=4.0)
