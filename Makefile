@@ -6,7 +6,7 @@ PORT ?= 7071
 PY := $(VENV)/bin/python
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: run test test-unit test-infra lint bench seed model clean
+.PHONY: run test test-unit test-infra lint bench gpu-bench seed model clean
 
 $(VENV)/.runtime: requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -53,6 +53,10 @@ lint: $(VENV)/.dev
 bench: $(VENV)/.dev
 	@command -v wrk >/dev/null || { echo "installing wrk (apt-get)"; apt-get install -y -qq wrk >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq wrk; }; }
 	$(PY) -m bench.run --out bench-out $(BENCH_ARGS)
+
+## gpu-bench: model latency by batch size, CUDA + IO binding where a GPU is usable (else CPU, and says so)
+gpu-bench: $(VENV)/.runtime
+	$(PY) -m bench.gpu --out bench-out
 
 ## seed: load the demo user features into Redis at REDIS_URL
 seed: $(VENV)/.runtime

@@ -1,0 +1,46 @@
+"""The benchmark's own parts stay working without running the whole benchmark."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench import gpu, report
+from bench.loadgen import OpenLoopResult, event_body
+
+
+def test_gpu_script_runs_on_whatever_device_is_here() -> None:
+    result = gpu.measure(Path("models/fraud/1/model.onnx"), repeat=3)
+    assert result["device"] in ("cpu", "cuda")
+    assert [row["batch"] for row in result["rows"]] == list(gpu.BATCHES)  # type: ignore[index]
+    assert all(row["rows_per_s"] > 0 for row in result["rows"])  # type: ignore[index]
+
+
+def test_open_loop_summary_and_budget() -> None:
+    res = OpenLoopResult(rate=100, sent=4, latencies_ms=[1.0, 2.0, 3.0, 4.0], duration_s=1.0)
+    res.stages["features"] = [0.2, 0.4]
+    res.stages["cache"] = [0.1, 0.1]
+    summary = report.summarize_open_loop(res)
+    assert summary["p50_ms"] == 3.0 and summary["errors"] == 0 and summary["achieved"] == 4.0
+    assert report.budget(summary["stages_ms"])["redis"] == 0.3 + 0.1
+
+
+def test_targets_use_paired_ratios() -> None:
+    rounds = {
+        "ceiling_starlette": [{"rps": 100.0}, {"rps": 200.0}, {"rps": 100.0}],
+        "score_miss": [{"rps": 60.0}, {"rps": 80.0}, {"rps": 50.0}],
+        "score_hit": [{"rps": 90.0}, {"rps": 170.0}, {"rps": 80.0}],
+    }
+    r = {
+        "wrk_rounds": rounds,
+        "wrk": {"score_miss": {"p99_ms": 5.0}},
+        "open_loop": [{"offered": 250, "p99_ms": 4.0}],
+        "batcher": {"added_us": 30.0},
+        "start_to_ready_s": 0.5,
+    }
+    met = {name.split(" ")[0] + " " + name.split(" ")[1]: ok for name, _, _, ok in report.targets(r)}
+    assert met["miss path"] is True  # ratios 0.6, 0.4, 0.5 -> median 0.5
+    assert met["hit path"] is True  # 0.9, 0.85, 0.8 -> 0.85
+
+
+def test_event_bodies_are_unique_rows() -> None:
+    assert event_body(1) != event_body(2)
