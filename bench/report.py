@@ -146,7 +146,11 @@ def _plot_budget(ours: dict[str, float], path: Path) -> None:
     stages = list(NAIVE)
     xs = range(len(stages))
     ax.bar([x - 0.2 for x in xs], [NAIVE[s] for s in stages], width=0.4, label="design notes (naive)")
-    ax.bar([x + 0.2 for x in xs], [max(ours[s], 1e-3) for s in stages], width=0.4, label="ours (measured median)")
+    ax.bar([x + 0.2 for x in xs], [ours[s] if ours[s] > 0 else float("nan") for s in stages], width=0.4, label="ours (measured median)")
+    ax.set_ylim(bottom=1e-3)
+    for x, stage in zip(xs, stages, strict=True):
+        if ours[stage] <= 0:
+            ax.annotate("0 (warm)", (x + 0.2, 2e-3), ha="center", fontsize=8)
     ax.set_xticks(list(xs), stages)
     ax.set(ylabel="ms per request (log)", yscale="log", title="Per-stage latency budget")
     ax.legend()
