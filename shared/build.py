@@ -31,7 +31,14 @@ async def build_service(settings: Settings) -> ScoringService:
     from shared.models.source import ModelSource
     from shared.service import ScoringService
 
-    redis = RedisTier.from_url(settings.redis_url, timeout_s=settings.cache.redis_timeout_ms / 1000, prefix=settings.redis_prefix) if settings.redis_url else None
+    redis = None
+    if settings.redis_url:
+        redis = RedisTier.from_url(
+            settings.redis_url,
+            timeout_s=settings.cache.redis_timeout_ms / 1000,
+            prefix=settings.redis_prefix,
+            use_entra=settings.redis_use_entra,
+        )
     source: ModelSource
     if settings.uses_blob_models:
         source = BlobSource.connect(container=settings.models_container, connection_string=settings.model_storage, blob_uri=settings.model_storage_blob_uri)

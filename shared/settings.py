@@ -102,6 +102,7 @@ class Settings:
 
     redis_url: str | None = None
     redis_prefix: str = ""
+    redis_use_entra: bool = False
     models_dir: str = "models"
     model_storage: str | None = None
     model_storage_blob_uri: str | None = None
@@ -137,6 +138,7 @@ class Settings:
         return cls(
             redis_url=config("REDIS_URL", default=None) or None,
             redis_prefix=config("REDIS_KEY_PREFIX", default=""),
+            redis_use_entra=config("REDIS_USE_ENTRA", cast=bool, default=False),
             models_dir=config("MODELS_DIR", default="models"),
             model_storage=config("ModelStorage", default=None) or None,
             model_storage_blob_uri=config("ModelStorage__blobServiceUri", default=None) or None,
@@ -179,6 +181,7 @@ LOCAL_SETTING_NAMES: tuple[str, ...] = ("ModelStorage", "PORT")
 APP_SETTING_NAMES: tuple[str, ...] = (
     "REDIS_URL",
     "REDIS_KEY_PREFIX",
+    "REDIS_USE_ENTRA",
     "MODELS_DIR",
     "ModelStorage__blobServiceUri",
     "MODELS_CONTAINER",

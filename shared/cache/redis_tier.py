@@ -57,13 +57,20 @@ class RedisTier:
         self.stats = RedisStats()
 
     @classmethod
-    def from_url(cls, url: str, *, timeout_s: float, prefix: str = "") -> RedisTier:
+    def from_url(cls, url: str, *, timeout_s: float, prefix: str = "", use_entra: bool = False) -> RedisTier:
+        """A tier over `url`; `use_entra` authenticates with a Microsoft Entra token (managed identity)."""
+        credentials = None
+        if use_entra:
+            from redis_entraid.cred_provider import create_from_default_azure_credential
+
+            credentials = create_from_default_azure_credential(("https://redis.azure.com/.default",))
         client = Redis.from_url(
             url,
             socket_timeout=timeout_s,
             socket_connect_timeout=max(timeout_s, 0.5),
             retry=Retry(NoBackoff(), 0),
             health_check_interval=30,
+            credential_provider=credentials,
         )
         return cls(client, timeout_s=timeout_s, prefix=prefix)
 

@@ -129,3 +129,11 @@ async def test_slow_redis_times_out_into_a_miss() -> None:
     assert tier.stats.errors == 1
     server.close()
     await tier.aclose()
+
+
+def test_entra_auth_uses_a_token_credential_provider() -> None:
+    from redis_entraid.cred_provider import EntraIdCredentialsProvider
+
+    tier = RedisTier.from_url("rediss://example.redis.azure.net:10000", timeout_s=0.1, use_entra=True)
+    assert isinstance(tier._client.connection_pool.connection_kwargs["credential_provider"], EntraIdCredentialsProvider)
+    assert "password" not in tier._client.connection_pool.connection_kwargs or not tier._client.connection_pool.connection_kwargs["password"]
