@@ -47,7 +47,9 @@ async def build_service(settings: Settings) -> ScoringService:
     fallback = load_feature_file(settings.features_file) if settings.features_file and redis is None else None
     features = FeatureStore(redis=redis, fallback=fallback, l1_size=min(settings.cache.l1_size, 100_000), l1_ttl_s=settings.cache.features_l1_ttl_s)
     policy = settings.cache
-    predictions = PredictionCache(l1_size=policy.l1_size, l1_ttl_s=policy.l1_ttl_s, l2=redis, l2_ttl_s=policy.l2_ttl_s)
+    predictions = PredictionCache(
+        l1_size=policy.l1_size, l1_ttl_s=policy.l1_ttl_s, l2=redis, l2_ttl_s=policy.l2_ttl_s, l2_policy=policy.prediction_l2
+    )
     registry = ModelRegistry(source, settings.ort, settings.batch, settings.models_keep_versions, predictions)
     service = ScoringService(settings, registry, features, predictions, redis)
     await service.start()

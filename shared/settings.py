@@ -20,6 +20,7 @@ from starlette.config import Config
 __all__ = ["APP_SETTING_NAMES", "LOCAL_SETTING_NAMES", "BatchPolicy", "CachePolicy", "OrtOptions", "Settings"]
 
 GraphOptimization = Literal["disable", "basic", "extended", "all"]
+PredictionL2 = Literal["auto", "always", "never"]
 
 
 class SettingsError(ValueError):
@@ -55,6 +56,10 @@ class CachePolicy:
     `l2_ttl_s=0` keeps predictions in Redis without expiry: a prediction never goes
     stale (its key holds the model version and the exact feature row), and Redis's
     allkeys-lru policy evicts the coldest. A TTL costs a SET per key instead of one MSET.
+
+    `prediction_l2`: whether predictions go through Redis. `auto` uses it only while a
+    round-trip costs less than the model run it would save (both measured as they go);
+    `always` and `never` fix the choice.
     """
 
     l1_size: int = 50_000
@@ -63,8 +68,11 @@ class CachePolicy:
     features_l1_ttl_s: float = 5.0
     redis_timeout_ms: float = 50.0
     compress_min_bytes: int = 64
+    prediction_l2: PredictionL2 = "auto"
 
     def __post_init__(self) -> None:
+        if self.prediction_l2 not in ("auto", "always", "never"):
+            raise SettingsError(f"PREDICTION_L2 must be auto|always|never, got {self.prediction_l2!r}")
         if self.l1_size < 0:
             raise SettingsError(f"CACHE_L1_SIZE must be >= 0, got {self.l1_size}")
         if self.l2_ttl_s < 0:
@@ -155,6 +163,7 @@ class Settings:
                 l2_ttl_s=config("CACHE_L2_TTL_S", cast=float, default=0.0),
                 features_l1_ttl_s=config("FEATURES_L1_TTL_S", cast=float, default=5.0),
                 redis_timeout_ms=config("REDIS_TIMEOUT_MS", cast=float, default=50.0),
+                prediction_l2=config("PREDICTION_L2", default="auto"),  # type: ignore[arg-type]
             ),
             ort=OrtOptions(
                 intra_op_threads=config("ORT_INTRA_OP_THREADS", cast=int, default=1),
@@ -194,6 +203,7 @@ APP_SETTING_NAMES: tuple[str, ...] = (
     "CACHE_L2_TTL_S",
     "FEATURES_L1_TTL_S",
     "REDIS_TIMEOUT_MS",
+    "PREDICTION_L2",
     "ORT_INTRA_OP_THREADS",
     "ORT_INTER_OP_THREADS",
     "ORT_GRAPH_OPTIMIZATION",

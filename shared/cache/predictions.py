@@ -2,8 +2,10 @@
 
 Keys are model name + version + the canonical float32 feature row, so a new
 version never serves an old prediction. The micro-batch asks L2 once per batch
-(one MGET for all its misses) and writes its new scores back in one background
-pipeline; values are 8-byte doubles stored raw behind the codec's marker byte.
+(one MGET for all its misses) and writes its new scores back in the background;
+values are 8-byte doubles stored raw behind the codec's marker byte. Whether a
+model's predictions go through Redis at all is `pays()`: a round-trip must cost
+less than the model run it saves.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from cachetools import TTLCache
 from shared.cache import codec
 from shared.cache.redis_tier import RedisTier
 from shared.cache.tiered import CacheStats
+from shared.settings import PredictionL2
 
 __all__ = ["PredictionCache"]
 
@@ -26,11 +29,28 @@ _SCORE = struct.Struct("<d")
 class PredictionCache:
     """Scores by (model, version, row)."""
 
-    def __init__(self, *, l1_size: int, l1_ttl_s: float, l2: RedisTier | None, l2_ttl_s: float) -> None:
+    def __init__(
+        self, *, l1_size: int, l1_ttl_s: float, l2: RedisTier | None, l2_ttl_s: float, l2_policy: PredictionL2 = "auto"
+    ) -> None:
         self._l1: TTLCache[str, float] | None = TTLCache(maxsize=l1_size, ttl=l1_ttl_s) if l1_size else None
         self._l2 = l2
         self._l2_ttl = l2_ttl_s
+        self._policy = l2_policy
         self.stats = CacheStats()
+
+    def pays(self, inference_s: float | None) -> bool:
+        """Whether Redis should serve this model's predictions now.
+
+        A cache must cost less than the work it saves: under `auto`, Redis is used while
+        its measured round-trip is shorter than the model's measured batch run (a tiny
+        model recomputes faster than Redis answers; a large one saves real time). Until
+        both are measured, Redis is used.
+        """
+        if self._l2 is None or self._policy == "never":
+            return False
+        if self._policy == "always" or inference_s is None or self._l2.rtt_s is None:
+            return True
+        return inference_s > self._l2.rtt_s
 
     @staticmethod
     def key(name: str, version: str, row: bytes) -> str:
@@ -66,9 +86,9 @@ class PredictionCache:
         if self._l1 is not None:
             self._l1[key] = score
 
-    def store(self, items: Sequence[tuple[str, float]]) -> None:
-        """Keep new scores in L1 now and in Redis in the background."""
+    def store(self, items: Sequence[tuple[str, float]], *, l2: bool = True) -> None:
+        """Keep new scores in L1 now and, when `l2`, in Redis in the background."""
         for key, score in items:
             self.remember(key, score)
-        if self._l2 is not None and items:
+        if self._l2 is not None and l2 and items:
             self._l2.put_many([(key, codec.encode(_SCORE.pack(score))) for key, score in items], self._l2_ttl or None)

@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from shared.batching import Batcher, Completed, split_rows, stack_rows
 from shared.cache import PredictionCache
+from shared.cache.redis_tier import ewma
 from shared.errors import ModelNotFound, NotReady
 from shared.features import FeatureMapper
 from shared.models.runtime import OnnxModel
@@ -60,6 +61,7 @@ class LoadedModel:
     loaded_at: float = field(default_factory=time.time)
     load_s: float = 0.0
     rows_run: int = 0
+    batch_run_s: float | None = None  # moving average of one model run on a batch
     batcher: Batcher[tuple[str, Row], Prediction] = field(init=False)
     mapper: FeatureMapper = field(init=False)
 
@@ -84,15 +86,17 @@ class LoadedModel:
         started = time.perf_counter()
         known: dict[str, tuple[float, Literal["l1", "l2", "model"]]] = {}
         cache = self.predictions
+        use_l2 = cache is not None and cache.pays(self.batch_run_s)
         if cache is not None:
             for key, _ in items:  # NOTE: again, so a row scored by the previous batch is not run twice
                 score = cache.get_l1(key)
                 if score is not None:
                     known[key] = (score, "l1")
-            wanted = list(dict.fromkeys(k for k, _ in items if k not in known))
-            for key, score in zip(wanted, await cache.get_l2(wanted), strict=True):
-                if score is not None:
-                    known[key] = (score, "l2")
+            if use_l2:
+                wanted = list(dict.fromkeys(k for k, _ in items if k not in known))
+                for key, score in zip(wanted, await cache.get_l2(wanted), strict=True):
+                    if score is not None:
+                        known[key] = (score, "l2")
         cache_s = time.perf_counter() - started
         missing = {key: row for key, row in items if key not in known}
         inference_s = 0.0
@@ -101,10 +105,11 @@ class LoadedModel:
             scores = await self._predict(list(missing.values()))
             self.rows_run += len(missing)
             inference_s = time.perf_counter() - started
+            self.batch_run_s = ewma(self.batch_run_s, inference_s)
             fresh = list(zip(missing, scores, strict=True))
             known.update((key, (score, "model")) for key, score in fresh)
             if cache is not None:
-                cache.store(fresh)
+                cache.store(fresh, l2=use_l2)
         return [Prediction(*known[key], cache_s, inference_s) for key, _ in items]
 
     async def _predict(self, rows: list[Row]) -> list[float]:
@@ -128,6 +133,8 @@ class LoadedModel:
             "batches": self.batcher.batches,
             "requests": self.batcher.items,
             "rows_run": self.rows_run,
+            "batch_run_ms": round(self.batch_run_s * 1000, 3) if self.batch_run_s is not None else None,
+            "predictions_via_redis": self.predictions.pays(self.batch_run_s) if self.predictions else False,
         }
 
 

@@ -94,3 +94,36 @@ async def test_identical_rows_in_flight_run_the_model_once(fraud) -> None:
     assert len({r.value.score for r in results}) == 1
     assert [r.value.source for r in results] == ["model"] * 8
     assert loaded.rows_run - before == 1  # eight requests, one model row
+
+
+@pytest.mark.parametrize(
+    ("policy", "inference_s", "rtt_s", "expected"),
+    [
+        ("always", 0.00001, 0.001, True),
+        ("never", 1.0, 0.0001, False),
+        ("auto", None, 0.001, True),  # not measured yet: use Redis
+        ("auto", 0.00001, None, True),
+        ("auto", 0.00001, 0.0002, False),  # a 10 µs model run beats a 200 µs round-trip
+        ("auto", 0.005, 0.0002, True),  # a 5 ms model run does not
+    ],
+)
+def test_redis_is_used_only_while_it_pays(policy: str, inference_s: float | None, rtt_s: float | None, expected: bool) -> None:
+    tier = RedisTier.from_url("redis://127.0.0.1:1/0", timeout_s=0.1)
+    tier.rtt_s = rtt_s
+    cache = PredictionCache(l1_size=10, l1_ttl_s=1, l2=tier, l2_ttl_s=0, l2_policy=policy)  # type: ignore[arg-type]
+    assert cache.pays(inference_s) is expected
+    assert PredictionCache(l1_size=10, l1_ttl_s=1, l2=None, l2_ttl_s=0, l2_policy="always").pays(1.0) is False
+
+
+async def test_a_cheap_model_stops_using_redis_under_auto(fraud) -> None:
+    loaded, tier = fraud
+    await asyncio.gather(*(loaded.score(np.full(4, 100 + i, dtype=np.float32)) for i in range(8)))
+    assert tier.rtt_s is not None and loaded.batch_run_s is not None
+    tier.rtt_s = loaded.batch_run_s * 10  # as measured here: Redis slower than the tiny model
+    await settle(tier)
+    trips = tier.stats.round_trips
+    results = await asyncio.gather(*(loaded.score(np.full(4, 200 + i, dtype=np.float32)) for i in range(8)))
+    await settle(tier)
+    assert {r.value.source for r in results} == {"model"}
+    assert tier.stats.round_trips == trips  # neither read nor written
+    assert loaded.describe()["predictions_via_redis"] is False
