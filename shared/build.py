@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from shared.errors import NotReady
 from shared.settings import Settings
 
 if TYPE_CHECKING:
@@ -44,7 +45,12 @@ async def build_service(settings: Settings) -> ScoringService:
         source = BlobSource.connect(container=settings.models_container, connection_string=settings.model_storage, blob_uri=settings.model_storage_blob_uri)
     else:
         source = DirectorySource(settings.models_dir)
-    fallback = load_feature_file(settings.features_file) if settings.features_file and redis is None else None
+    fallback = None
+    if settings.features_file and redis is None:
+        try:
+            fallback = load_feature_file(settings.features_file)
+        except (OSError, ValueError) as exc:
+            raise NotReady(f"cannot read FEATURES_FILE {settings.features_file}: {exc}") from exc
     features = FeatureStore(redis=redis, fallback=fallback, l1_size=min(settings.cache.l1_size, 100_000), l1_ttl_s=settings.cache.features_l1_ttl_s)
     policy = settings.cache
     predictions = PredictionCache(
@@ -52,7 +58,11 @@ async def build_service(settings: Settings) -> ScoringService:
     )
     registry = ModelRegistry(source, settings.ort, settings.batch, settings.models_keep_versions, predictions)
     service = ScoringService(settings, registry, features, predictions, redis)
-    await service.start()
+    try:
+        await service.start()
+    except BaseException:
+        await service.aclose()  # NOTE: a failed build must not leak its sessions or Redis pool
+        raise
     tune_gc(settings.gc_gen0_threshold)
     log.info("scoring service ready: models from %s, features from %s, redis %s", source.description, features.source, "on" if redis else "off")
     return service
@@ -83,8 +93,12 @@ class ServiceHolder:
 
     @property
     def settings(self) -> Settings:
+        """The settings, read on first use; a bad value is `NotReady` with the reason."""
         if self._settings is None:
-            self._settings = self._settings_factory()
+            try:
+                self._settings = self._settings_factory()
+            except ValueError as exc:  # SettingsError, or a cast that failed
+                raise NotReady(f"invalid settings: {exc}") from exc
         return self._settings
 
     def start(self) -> asyncio.Task[ScoringService]:

@@ -37,6 +37,18 @@ class _Batch(msgspec.Struct):
     events: list[msgspec.Raw]
 
 
+# NOTE: msgspec raises UnicodeDecodeError for invalid UTF-8 and RecursionError for absurd nesting.
+_UNREADABLE = (msgspec.DecodeError, UnicodeDecodeError, RecursionError)
+
+
+def _unreadable(exc: BaseException) -> str:
+    if isinstance(exc, UnicodeDecodeError):
+        return "body is not valid UTF-8"
+    if isinstance(exc, RecursionError):
+        return "JSON is nested too deeply"
+    return str(exc)
+
+
 _event_decoder = msgspec.json.Decoder(PaymentEvent)
 _batch_decoder = msgspec.json.Decoder(_Batch)
 
@@ -47,8 +59,8 @@ def decode_event(body: bytes) -> PaymentEvent:
         return _event_decoder.decode(body)
     except msgspec.ValidationError as exc:
         raise InvalidEvent(str(exc)) from None
-    except msgspec.DecodeError as exc:
-        raise MalformedJson(str(exc)) from None
+    except _UNREADABLE as exc:
+        raise MalformedJson(_unreadable(exc)) from None
 
 
 def decode_event_raw(raw: msgspec.Raw) -> PaymentEvent:
@@ -62,8 +74,8 @@ def decode_batch(body: bytes, max_items: int) -> list[msgspec.Raw]:
         batch = _batch_decoder.decode(body)
     except msgspec.ValidationError as exc:
         raise InvalidEvent(str(exc)) from None
-    except msgspec.DecodeError as exc:
-        raise MalformedJson(str(exc)) from None
+    except _UNREADABLE as exc:
+        raise MalformedJson(_unreadable(exc)) from None
     if not batch.events:
         raise InvalidEvent("events must hold at least one event")
     if len(batch.events) > max_items:

@@ -27,6 +27,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shared.build import ServiceHolder
 from shared.errors import PayloadTooLarge, ScoringError, UnsupportedMediaType, error_body
@@ -35,7 +36,7 @@ from shared.events import PaymentEvent, decode_batch, decode_event, decode_event
 if TYPE_CHECKING:
     from shared.service import ScoringService
 
-__all__ = ["create_app"]
+__all__ = ["CatchAll", "create_app"]
 
 log = logging.getLogger(__name__)
 
@@ -68,22 +69,54 @@ async def read_json_body(request: Request, cap: int) -> bytes:
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-def create_app(holder: ServiceHolder) -> Starlette:
-    """The ASGI app over the service that `holder` builds (lazily, once)."""
-    settings = holder.settings
+class CatchAll:
+    """Outermost guard: an unexpected error becomes a JSON 500 and goes no further.
+
+    NOTE: Starlette re-raises after its own 500 handler; under Azure Functions that would
+    fail the invocation and the host would answer with its own body. Here it ends.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except ClientDisconnect:
+            return  # nobody to answer
+        except Exception:
+            log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
+            if scope["type"] == "http" and not started:
+                await json_response({"error": "internal", "detail": "internal error"}, 500)(scope, receive, send)
+
+
+def create_app(holder: ServiceHolder) -> ASGIApp:
+    """The ASGI app over the service that `holder` builds (lazily, once).
+
+    Nothing is read or built here: settings and the service come on first use, so a bad
+    setting shows on /api/health/ready instead of breaking the Functions import.
+    """
 
     async def service() -> ScoringService:
         return await holder.get()
 
     async def score(request: Request) -> Response:
         started = time.perf_counter()
-        body = await read_json_body(request, settings.max_body_bytes)
+        body = await read_json_body(request, holder.settings.max_body_bytes)
         core = await service()
         event = decode_event(body)
         scored = await core.score(event, request.path_params.get("name"), parse_s=time.perf_counter() - started)
         return json_response(scored.as_dict())
 
     async def score_batch(request: Request) -> Response:
+        settings = holder.settings
         body = await read_json_body(request, settings.max_body_bytes * 16)
         core = await service()
         items: list[PaymentEvent | ScoringError] = []
@@ -115,7 +148,10 @@ def create_app(holder: ServiceHolder) -> Starlette:
         core = holder.peek()
         if core is not None and core.ready:
             return json_response({"status": "ready", "models": [m["name"] for m in core.registry.describe()]})
-        holder.start()
+        try:
+            holder.start()
+        except ScoringError as exc:
+            return json_response({"status": "not_ready", "detail": exc.detail}, 503)
         detail = f"start failed, retrying: {holder.last_error}" if holder.last_error else "starting"
         return json_response({"status": "not_ready", "detail": detail}, 503)
 
@@ -123,12 +159,12 @@ def create_app(holder: ServiceHolder) -> Starlette:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         try:
             await holder.get()
-        except Exception as exc:  # NOTE: stay up; readiness says why and the next request retries
-            log.error("service failed to start: %s", exc)
+        except ScoringError as exc:  # NOTE: stay up; readiness says why and the next request retries
+            log.error("service failed to start: %s", exc.detail)
         yield
         await holder.aclose()
 
-    return Starlette(
+    app = Starlette(
         routes=[
             Route("/api/score", score, methods=["POST"]),
             Route("/api/score/batch", score_batch, methods=["POST"]),
@@ -141,6 +177,7 @@ def create_app(holder: ServiceHolder) -> Starlette:
         exception_handlers={ScoringError: _scoring_error, HTTPException: _http_error, Exception: _internal_error},
         lifespan=lifespan,
     )
+    return CatchAll(app)
 
 
 async def _scoring_error(request: Request, exc: Exception) -> Response:
@@ -157,5 +194,5 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 async def _internal_error(request: Request, exc: Exception) -> Response:
-    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    # NOTE: Starlette sends this, then re-raises; CatchAll logs the error once and ends it there.
     return json_response({"error": "internal", "detail": "internal error"}, 500)

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from shared.errors import InvalidEvent, MalformedJson, TooManyItems
-from shared.events import decode_batch, decode_event
+from shared.events import decode_batch, decode_event, decode_event_raw
 from tests.conftest import event
 
 
@@ -72,3 +72,15 @@ def test_batch_limits() -> None:
         decode_batch(b'{"events": []}', 256)
     with pytest.raises(InvalidEvent):
         decode_batch(b'{"items": []}', 256)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b'{"event_id": "\xff\xfe"}', b'{"x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", b"[" * 100_000],
+)
+def test_unreadable_bodies_are_malformed_json_not_crashes(raw: bytes) -> None:
+    with pytest.raises((MalformedJson, InvalidEvent)):
+        decode_event(raw)
+    with pytest.raises((MalformedJson, InvalidEvent)):  # in the batch: either the batch or its item is refused
+        for item in decode_batch(b'{"events": [' + raw + b"]}", 256):
+            decode_event_raw(item)

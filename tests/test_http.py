@@ -109,3 +109,52 @@ def test_ready_is_503_until_models_load(tmp_path: Path) -> None:
         assert c.get("/api/health/live").status_code == 200
         r = c.post("/api/score", json=event())
         assert r.status_code == 503 and r.json()["error"] == "not_ready"
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b'{"event_id": "\xff\xfe"}', b'{"x": ' + b"[" * 20_000 + b"]" * 20_000 + b"}"],
+)
+def test_unreadable_json_is_400_not_500(client: TestClient, content: bytes) -> None:
+    r = client.post("/api/score", content=content, headers={"content-type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"] == "malformed_json"
+    r = client.post("/api/score/batch", content=b'{"events": [' + content + b"]}", headers={"content-type": "application/json"})
+    assert r.status_code in (200, 400)
+    if r.status_code == 200:
+        assert r.json()["results"][0]["error"] == "malformed_json"
+
+
+def test_bad_settings_show_on_readiness_not_at_import() -> None:
+    def bad() -> Settings:
+        return Settings.from_env({"BATCH_MAX_SIZE": "zero"})
+
+    app = create_app(ServiceHolder(bad))  # creating the app reads nothing
+    with TestClient(app, raise_server_exceptions=False) as c:
+        r = c.get("/api/health/ready")
+        assert r.status_code == 503 and "invalid settings" in r.json()["detail"]
+        r = c.post("/api/score", json=event())
+        assert r.status_code == 503 and r.json()["error"] == "not_ready"
+
+
+async def test_an_unexpected_error_is_a_json_500_that_goes_no_further() -> None:
+    from starlette.applications import Starlette
+    from starlette.routing import Route
+
+    from shared.http import CatchAll
+
+    async def boom(request: object) -> None:
+        raise RuntimeError("bug")
+
+    sent: list[dict[str, object]] = []
+
+    async def receive() -> dict[str, object]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    app = CatchAll(Starlette(routes=[Route("/x", boom)]))
+    scope = {"type": "http", "method": "GET", "path": "/x", "headers": [], "query_string": b"", "root_path": ""}
+    await app(scope, receive, send)  # no exception escapes (as Functions' AsgiMiddleware needs)
+    assert sent[0]["status"] == 500
+    assert b"Traceback" not in sent[-1]["body"]  # type: ignore[operator]

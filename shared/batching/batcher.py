@@ -132,6 +132,7 @@ class Batcher(Generic[T, R]):
         while True:
             if not self._queue:
                 if self._closing:
+                    self._poke()  # NOTE: drain() may be waiting for exactly this
                     return
                 await self._wait_change(None)
                 continue

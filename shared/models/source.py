@@ -82,7 +82,10 @@ class BlobSource:
         from azure.storage.blob import BlobServiceClient  # NOTE: imported only when blobs are used
 
         if connection_string:
-            service = BlobServiceClient.from_connection_string(connection_string)
+            try:
+                service = BlobServiceClient.from_connection_string(connection_string)
+            except ValueError as exc:
+                raise ModelSourceError(f"ModelStorage is not a valid connection string: {exc}") from exc
         elif blob_uri:
             from azure.identity import DefaultAzureCredential
 

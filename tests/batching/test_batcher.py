@@ -170,3 +170,19 @@ async def test_queue_time_is_reported() -> None:
     run.gate.set()
     await first
     assert (await second).queued_s >= 0.04
+
+
+async def test_drain_returns_when_the_last_queued_request_was_cancelled() -> None:
+    run = Recorder()
+    run.gate = asyncio.Event()
+    batcher = Batcher(run, BatchPolicy(window_ms=5, max_size=8))
+    first = asyncio.ensure_future(batcher.submit(0))
+    await asyncio.sleep(0.01)
+    queued = asyncio.ensure_future(batcher.submit(1))
+    await asyncio.sleep(0)
+    queued.cancel()
+    drained = asyncio.ensure_future(batcher.drain())
+    await asyncio.sleep(0.01)
+    run.gate.set()
+    await asyncio.wait_for(drained, 2.0)
+    assert (await first).value == 0
