@@ -3,7 +3,7 @@
     health     GET  /api/health/{probe}   anonymous (Container Apps probes)
     api        *    /api/{*route}         function key: score, batch, models, stats
     payments   Service Bus queue `payments` -> `risk-completed` | `risk-rejected`
-    model_blob Blob `models/{name}/{version}/model.onnx` (Event Grid source)
+    model_blob Blob `%MODELS_CONTAINER%/{name}/{version}/model.onnx` (Event Grid source)
 """
 
 import azure.functions as func
@@ -39,7 +39,7 @@ async def payments(msg: func.ServiceBusMessage, completed: func.Out[str], reject
 @app.function_name("model_blob")
 @app.blob_trigger(
     arg_name="blob",
-    path="models/{name}/{version}/model.onnx",
+    path="%MODELS_CONTAINER%/{name}/{version}/model.onnx",
     connection=MODEL_STORAGE,
     source=func.BlobSource.EVENT_GRID,
 )

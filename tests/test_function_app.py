@@ -62,7 +62,7 @@ def test_service_bus_function_bindings() -> None:
 def test_blob_function_bindings() -> None:
     blob = bindings("model_blob")["blob"]
     assert (blob["type"], blob["path"], blob["connection"], blob["source"]) == (
-        "blobTrigger", "models/{name}/{version}/model.onnx", "ModelStorage", "EventGrid")
+        "blobTrigger", "%MODELS_CONTAINER%/{name}/{version}/model.onnx", "ModelStorage", "EventGrid")
 
 
 def test_function_names() -> None:

@@ -165,6 +165,7 @@ var serviceSettings = [
   { name: 'CACHE_L2_TTL_S', value: '0' }
   { name: 'FEATURES_L1_TTL_S', value: '5' }
   { name: 'REDIS_TIMEOUT_MS', value: '50' }
+  { name: 'PREDICTION_L2', value: 'auto' }
   { name: 'ORT_INTRA_OP_THREADS', value: string(ortIntraOpThreads) }
   { name: 'ORT_INTER_OP_THREADS', value: '1' }
   { name: 'ORT_GRAPH_OPTIMIZATION', value: 'all' }

@@ -116,6 +116,11 @@ class RedisTier:
         if self._flushing is None or self._flushing.done():
             self._flushing = asyncio.get_running_loop().create_task(self._flush())
 
+    async def flush(self) -> None:
+        """Wait until the writes queued so far have been sent (or dropped on failure)."""
+        while self._flushing is not None and not self._flushing.done():
+            await asyncio.gather(self._flushing, return_exceptions=True)
+
     async def ping(self) -> bool:
         try:
             async with asyncio.timeout(max(self._timeout, 0.5)):

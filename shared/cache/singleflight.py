@@ -20,10 +20,15 @@ class SingleFlight(Generic[K, V]):
         self.shared = 0
 
     async def do(self, key: K, fn: Callable[[], Awaitable[V]]) -> V:
-        running = self._calls.get(key)
-        if running is not None:
+        while (running := self._calls.get(key)) is not None:
             self.shared += 1
-            return await asyncio.shield(running)
+            try:
+                return await asyncio.shield(running)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is None or task.cancelling():
+                    raise  # this caller was cancelled
+                # NOTE: the leader was cancelled, not us: try again (perhaps as the leader)
         future: asyncio.Future[V] = asyncio.get_running_loop().create_future()
         self._calls[key] = future
         try:

@@ -72,6 +72,7 @@ class TieredCache(Generic[V]):
         return await self._flights.do(key, lambda: self._fill(key, compute))
 
     async def _fill(self, key: str, compute: Callable[[], Awaitable[V]]) -> tuple[V, Tier | None]:
+        l2_answered = True
         if self._l2 is not None:
             payload = codec.decode(await self._l2.get(key))
             value = self._load(payload) if payload is not None else None
@@ -79,9 +80,11 @@ class TieredCache(Generic[V]):
                 self.stats.l2_hits += 1
                 self._remember(key, value)
                 return value, "l2"
+            l2_answered = self._l2.available
         self.stats.misses += 1
         value = await compute()
-        self._remember(key, value)
+        if l2_answered:  # NOTE: a stand-in computed while Redis failed must not outlive the failure
+            self._remember(key, value)
         if self._l2 is not None and self._write_back:
             self._l2.put(key, codec.encode(self._dump(value), compress_min_bytes=self._compress_min), self._l2_ttl)
         return value, None

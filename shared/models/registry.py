@@ -8,6 +8,7 @@ off the event loop, then swapped in by replacing one reference; versions beyond
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ import numpy.typing as npt
 from shared.batching import Batcher, Completed, split_rows, stack_rows
 from shared.cache import PredictionCache
 from shared.cache.redis_tier import ewma
-from shared.errors import ModelNotFound, NotReady
+from shared.errors import ModelInvalid, ModelNotFound, NotReady
 from shared.features import FeatureMapper
 from shared.models.runtime import OnnxModel
 from shared.models.source import ModelRef, ModelSource, version_key
@@ -60,13 +61,17 @@ class LoadedModel:
     predictions: PredictionCache | None = None
     loaded_at: float = field(default_factory=time.time)
     load_s: float = 0.0
+    fingerprint: str = ""  # hash of the model file: a re-uploaded version never hits old cache entries
     rows_run: int = 0
     batch_run_s: float | None = None  # moving average of one model run on a batch
     batcher: Batcher[tuple[str, Row], Prediction] = field(init=False)
     mapper: FeatureMapper = field(init=False)
 
     def __post_init__(self) -> None:
-        self.batcher = Batcher(self._run, self.policy, name=f"{self.name}/{self.version}")
+        # NOTE: inline, the loop is busy while the model runs, so one slot; in a thread, a
+        # second batch may form (within the window) while the first one runs.
+        slots = 1 if self.inline else 2
+        self.batcher = Batcher(self._run, self.policy, max_concurrency=slots, name=f"{self.name}/{self.version}")
         self.mapper = FeatureMapper(self.model.spec)
 
     @property
@@ -75,7 +80,7 @@ class LoadedModel:
 
     async def score(self, row: Row) -> Completed[Prediction]:
         """Score one feature row: from this process's cache, else through the shared micro-batch."""
-        key = PredictionCache.key(self.name, self.version, row.tobytes())
+        key = PredictionCache.key(self.name, f"{self.version}.{self.fingerprint}", row.tobytes())
         if self.predictions is not None:
             score = self.predictions.get_l1(key)
             if score is not None:
@@ -125,6 +130,7 @@ class LoadedModel:
     def describe(self) -> dict[str, object]:
         return {
             "version": self.version,
+            "fingerprint": self.fingerprint,
             "providers": self.model.providers,
             "loaded_at": self.loaded_at,
             "load_ms": round(self.load_s * 1000, 2),
@@ -168,9 +174,20 @@ class ModelRegistry:
         for ref in refs:
             by_name.setdefault(ref.name, []).append(ref.version)
         for name, versions in by_name.items():
-            for version in sorted(versions, key=version_key)[-self._keep :]:
+            loaded = 0
+            for version in sorted(versions, key=version_key, reverse=True):  # newest first
+                if loaded == self._keep:
+                    break
                 data = await asyncio.to_thread(self.source.read, ModelRef(name, version))
-                await self.install(name, version, data)
+                try:
+                    await self.install(name, version, data)
+                except ModelInvalid as exc:
+                    # NOTE: a bad file left in the source must not keep every new replica down
+                    log.error("skipping %s/%s: %s", name, version, exc.detail)
+                    continue
+                loaded += 1
+        if not self._active:
+            raise NotReady(f"no valid model in {self.source.description}")
         self.ready = True
 
     async def install(self, name: str, version: str, data: bytes) -> LoadedModel:
@@ -198,7 +215,10 @@ class ModelRegistry:
         started = time.perf_counter()
         model = OnnxModel.load(data, self._ort)
         model.warm(self._policy.max_size)
-        loaded = LoadedModel(name, version, model, self._policy, inline=self._ort.inline, predictions=self.predictions)
+        loaded = LoadedModel(
+            name, version, model, self._policy, inline=self._ort.inline, predictions=self.predictions,
+            fingerprint=hashlib.blake2b(data, digest_size=6).hexdigest(),
+        )
         loaded.load_s = time.perf_counter() - started
         return loaded
 

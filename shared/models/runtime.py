@@ -107,6 +107,8 @@ class OnnxModel:
             raise InferenceFailed(f"onnxruntime run failed: {_first_line(exc)}") from exc
         scores = np.asarray(output, dtype=np.float64)
         if scores.ndim == 2:
+            if not 0 <= self.spec.score_column < scores.shape[1]:
+                raise InferenceFailed(f"score column {self.spec.score_column} is outside the {scores.shape[1]} output columns")
             scores = scores[:, self.spec.score_column]
         return scores.reshape(-1)
 
@@ -114,7 +116,10 @@ class OnnxModel:
         """Run a lone row and a full batch of defaults; fail if the answers are not scores."""
         defaults = np.array([f.default for f in self.spec.features], dtype=np.float32)
         for n in sorted({1, max_batch}):
-            scores = self.predict(np.tile(defaults, (n, 1)))
+            try:
+                scores = self.predict(np.tile(defaults, (n, 1)))
+            except InferenceFailed as exc:  # a model that cannot score its own defaults is not servable
+                raise ModelInvalid(f"warm-up failed: {exc.detail}") from exc
             if scores.shape != (n,):
                 raise ModelInvalid(f"model returned {scores.shape[0]} scores for {n} rows")
             if not np.all((scores >= 0.0) & (scores <= 1.0)):

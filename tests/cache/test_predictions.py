@@ -26,10 +26,7 @@ def test_keys_hold_model_version_and_row() -> None:
 
 
 async def settle(tier: RedisTier) -> None:
-    for _ in range(200):
-        if not tier._writes and (tier._flushing is None or tier._flushing.done()):
-            return
-        await asyncio.sleep(0.01)
+    await tier.flush()
 
 
 async def test_store_then_read_from_another_replica(redis_url: str, redis_prefix: str, redis_client) -> None:
@@ -127,3 +124,17 @@ async def test_a_cheap_model_stops_using_redis_under_auto(fraud) -> None:
     assert {r.value.source for r in results} == {"model"}
     assert tier.stats.round_trips == trips  # neither read nor written
     assert loaded.describe()["predictions_via_redis"] is False
+
+
+async def test_a_re_uploaded_version_never_serves_the_old_files_predictions(models_dir: Path) -> None:
+    from tests.onnx_models import make_model
+
+    cache = PredictionCache(l1_size=100, l1_ttl_s=30, l2=None, l2_ttl_s=0)
+    registry = ModelRegistry(DirectorySource(models_dir), OrtOptions(), BatchPolicy(window_ms=5, max_size=8), predictions=cache)
+    await registry.load_all()
+    row = np.full(4, 1, dtype=np.float32)
+    before = await registry.active("fraud").score(row)
+    await registry.install("fraud", "1", make_model(bias=-40.0))  # same version, new file
+    after = await registry.active("fraud").score(row)
+    assert after.value.source == "model" and after.value.score != before.value.score
+    await registry.aclose()

@@ -44,10 +44,7 @@ def tier(redis_url: str, redis_prefix: str) -> Iterator[RedisTier]:
 
 
 async def settle(tier: RedisTier) -> None:
-    for _ in range(100):
-        if not tier._writes and (tier._flushing is None or tier._flushing.done()):
-            return
-        await asyncio.sleep(0.01)
+    await tier.flush()
 
 
 async def test_miss_computes_once_then_l1_hits(tier: RedisTier) -> None:
@@ -137,3 +134,16 @@ def test_entra_auth_uses_a_token_credential_provider() -> None:
     tier = RedisTier.from_url("rediss://example.redis.azure.net:10000", timeout_s=0.1, use_entra=True)
     assert isinstance(tier._client.connection_pool.connection_kwargs["credential_provider"], EntraIdCredentialsProvider)
     assert "password" not in tier._client.connection_pool.connection_kwargs or not tier._client.connection_pool.connection_kwargs["password"]
+
+
+async def test_a_stand_in_computed_during_a_redis_failure_is_not_kept() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    tier = RedisTier.from_url(f"redis://127.0.0.1:{port}/0", timeout_s=0.2)
+    cache = make_cache(tier)
+    assert await cache.get_or_compute("user", Counter(0.0)) == (0.0, None)
+    compute = Counter(0.0)
+    await cache.get_or_compute("user", compute)
+    assert compute.calls == 1  # asked again, not served from L1
+    await tier.aclose()

@@ -36,9 +36,14 @@ def test_connection_prefixes_have_identity_settings(app_env: dict[str, Any]) -> 
         assert app_env[f"{kwargs['connection']}__credential"] == "managedidentity"
 
 
-def test_blob_trigger_container_and_event_grid_hook(modules: dict[str, Module]) -> None:
+def test_blob_trigger_container_and_event_grid_hook(modules: dict[str, Module], app_env: dict[str, Any]) -> None:
     name, blob = trigger("blob_trigger")
     container = blob["path"].split("/", 1)[0]
+    if container.startswith("%") and container.endswith("%"):
+        # an app-setting expression: the app must set it, from the same parameter as the container
+        assert container.strip("%") in app_env, f"{container} is not set on the app"
+        container = modules["storage"].params["modelsContainerName"]["default"]
+        assert app_env["MODELS_CONTAINER"] in ("modelsContainerName", container)
     assert modules["storage"].params["modelsContainerName"]["default"] == container
     assert "EVENT_GRID" in str(blob.get("source")), "the infra subscribes the blob trigger through Event Grid"
     hook = (INFRA / "hooks" / "eventgrid-subscription.sh").read_text()

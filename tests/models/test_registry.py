@@ -87,3 +87,37 @@ async def test_an_older_upload_does_not_replace_the_newer_active(models_dir: Pat
     await reg.install("fraud", "4", make_model())
     assert reg.active("fraud").version == "5"
     await reg.aclose()
+
+
+async def test_a_bad_newest_file_is_skipped_at_start(models_dir: Path) -> None:
+    (models_dir / "fraud" / "2").mkdir()
+    (models_dir / "fraud" / "2" / "model.onnx").write_bytes(b"corrupt upload")
+    reg = registry(models_dir)
+    await reg.load_all()
+    assert reg.active("fraud").version == "1" and reg.ready
+
+
+async def test_no_valid_model_at_all_is_not_ready(tmp_path: Path) -> None:
+    (tmp_path / "fraud" / "1").mkdir(parents=True)
+    (tmp_path / "fraud" / "1" / "model.onnx").write_bytes(b"corrupt")
+    with pytest.raises(NotReady, match="no valid model"):
+        await registry(tmp_path).load_all()
+
+
+async def test_score_column_outside_the_output_is_model_invalid(models_dir: Path) -> None:
+    from shared.models import FeatureDef, ModelSpec, Thresholds
+
+    features = tuple(FeatureDef(n, 0.0) for n in ("log_amount", "channel=web", "user_avg_amount_30d", "user_txn_count_24h"))
+    meta = ModelSpec(features, "features", "probabilities", 5, Thresholds(0.5, 0.9)).to_metadata()
+    with pytest.raises(ModelInvalid, match="score column 5"):
+        await registry(models_dir).install("fraud", "3", make_model(metadata=meta))
+
+
+async def test_a_model_run_off_the_loop_lets_a_second_batch_form_within_the_window(models_dir: Path) -> None:
+    reg = ModelRegistry(DirectorySource(models_dir), OrtOptions(inline=False), BatchPolicy(window_ms=5, max_size=8))
+    await reg.load_all()
+    loaded = reg.active("fraud")
+    results = await asyncio.gather(*(loaded.score(np.full(4, i, dtype=np.float32)) for i in range(16)))
+    assert all(0 <= r.value.score <= 1 for r in results)
+    assert loaded.batcher.batches == 2
+    await reg.aclose()
