@@ -6,7 +6,8 @@ Steps (progress is printed as it goes):
   1. Redis (REDIS_URL, or our own redis-server), demo user features seeded under a fresh prefix;
   2. closed loop, wrk -t2 -c16, rounds interleaved so every figure sees the same machine:
      bare Starlette on Granian (the ceiling, same stack) · raw ASGI on Granian (fastest we have) ·
-     /api/score on the miss path (unique rows) · the hit path · /api/score/batch (8 events);
+     /api/score on the miss path (unique rows; PREDICTION_L2 auto, and always = a Redis read
+     per batch) · the hit path · /api/score/batch (8 events);
   3. open loop at fixed offered rates on the miss path: latency percentiles and per-stage timings;
   4. in-process: raw ONNX Runtime on the model (the floor) and the batcher's added latency;
   5. report.md, results.json and PNG plots in --out.
@@ -98,19 +99,21 @@ def main() -> None:
             server.stop()
         results["start_to_ready_s"] = statistics.median(starts)
 
-        targets = {
-            "ceiling_starlette": ("bench.ceiling:starlette_app", "hit"),
-            "ceiling_raw_asgi": ("bench.ceiling:raw_app", "hit"),
-            "score_miss": ("shared.asgi:app", "miss"),
-            "score_hit": ("shared.asgi:app", "hit"),
-            "batch_8": ("shared.asgi:app", "batch"),
+        always = {"PREDICTION_L2": "always"}
+        targets: dict[str, tuple[str, str, dict[str, str]]] = {
+            "ceiling_starlette": ("bench.ceiling:starlette_app", "hit", {}),
+            "ceiling_raw_asgi": ("bench.ceiling:raw_app", "hit", {}),
+            "score_miss": ("shared.asgi:app", "miss", {}),
+            "score_miss_redis": ("shared.asgi:app", "miss", always),
+            "score_hit": ("shared.asgi:app", "hit", {}),
+            "batch_8": ("shared.asgi:app", "batch", {}),
         }
         runs: dict[str, list[dict[str, float]]] = {name: [] for name in targets}
         memory: dict[str, float] = {}
         for round_no in range(1, args.rounds + 1):
-            for name, (target, mode) in targets.items():
+            for name, (target, mode, extra) in targets.items():
                 say(f"round {round_no}/{args.rounds}: wrk {name} ({args.seconds:.0f} s, {args.connections} connections)")
-                server = start_granian(name, target, {**app_env, "PYTHONPATH": str(ROOT)})
+                server = start_granian(name, target, {**app_env, **extra})
                 try:
                     if mode == "hit":
                         wrk(server.port, 1, args.connections, mode)  # warm the cache with the hit set
