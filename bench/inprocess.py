@@ -1,0 +1,82 @@
+"""CPU per request of the ASGI app called in-process: no server, no load generator, no network.
+
+    .venv/bin/python -m bench.inprocess [--profile hit|miss]
+
+The same app object `make run` serves, driven through its ASGI interface in groups of 8
+concurrent requests; `time.process_time` per request, median of 5 rounds, beside the bare
+Starlette endpoint. This isolates the Python cost of the score path from the machine's noise
+(embedded defaults: no Redis). `--profile` prints the cProfile of one path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import pstats
+import statistics
+import time
+from typing import Any
+
+import orjson
+
+from bench.ceiling import starlette_app
+from bench.loadgen import event_body
+from shared.build import ServiceHolder
+from shared.http import create_app
+from shared.settings import Settings
+
+
+async def call(app: Any, body: bytes) -> None:
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+        "path": "/api/score", "raw_path": b"/api/score", "query_string": b"", "root_path": "",
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80),
+    }
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    if sent[0]["status"] != 200:
+        raise RuntimeError(orjson.loads(sent[-1]["body"]))
+
+
+async def cpu_per_request(app: Any, bodies: list[bytes]) -> float:
+    started = time.process_time()
+    for i in range(0, len(bodies), 8):
+        await asyncio.gather(*(call(app, b) for b in bodies[i : i + 8]))
+    return (time.process_time() - started) / len(bodies) * 1e6
+
+
+async def main(profile: str | None) -> None:
+    holder = ServiceHolder(lambda: Settings(gc_gen0_threshold=0))
+    app = create_app(holder)
+    await holder.get()
+    hits = [event_body(n) for n in range(200)] * 20
+    for body in hits[:200]:
+        await call(app, body)
+    paths = {"ceiling": (starlette_app, lambda r: hits), "hit": (app, lambda r: hits),
+             "miss": (app, lambda r: [event_body(1_000_000 * (r + 1) + n) for n in range(4000)])}
+    for name, (target, bodies) in paths.items():
+        rounds = [await cpu_per_request(target, bodies(r)) for r in range(5)]
+        print(f"{name}: {statistics.median(rounds):.1f} µs CPU per request (median of 5 rounds)")
+    if profile:
+        target, bodies = paths[profile]
+        prof = cProfile.Profile()
+        prof.enable()
+        await cpu_per_request(target, bodies(9))
+        prof.disable()
+        pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+    await holder.aclose()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profile", choices=["hit", "miss"])
+    asyncio.run(main(parser.parse_args().profile))
