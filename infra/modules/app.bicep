@@ -171,7 +171,7 @@ var serviceSettings = [
   { name: 'ORT_GRAPH_OPTIMIZATION', value: 'all' }
   { name: 'ORT_USE_GPU', value: useGpu ? 'true' : 'false' }
   { name: 'ORT_USE_TENSORRT', value: 'false' }
-  { name: 'ORT_INLINE', value: 'true' }
+  { name: 'ORT_INLINE', value: useGpu ? 'false' : 'true' } // on a GPU the run leaves the event loop; a second batch forms meanwhile
   { name: 'MAX_BODY_BYTES', value: '65536' }
   { name: 'MAX_BATCH_ITEMS', value: '256' }
   { name: 'MODELS_KEEP_VERSIONS', value: '2' }
