@@ -103,8 +103,8 @@ class ServiceHolder:
 
     def start(self) -> asyncio.Task[ScoringService]:
         """Begin building (idempotent); a failed build is retried by the next call."""
-        if self._task is not None and self._task.done() and self._task.exception() is not None:
-            self.last_error = str(self._task.exception())
+        if self._task is not None and self._task.done() and (self._task.cancelled() or self._task.exception()):
+            self.last_error = "start cancelled" if self._task.cancelled() else str(self._task.exception())
             self._task = None
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(build_service(self.settings))
@@ -118,8 +118,9 @@ class ServiceHolder:
 
     def peek(self) -> ScoringService | None:
         """The service if it is built, without starting anything."""
-        if self._service is None and self._task is not None and self._task.done() and self._task.exception() is None:
-            self._service = self._task.result()
+        task = self._task
+        if self._service is None and task is not None and task.done() and not task.cancelled() and task.exception() is None:
+            self._service = task.result()
         return self._service
 
     async def aclose(self) -> None:
