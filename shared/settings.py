@@ -67,7 +67,6 @@ class CachePolicy:
     l2_ttl_s: float = 0.0
     features_l1_ttl_s: float = 5.0
     redis_timeout_ms: float = 50.0
-    compress_min_bytes: int = 64
     prediction_l2: PredictionL2 = "auto"
 
     def __post_init__(self) -> None:

@@ -83,10 +83,6 @@ class Batcher(Generic[T, R]):
         self.batches = 0
         self.items = 0
 
-    @property
-    def policy(self) -> BatchPolicy:
-        return self._policy
-
     async def submit(self, item: T) -> Completed[R]:
         """Queue one item and wait for its result."""
         if self._closing:

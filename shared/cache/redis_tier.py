@@ -121,13 +121,6 @@ class RedisTier:
         while self._flushing is not None and not self._flushing.done():
             await asyncio.gather(self._flushing, return_exceptions=True)
 
-    async def ping(self) -> bool:
-        try:
-            async with asyncio.timeout(max(self._timeout, 0.5)):
-                return bool(await self._client.ping())
-        except _FAILURES:
-            return False
-
     async def aclose(self) -> None:
         self._write_delay = 0.0
         if self._flushing is not None:
