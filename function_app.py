@@ -1,9 +1,20 @@
 """Azure Functions (Python v2 model): triggers and bindings only; the work is in `shared`.
 
-    health     GET  /api/health/{probe}   anonymous (Container Apps probes)
-    api        *    /api/{*route}         function key: score, batch, models, stats
-    payments   Service Bus queue `payments` -> `risk-completed` | `risk-rejected`
-    model_blob Blob `%MODELS_CONTAINER%/{name}/{version}/model.onnx` (Event Grid source)
+    function     route (prefix /api)        methods  auth        what
+    health       health/{probe}             GET      anonymous   live / ready (Container Apps probes)
+    model_score  models/{name}/score        POST     function    one event, a named model
+    models       models                     GET      function    loaded models and versions
+    score        score                      POST     function    one event, the default model
+    score_batch  score/batch                POST     function    up to MAX_BATCH_ITEMS events
+    stats        stats                      GET      function    cache and batch counters
+    payments     Service Bus `payments` -> `risk-completed` | `risk-rejected`
+    model_blob   Blob `%MODELS_CONTAINER%/{name}/{version}/model.onnx` (Event Grid source)
+
+NOTE: one explicit route per HTTP function, no catch-all. The host puts routes into one
+first-match table in the order of function names, with no precedence: a keyed catch-all
+named before `health` answered the probes with 401. Explicit routes cannot overlap, so
+the order cannot matter; tests/test_function_app.py models the host's table to keep it so.
+Every HTTP function forwards to the same ASGI app that `make run` serves.
 """
 
 import azure.functions as func
@@ -14,6 +25,9 @@ app = func.FunctionApp()
 
 QUEUE_CONNECTION = "ServiceBusConnection"
 MODEL_STORAGE = "ModelStorage"
+KEYED = func.AuthLevel.FUNCTION
+
+handlers.warm_up_soon()  # under the worker: load models now, not at the first probe
 
 
 @app.function_name("health")
@@ -22,9 +36,33 @@ async def health(req: func.HttpRequest, context: func.Context) -> func.HttpRespo
     return await handlers.http(req, context)
 
 
-@app.function_name("api")
-@app.route(route="{*route}", methods=["GET", "POST"], auth_level=func.AuthLevel.FUNCTION)
-async def api(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
+@app.function_name("score")
+@app.route(route="score", methods=["POST"], auth_level=KEYED)
+async def score(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
+    return await handlers.http(req, context)
+
+
+@app.function_name("score_batch")
+@app.route(route="score/batch", methods=["POST"], auth_level=KEYED)
+async def score_batch(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
+    return await handlers.http(req, context)
+
+
+@app.function_name("model_score")
+@app.route(route="models/{name}/score", methods=["POST"], auth_level=KEYED)
+async def model_score(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
+    return await handlers.http(req, context)
+
+
+@app.function_name("models")
+@app.route(route="models", methods=["GET"], auth_level=KEYED)
+async def models(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
+    return await handlers.http(req, context)
+
+
+@app.function_name("stats")
+@app.route(route="stats", methods=["GET"], auth_level=KEYED)
+async def stats(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
     return await handlers.http(req, context)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from shared.models import ModelRegistry
+from shared.registry import ModelRegistry
 from shared.models.source import DirectorySource
 from shared.settings import BatchPolicy, OrtOptions
 

@@ -1,11 +1,54 @@
 """The fraud-scoring core: one service behind the HTTP, Service Bus and Blob triggers.
 
-Importing `shared` is cheap: heavy modules (onnxruntime, redis, Azure SDKs) load
-when the service is built, on first use.
+Layers (imports run one way, down this list; tests/test_layers.py fails on an upward one):
+
+    settings, errors                 configuration and the one error tree
+    events                           the payment event schema and its decoding
+    cache, batching, background      tiers and prediction cache · micro-batcher · job supervisor
+    models                           spec (metadata contract) · runtime (ONNX Runtime) · source
+    features, feature_store          event + user context → the model's row
+    serving, registry, decision      one served version · versions and lifecycle · score → decision
+    service, build                   the transport-free core · wiring once per process
+    http, triggers, asgi, __main__   adapters
+
+Importing `shared` is cheap: every name below loads its module on first use.
 """
 
-from shared.build import ServiceHolder, build_service
-from shared.errors import ScoringError
-from shared.settings import BatchPolicy, CachePolicy, OrtOptions, Settings
+from __future__ import annotations
 
-__all__ = ["BatchPolicy", "CachePolicy", "OrtOptions", "ScoringError", "ServiceHolder", "Settings", "build_service"]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from shared.build import ServiceHolder, build_service
+    from shared.errors import ScoringError
+    from shared.service import ScoringService
+    from shared.settings import BatchPolicy, CachePolicy, OrtOptions, Settings
+
+__all__ = [
+    "BatchPolicy",
+    "CachePolicy",
+    "OrtOptions",
+    "ScoringError",
+    "ScoringService",
+    "ServiceHolder",
+    "Settings",
+    "build_service",
+]
+
+_HOMES = {
+    "BatchPolicy": "settings",
+    "CachePolicy": "settings",
+    "OrtOptions": "settings",
+    "Settings": "settings",
+    "ScoringError": "errors",
+    "ScoringService": "service",
+    "ServiceHolder": "build",
+    "build_service": "build",
+}
+
+
+def __getattr__(name: str) -> Any:  # NOTE: PEP 562: a submodule loads when its name is first used
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)

@@ -13,11 +13,11 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from shared.errors import NotReady
+from shared.errors import NotReady, ScoringError, SettingsError
 from shared.settings import Settings
 
 if TYPE_CHECKING:
-    from shared.service import ScoringService
+    from shared.service import Readiness, ScoringService
 
 __all__ = ["ServiceHolder", "build_service", "tune_gc"]
 
@@ -26,10 +26,11 @@ log = logging.getLogger(__name__)
 
 async def build_service(settings: Settings) -> ScoringService:
     """Wire the core from settings and load every model; returns a ready service."""
-    from shared.cache import PredictionCache, RedisTier
+    from shared.cache.predictions import PredictionCache
+    from shared.cache.redis_tier import RedisTier
     from shared.feature_store import FeatureStore, load_feature_file
-    from shared.models import BlobSource, DirectorySource, ModelRegistry
-    from shared.models.source import ModelSource
+    from shared.models.source import BlobSource, DirectorySource, ModelSource
+    from shared.registry import ModelRegistry
     from shared.service import ScoringService
 
     redis = None
@@ -50,7 +51,8 @@ async def build_service(settings: Settings) -> ScoringService:
         try:
             fallback = load_feature_file(settings.features_file)
         except (OSError, ValueError) as exc:
-            raise NotReady(f"cannot read FEATURES_FILE {settings.features_file}: {exc}") from exc
+            log.error("cannot read FEATURES_FILE %s: %s", settings.features_file, exc)
+            raise NotReady(f"FEATURES_FILE: cannot read the file ({type(exc).__name__})") from exc
     features = FeatureStore(redis=redis, fallback=fallback, l1_size=min(settings.cache.l1_size, 100_000), l1_ttl_s=settings.cache.features_l1_ttl_s)
     policy = settings.cache
     predictions = PredictionCache(
@@ -82,7 +84,11 @@ def tune_gc(gen0_threshold: int) -> None:
 
 
 class ServiceHolder:
-    """Builds the service once, inside the running event loop, on first need."""
+    """Builds the service once, inside the running event loop, on first need.
+
+    Until it is built, `readiness()` says why not: starting, a setting that is wrong
+    (one line naming it), or the last failed start (retried on the next call).
+    """
 
     def __init__(self, settings: Callable[[], Settings] = Settings.from_env) -> None:
         self._settings_factory = settings
@@ -93,18 +99,19 @@ class ServiceHolder:
 
     @property
     def settings(self) -> Settings:
-        """The settings, read on first use; a bad value is `NotReady` with the reason."""
+        """The settings, read on first use; a bad value raises `SettingsError` naming it."""
         if self._settings is None:
-            try:
-                self._settings = self._settings_factory()
-            except ValueError as exc:  # SettingsError, or a cast that failed
-                raise NotReady(f"invalid settings: {exc}") from exc
+            self._settings = self._settings_factory()
         return self._settings
 
     def start(self) -> asyncio.Task[ScoringService]:
         """Begin building (idempotent); a failed build is retried by the next call."""
-        if self._task is not None and self._task.done() and (self._task.cancelled() or self._task.exception()):
-            self.last_error = "start cancelled" if self._task.cancelled() else str(self._task.exception())
+        task = self._task
+        if task is not None and task.done() and (task.cancelled() or task.exception()):
+            exc = None if task.cancelled() else task.exception()
+            if exc is not None and not isinstance(exc, ScoringError):
+                log.error("service start failed", exc_info=exc)
+            self.last_error = "start cancelled" if exc is None else _public(exc)
             self._task = None
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(build_service(self.settings))
@@ -114,7 +121,12 @@ class ServiceHolder:
         service = self.peek()  # NOTE: the per-request path: no future, no task
         if service is not None:
             return service
-        return await asyncio.shield(self.start())
+        try:
+            return await asyncio.shield(self.start())
+        except ScoringError:
+            raise
+        except Exception as exc:  # NOTE: a foreign failure at start: its name only, the rest is logged
+            raise NotReady(_public(exc)) from exc
 
     def peek(self) -> ScoringService | None:
         """The service if it is built, without starting anything."""
@@ -122,6 +134,20 @@ class ServiceHolder:
         if self._service is None and task is not None and task.done() and not task.cancelled() and task.exception() is None:
             self._service = task.result()
         return self._service
+
+    def readiness(self) -> Readiness:
+        """The service's readiness, or why there is no service yet (starting it if need be)."""
+        from shared.service import Readiness
+
+        service = self.peek()
+        if service is not None:
+            return service.readiness()
+        try:
+            self.start()
+        except SettingsError as exc:
+            return Readiness(False, f"invalid settings: {exc.detail}", [])
+        detail = f"start failed, retrying: {self.last_error}" if self.last_error else "starting"
+        return Readiness(False, detail, [])
 
     async def aclose(self) -> None:
         if self._task is not None:
@@ -132,3 +158,10 @@ class ServiceHolder:
             self._service = None
             if service is not None:
                 await service.aclose()
+
+
+def _public(exc: BaseException | None) -> str:
+    """What may be shown about a failed start: our own detail, or a foreign error's type."""
+    if isinstance(exc, ScoringError):
+        return exc.detail
+    return f"{type(exc).__name__} (see the log)"

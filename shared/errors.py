@@ -1,23 +1,26 @@
 """The one error tree of the service.
 
-    ScoringError                  500 internal         (queue: retry)
-    ├── BadRequest                400 bad_request      (queue: reject)
-    │   ├── MalformedJson         400 malformed_json
-    │   ├── InvalidEvent          422 invalid_event
-    │   ├── TooManyItems          422 too_many_items
-    │   ├── UnsupportedMediaType  415 unsupported_media_type
-    │   └── PayloadTooLarge       413 payload_too_large
-    ├── ModelNotFound             404 model_not_found  (queue: reject)
-    ├── ModelInvalid              422 model_invalid    (blob: not retried)
-    ├── NotReady                  503 not_ready        (queue: retry)
-    ├── ModelSourceError          503 model_source     (retry)
-    └── InferenceFailed           500 inference_failed (queue: retry)
-        └── BatchShapeError       500 batch_shape
+    ScoringError                  500 internal          INTERNAL           (queue: retry)
+    ├── BadRequest                400 bad_request       INVALID_ARGUMENT   (queue: reject)
+    │   ├── MalformedJson         400 malformed_json    INVALID_ARGUMENT
+    │   ├── InvalidEvent          422 invalid_event     INVALID_ARGUMENT
+    │   ├── TooManyItems          422 too_many_items    INVALID_ARGUMENT
+    │   ├── UnsupportedMediaType  415 unsupported_media_type  INVALID_ARGUMENT
+    │   └── PayloadTooLarge       413 payload_too_large RESOURCE_EXHAUSTED
+    ├── ModelNotFound             404 model_not_found   NOT_FOUND          (queue: reject)
+    ├── ModelInvalid              422 model_invalid     FAILED_PRECONDITION (blob: not retried)
+    ├── NotReady                  503 not_ready         UNAVAILABLE        (queue: retry)
+    │   ├── BatcherClosed         503 model_retired     UNAVAILABLE        (resubmit to the new version)
+    │   └── SettingsError         503 not_ready         UNAVAILABLE        (the operator must fix a setting)
+    ├── ModelSourceError          503 model_source      UNAVAILABLE        (retry)
+    └── InferenceFailed           500 inference_failed  INTERNAL           (queue: retry)
+        └── BatchShapeError       500 batch_shape       INTERNAL
 
-Each class fixes its HTTP status, a stable machine-readable `code` and whether
-a queue message that hit it should be retried (transient) or rejected with the
-reason (it will never succeed). Foreign exceptions are translated inside the
-adapter that calls the foreign library (`raise InferenceFailed(...) from exc`).
+Each class fixes its HTTP status, its gRPC status name (the `grpc.StatusCode` member a
+gRPC adapter answers with), a stable machine-readable `code`, and whether a queue message
+that hit it should be retried (transient, or the service's own state) or rejected with the
+reason (the message's own fault: it will never succeed). Foreign exceptions are translated
+inside the adapter that calls the foreign library (`raise InferenceFailed(...) from exc`).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 __all__ = [
     "BadRequest",
     "BatchShapeError",
+    "BatcherClosed",
     "InferenceFailed",
     "InvalidEvent",
     "MalformedJson",
@@ -34,6 +38,7 @@ __all__ = [
     "NotReady",
     "PayloadTooLarge",
     "ScoringError",
+    "SettingsError",
     "TooManyItems",
     "UnsupportedMediaType",
     "error_body",
@@ -44,6 +49,7 @@ class ScoringError(Exception):
     """Base of every error the service raises on purpose."""
 
     status: int = 500
+    grpc_status: str = "INTERNAL"
     code: str = "internal"
     retryable: bool = True
 
@@ -53,7 +59,7 @@ class ScoringError(Exception):
 
 
 class BadRequest(ScoringError):
-    status, code, retryable = 400, "bad_request", False
+    status, grpc_status, code, retryable = 400, "INVALID_ARGUMENT", "bad_request", False
 
 
 class MalformedJson(BadRequest):
@@ -73,27 +79,40 @@ class UnsupportedMediaType(BadRequest):
 
 
 class PayloadTooLarge(BadRequest):
-    status, code = 413, "payload_too_large"
+    status, grpc_status, code = 413, "RESOURCE_EXHAUSTED", "payload_too_large"
 
 
 class ModelNotFound(ScoringError):
-    status, code, retryable = 404, "model_not_found", False
+    status, grpc_status, code, retryable = 404, "NOT_FOUND", "model_not_found", False
 
 
 class ModelInvalid(ScoringError):
-    status, code, retryable = 422, "model_invalid", False
+    status, grpc_status, code, retryable = 422, "FAILED_PRECONDITION", "model_invalid", False
 
 
 class NotReady(ScoringError):
-    status, code, retryable = 503, "not_ready", True
+    status, grpc_status, code, retryable = 503, "UNAVAILABLE", "not_ready", True
+
+
+class BatcherClosed(NotReady):
+    """The batcher was drained (its model version was replaced); resubmit to the new one."""
+
+    code = "model_retired"
+
+
+class SettingsError(NotReady):
+    """A setting has a value the service cannot run with; the detail names it and what is expected.
+
+    NOTE: its code stays `not_ready`: to a caller it is the same retry-later answer.
+    """
 
 
 class ModelSourceError(ScoringError):
-    status, code, retryable = 503, "model_source", True
+    status, grpc_status, code, retryable = 503, "UNAVAILABLE", "model_source", True
 
 
 class InferenceFailed(ScoringError):
-    status, code, retryable = 500, "inference_failed", True
+    status, grpc_status, code, retryable = 500, "INTERNAL", "inference_failed", True
 
 
 class BatchShapeError(InferenceFailed):

@@ -11,9 +11,9 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from shared.errors import InvalidEvent, MalformedJson, TooManyItems
+from shared.errors import InvalidEvent, MalformedJson, ScoringError, TooManyItems
 
-__all__ = ["PaymentEvent", "decode_batch", "decode_event", "decode_event_raw"]
+__all__ = ["PaymentEvent", "decode_batch", "decode_event", "decode_event_raw", "decode_events"]
 
 Id = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
 
@@ -81,3 +81,17 @@ def decode_batch(body: bytes, max_items: int) -> list[msgspec.Raw]:
     if len(batch.events) > max_items:
         raise TooManyItems(f"at most {max_items} events per batch, got {len(batch.events)}")
     return batch.events
+
+
+def decode_events(body: bytes, max_items: int) -> list[PaymentEvent | ScoringError]:
+    """Every item of `{"events": [...]}` validated on its own: an event, or its error in its slot.
+
+    The envelope itself (unreadable, empty, too many items) fails the whole batch.
+    """
+    items: list[PaymentEvent | ScoringError] = []
+    for raw in decode_batch(body, max_items):
+        try:
+            items.append(decode_event_raw(raw))
+        except ScoringError as exc:
+            items.append(exc)
+    return items

@@ -16,9 +16,10 @@ from typing import TypeAlias
 
 import orjson
 from cachetools import TTLCache
-from redis.asyncio import Redis
 
-from shared.cache import RedisTier, Tier, TieredCache, codec
+from shared.cache import codec
+from shared.cache.tier import L2Tier
+from shared.cache.tiered import Tier, TieredCache
 
 __all__ = ["FeatureStore", "UserFeatures", "encode_user", "load_feature_file", "seed_redis", "user_key"]
 
@@ -53,7 +54,7 @@ def load_feature_file(path: str | Path) -> dict[str, UserFeatures]:
 class FeatureStore:
     """Reads user context through L1 (short TTL) and Redis, or from the demo file."""
 
-    def __init__(self, *, redis: RedisTier | None, fallback: Mapping[str, UserFeatures] | None, l1_size: int, l1_ttl_s: float) -> None:
+    def __init__(self, *, redis: L2Tier | None, fallback: Mapping[str, UserFeatures] | None, l1_size: int, l1_ttl_s: float) -> None:
         self._fallback = fallback or {}
         self.cache: TieredCache[UserFeatures] = TieredCache(
             "features",
@@ -66,6 +67,9 @@ class FeatureStore:
         )
         self.source = "redis" if redis is not None else "file"
 
+    def stats(self) -> dict[str, int]:
+        return self.cache.stats.as_dict()
+
     async def get(self, user_id: str) -> tuple[UserFeatures, Tier | None]:
         """The user's features ({} when unknown) and the tier that served them."""
         return await self.cache.get_or_compute(user_key(user_id), lambda: self._from_fallback(user_id))
@@ -76,6 +80,8 @@ class FeatureStore:
 
 async def seed_redis(url: str, users: Mapping[str, Mapping[str, float]], *, prefix: str = "", ttl_s: int | None = None) -> int:
     """Write every user's features to Redis in pipelined chunks; returns the count."""
+    from redis.asyncio import Redis  # NOTE: a tool's path (scripts/seed_features.py), not the server's
+
     client = Redis.from_url(url)
     try:
         items = list(users.items())

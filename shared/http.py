@@ -31,7 +31,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shared.build import ServiceHolder
 from shared.errors import PayloadTooLarge, ScoringError, UnsupportedMediaType, error_body
-from shared.events import PaymentEvent, decode_batch, decode_event, decode_event_raw
 
 if TYPE_CHECKING:
     from shared.service import ScoringService
@@ -111,21 +110,12 @@ def create_app(holder: ServiceHolder) -> ASGIApp:
         started = time.perf_counter()
         body = await read_json_body(request, holder.settings.max_body_bytes)
         core = await service()
-        event = decode_event(body)
-        scored = await core.score(event, request.path_params.get("name"), parse_s=time.perf_counter() - started)
+        scored = await core.score_json(body, request.path_params.get("name"), started=started)
         return json_response(scored.as_dict())
 
     async def score_batch(request: Request) -> Response:
-        settings = holder.settings
-        body = await read_json_body(request, settings.max_body_bytes * 16)
-        core = await service()
-        items: list[PaymentEvent | ScoringError] = []
-        for raw in decode_batch(body, settings.max_batch_items):
-            try:
-                items.append(decode_event_raw(raw))
-            except ScoringError as exc:
-                items.append(exc)
-        results = await core.score_many(items)
+        body = await read_json_body(request, holder.settings.max_body_bytes * 16)
+        results = await (await service()).score_batch_json(body)
         return json_response({
             "results": [
                 r.as_dict() if not isinstance(r, ScoringError) else {"index": i, **error_body(r)}
@@ -134,26 +124,17 @@ def create_app(holder: ServiceHolder) -> ASGIApp:
         })
 
     async def models(request: Request) -> Response:
-        core = await service()
-        return json_response({"models": core.registry.describe()})
+        return json_response({"models": (await service()).models()})
 
     async def stats(request: Request) -> Response:
-        core = await service()
-        return json_response(core.stats())
+        return json_response((await service()).stats())
 
     async def live(request: Request) -> Response:
         return json_response({"status": "live"})
 
     async def ready(request: Request) -> Response:
-        core = holder.peek()
-        if core is not None and core.ready:
-            return json_response({"status": "ready", "models": [m["name"] for m in core.registry.describe()]})
-        try:
-            holder.start()
-        except ScoringError as exc:
-            return json_response({"status": "not_ready", "detail": exc.detail}, 503)
-        detail = f"start failed, retrying: {holder.last_error}" if holder.last_error else "starting"
-        return json_response({"status": "not_ready", "detail": detail}, 503)
+        readiness = holder.readiness()
+        return json_response(readiness.as_dict(), 200 if readiness.ready else 503)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -1,26 +1,37 @@
 """The scoring core that no trigger owns: event in, risk decision out.
 
-HTTP, Service Bus and Blob adapters decode their binding, call this, and encode
-the result. One instance per process serves them all, so requests from every
-path land in the same micro-batches and share the caches.
+HTTP, Service Bus and Blob adapters decode their binding, call a method of this, and
+encode the result; they never reach its parts. One instance per process serves them
+all, so requests from every path land in the same micro-batches and share the caches.
+
+    score_json / score_batch_json   bytes → validated events → scored (decoded and timed here)
+    score / score_many              validated events → scored
+    infer                           tensor level: feature rows → scores (protocols, ensembles)
+    models / readiness / stats      what the adapters report
+    install_model / on_model        the lifecycle (Blob trigger, subscribers)
+    background                      long-running jobs started and stopped with the core
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from shared.batching import BatcherClosed
-from shared.cache import PredictionCache, RedisTier
-from shared.errors import ScoringError
-from shared.events import PaymentEvent, decode_event
+from shared.background import Background
+from shared.cache import L2Tier, PredictionCache
+from shared.decision import Decider, ThresholdDecider
+from shared.errors import BatcherClosed, ScoringError
+from shared.events import PaymentEvent, decode_event, decode_events
 from shared.feature_store import FeatureStore
-from shared.models import LoadedModel, ModelRef, ModelRegistry
+from shared.models.source import ModelRef
+from shared.registry import EventKind, Hook, ModelRegistry
+from shared.serving import LoadedModel, Row
 from shared.settings import Settings
 
-__all__ = ["Scored", "ScoringService"]
+__all__ = ["Inferred", "Readiness", "Scored", "ScoringService"]
 
 Source = Literal["model", "cache"]
 
@@ -37,18 +48,52 @@ class Scored:
     source: Source
     defaulted: list[str]
     timings_ms: dict[str, float] = field(default_factory=dict)
+    reason: str = ""
+    scores: Mapping[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, object]:
-        return {
+        body: dict[str, object] = {
             "event_id": self.event_id,
             "risk_score": round(self.risk_score, 6),
             "decision": self.decision,
+            "reason": self.reason,
             "model": self.model,
             "model_version": self.model_version,
             "source": self.source,
             "defaulted": self.defaulted,
             "timings_ms": self.timings_ms,
         }
+        if len(self.scores) > 1:  # NOTE: more than the local model's: show every opinion
+            body["scores"] = {k: round(v, 6) for k, v in self.scores.items()}
+        return body
+
+
+@dataclass(frozen=True, slots=True)
+class Inferred:
+    """Scores for rows of features, from one model version."""
+
+    model: str
+    model_version: str
+    scores: list[float]
+
+
+@dataclass(frozen=True, slots=True)
+class Readiness:
+    """Whether the core can serve, why not, and what it serves with less than it should."""
+
+    ready: bool
+    detail: str
+    models: list[str]
+    degraded: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, object]:
+        body: dict[str, object] = {"status": "ready" if self.ready else "not_ready"}
+        if self.detail:
+            body["detail"] = self.detail
+        body["models"] = self.models
+        if self.degraded:
+            body["degraded"] = self.degraded
+        return body
 
 
 class ScoringService:
@@ -60,41 +105,88 @@ class ScoringService:
         registry: ModelRegistry,
         features: FeatureStore,
         predictions: PredictionCache,
-        redis: RedisTier | None,
+        l2: L2Tier | None,
+        *,
+        decider: Decider | None = None,
     ) -> None:
         self.settings = settings
-        self.registry = registry
-        self.features = features
-        self.predictions = predictions
-        self.redis = redis
+        self.background = Background()
+        self._registry = registry
+        self._features = features
+        self._predictions = predictions
+        self._l2 = l2
+        self._decider: Decider = decider or ThresholdDecider()
+        self._default = settings.default_model
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Load every model, then start the background jobs."""
+        await self._registry.load_all()
+        self.background.start()
+
+    async def aclose(self) -> None:
+        await self.background.aclose()
+        await self._registry.aclose()
+        if self._l2 is not None:
+            await self._l2.aclose()
+
+    async def install_model(self, ref: ModelRef, data: bytes) -> LoadedModel:
+        """Load, validate, warm and activate a model version (the Blob trigger's path)."""
+        return await self._registry.install(ref.name, ref.version, data)
+
+    def on_model(self, kind: EventKind, hook: Hook) -> None:
+        """Follow the models' lifecycle: `loaded`, `activated`, `retired`, `failed`."""
+        self._registry.on(kind, hook)
+
+    # -- what adapters report ----------------------------------------------------
 
     @property
     def ready(self) -> bool:
-        return self.registry.ready
+        return self._registry.ready
 
-    async def start(self) -> None:
-        await self.registry.load_all()
+    def readiness(self) -> Readiness:
+        models = [m["name"] for m in self._registry.describe()]
+        if not self._registry.ready:
+            return Readiness(False, "models are still loading", models)
+        return Readiness(True, "", models)
 
-    async def aclose(self) -> None:
-        await self.registry.aclose()
-        if self.redis is not None:
-            await self.redis.aclose()
+    def models(self) -> list[dict[str, object]]:
+        return self._registry.describe()
 
-    async def score_json(self, body: bytes, model: str | None = None) -> Scored:
-        """Decode, validate and score one JSON event (the queue path)."""
-        started = time.perf_counter()
+    def active(self, name: str | None = None, version: str | None = None) -> LoadedModel:
+        """The version serving `name` (the default model if None), or the named loaded version."""
+        return self._registry.active(name or self._default, version)
+
+    def stats(self) -> dict[str, object]:
+        return {
+            "predictions": self._predictions.stats.as_dict(),
+            "features": self._features.stats(),
+            "feature_source": self._features.source,
+            "redis": self._l2.stats.as_dict() if self._l2 is not None else None,
+        }
+
+    # -- scoring -------------------------------------------------------------------
+
+    async def score_json(self, body: bytes, model: str | None = None, *, started: float | None = None) -> Scored:
+        """Decode, validate and score one JSON event; `started` is when the request began."""
+        started = time.perf_counter() if started is None else started
         event = decode_event(body)
         return await self.score(event, model, parse_s=time.perf_counter() - started)
+
+    async def score_batch_json(self, body: bytes, model: str | None = None) -> list[Scored | ScoringError]:
+        """`{"events": [...]}`: every item scored in order; a bad item keeps its own error."""
+        return await self.score_many(decode_events(body, self.settings.max_batch_items), model)
 
     async def score(self, event: PaymentEvent, model: str | None = None, *, parse_s: float = 0.0) -> Scored:
         """Score one validated event with the active version of `model` (default model if None)."""
         try:
-            return await self._score(event, model or self.settings.default_model, parse_s)
+            return await self._score(event, model or self._default, parse_s)
         except BatcherClosed:
             # NOTE: the version was swapped while this request waited; the new one answers.
-            return await self._score(event, model or self.settings.default_model, parse_s)
+            return await self._score(event, model or self._default, parse_s)
 
-    async def score_many(self, events: list[PaymentEvent | ScoringError], model: str | None = None) -> list[Scored | ScoringError]:
+    async def score_many(self, events: Sequence[PaymentEvent | ScoringError], model: str | None = None) -> list[Scored | ScoringError]:
         """Score events concurrently (so they share batches); errors stay in their slot."""
 
         async def one(item: PaymentEvent | ScoringError) -> Scored | ScoringError:
@@ -107,29 +199,24 @@ class ScoringService:
 
         return list(await asyncio.gather(*(one(e) for e in events)))
 
-    async def install_model(self, ref: ModelRef, data: bytes) -> LoadedModel:
-        """Load, warm and activate a new model version (the Blob trigger's path)."""
-        return await self.registry.install(ref.name, ref.version, data)
-
-    def stats(self) -> dict[str, object]:
-        return {
-            "predictions": self.predictions.stats.as_dict(),
-            "features": self.features.cache.stats.as_dict(),
-            "feature_source": self.features.source,
-            "redis": vars(self.redis.stats) if self.redis is not None else None,
-        }
+    async def infer(self, name: str, version: str | None, rows: Sequence[Row]) -> Inferred:
+        """Scores for feature rows (already in the model's column order), through caches and batches."""
+        loaded = self._registry.active(name, version)
+        done = await asyncio.gather(*(loaded.score(row) for row in rows))
+        return Inferred(loaded.name, loaded.version, [d.value.score for d in done])
 
     async def _score(self, event: PaymentEvent, name: str, parse_s: float) -> Scored:
         t0 = time.perf_counter()
-        loaded = self.registry.active(name)
+        loaded = self._registry.active(name)
         user = None
         if loaded.mapper.uses_user_features:
-            user, _ = await self.features.get(event.user_id)
+            user, _ = await self._features.get(event.user_id)
         t1 = time.perf_counter()
         row = loaded.mapper.row(event, user)
         done = await loaded.score(row.values)
-        t2 = time.perf_counter()
         prediction = done.value
+        verdict = await self._decider.decide(event, prediction.score, loaded.spec.thresholds)
+        t2 = time.perf_counter()
         timings = {
             "parse": parse_s * 1000,
             "features": (t1 - t0) * 1000,
@@ -141,10 +228,12 @@ class ScoringService:
         return Scored(
             event_id=event.event_id,
             risk_score=prediction.score,
-            decision=loaded.spec.thresholds.decide(prediction.score),
+            decision=verdict.decision,
             model=loaded.name,
             model_version=loaded.version,
             source="model" if prediction.source == "model" else "cache",
             defaulted=row.defaulted,
             timings_ms={k: round(v, 3) for k, v in timings.items()},
+            reason=verdict.reason,
+            scores=verdict.scores,
         )

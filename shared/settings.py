@@ -1,30 +1,76 @@
-"""Every setting the service reads, in one place, read once.
+"""Every setting the service reads, declared once, read once.
 
-`Settings.from_env()` is the only reader of the process environment. Everything
-else receives a `Settings` (or one of its small policy objects) as an argument;
-tests build `Settings(...)` directly instead of patching the environment.
+Each setting is one dataclass field declared with `setting(ENV_NAME, default, doc)`:
+its env name, type (the annotation), default and one-line doc live together, and
+everything else is derived from them: parsing (`Settings.from_env`, the only reader
+of the process environment), `APP_SETTING_NAMES` (the infra checks), the README's
+settings table (`python -m shared.settings`, compared by a test) and the names
+allowed in `local.settings.json.example`.
 
-Names are the app-setting names used in Azure, in `local.settings.json` and by
-`make run`; `APP_SETTING_NAMES` lists them for the infra checks.
+A bad value is a `SettingsError` whose message is one line naming the setting and
+what it expects (never the value of a secret). Tests build `Settings(...)` directly
+instead of patching the environment.
+
+NOTE: plain dataclasses rather than pydantic-settings: this module is read by the
+infra checks' own venv and by the Functions cold path, so it imports nothing but the
+standard library.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Mapping
+import sys
+import typing
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from starlette.config import Config
+from shared.errors import SettingsError
 
-__all__ = ["APP_SETTING_NAMES", "LOCAL_SETTING_NAMES", "BatchPolicy", "CachePolicy", "OrtOptions", "Settings"]
+__all__ = [
+    "APP_SETTING_NAMES",
+    "LOCAL_SETTING_NAMES",
+    "BatchPolicy",
+    "CachePolicy",
+    "OrtOptions",
+    "SettingDoc",
+    "Settings",
+    "SettingsError",
+    "declared",
+    "markdown_table",
+]
 
 GraphOptimization = Literal["disable", "basic", "extended", "all"]
 PredictionL2 = Literal["auto", "always", "never"]
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 
-class SettingsError(ValueError):
-    """A setting has a value the service cannot run with."""
+@dataclass(frozen=True)
+class SettingDoc:
+    """What one field declares: the env name, its doc, and how it may be shown."""
+
+    env: str
+    doc: str
+    local_only: bool = False  # not an app setting in Azure (the host or an identity replaces it)
+    secret: bool = False  # never echoed in an error message
+    shown_default: str | None = None  # how the README shows the default, when not the plain value
+
+
+def setting(env: str, default: Any, doc: str, **options: Any) -> Any:
+    """Declare one setting (a dataclass field carrying its `SettingDoc`)."""
+    meta = {"setting": SettingDoc(env, doc, **options)}
+    return field(default=default, metadata=meta)
+
+
+def _fail(env: str, expected: str) -> SettingsError:
+    return SettingsError(f"{env}: expected {expected}")
+
+
+def _check(ok: bool, env: str, expected: str) -> None:
+    if not ok:
+        raise _fail(env, expected)
 
 
 @dataclass(frozen=True)
@@ -35,14 +81,12 @@ class BatchPolicy:
     `max_size`: a full batch runs at once. A lone request on an idle model never waits.
     """
 
-    window_ms: float = 5.0
-    max_size: int = 8
+    window_ms: float = setting("BATCH_WINDOW_MS", 5.0, "longest wait for a batch to fill once one is running")
+    max_size: int = setting("BATCH_MAX_SIZE", 8, "rows per model run")
 
     def __post_init__(self) -> None:
-        if not 0 <= self.window_ms <= 1000:
-            raise SettingsError(f"BATCH_WINDOW_MS must be within 0..1000, got {self.window_ms}")
-        if not 1 <= self.max_size <= 1024:
-            raise SettingsError(f"BATCH_MAX_SIZE must be within 1..1024, got {self.max_size}")
+        _check(0 <= self.window_ms <= 1000, "BATCH_WINDOW_MS", f"a number within 0..1000, got {self.window_ms}")
+        _check(1 <= self.max_size <= 1024, "BATCH_MAX_SIZE", f"an integer within 1..1024, got {self.max_size}")
 
     @property
     def window_s(self) -> float:
@@ -62,77 +106,93 @@ class CachePolicy:
     `always` and `never` fix the choice.
     """
 
-    l1_size: int = 50_000
-    l1_ttl_s: float = 30.0
-    l2_ttl_s: float = 0.0
-    features_l1_ttl_s: float = 5.0
-    redis_timeout_ms: float = 50.0
-    prediction_l2: PredictionL2 = "auto"
+    l1_size: int = setting("CACHE_L1_SIZE", 50_000, "in-process LRU entries (0 disables L1)")
+    l1_ttl_s: float = setting("CACHE_L1_TTL_S", 30.0, "prediction lifetime in the in-process LRU, seconds")
+    l2_ttl_s: float = setting(
+        "CACHE_L2_TTL_S", 0.0, "prediction lifetime in Redis, seconds; `0` = no expiry (the key holds the model version and the exact row)"
+    )
+    features_l1_ttl_s: float = setting("FEATURES_L1_TTL_S", 5.0, "how long a replica reuses a user's features before re-reading Redis")
+    redis_timeout_ms: float = setting("REDIS_TIMEOUT_MS", 50.0, "deadline of one Redis round-trip; past it the read is a miss")
+    prediction_l2: PredictionL2 = setting(
+        "PREDICTION_L2", "auto", "predictions through Redis: `auto` only while a round-trip costs less than the model run it saves"
+    )
 
     def __post_init__(self) -> None:
-        if self.prediction_l2 not in ("auto", "always", "never"):
-            raise SettingsError(f"PREDICTION_L2 must be auto|always|never, got {self.prediction_l2!r}")
-        if self.l1_size < 0:
-            raise SettingsError(f"CACHE_L1_SIZE must be >= 0, got {self.l1_size}")
-        if self.l2_ttl_s < 0:
-            raise SettingsError(f"CACHE_L2_TTL_S must be >= 0 (0: no expiry, LRU evicts), got {self.l2_ttl_s}")
-        for name, value in (
+        _check(self.prediction_l2 in ("auto", "always", "never"), "PREDICTION_L2", "one of auto|always|never")
+        _check(self.l1_size >= 0, "CACHE_L1_SIZE", f"an integer >= 0, got {self.l1_size}")
+        _check(self.l2_ttl_s >= 0, "CACHE_L2_TTL_S", f"a number >= 0 (0: no expiry), got {self.l2_ttl_s}")
+        for env, value in (
             ("CACHE_L1_TTL_S", self.l1_ttl_s),
             ("FEATURES_L1_TTL_S", self.features_l1_ttl_s),
             ("REDIS_TIMEOUT_MS", self.redis_timeout_ms),
         ):
-            if value <= 0:
-                raise SettingsError(f"{name} must be > 0, got {value}")
+            _check(value > 0, env, f"a number > 0, got {value}")
 
 
 @dataclass(frozen=True)
 class OrtOptions:
     """ONNX Runtime session options."""
 
-    intra_op_threads: int = 1
-    inter_op_threads: int = 1
-    graph_optimization: GraphOptimization = "all"
-    use_gpu: bool = True
-    use_tensorrt: bool = False
-    inline: bool = True
+    intra_op_threads: int = setting("ORT_INTRA_OP_THREADS", 1, "ONNX Runtime intra-op threads (0 = ORT decides)")
+    inter_op_threads: int = setting("ORT_INTER_OP_THREADS", 1, "ONNX Runtime inter-op threads (0 = ORT decides)")
+    graph_optimization: GraphOptimization = setting("ORT_GRAPH_OPTIMIZATION", "all", "graph optimization level")
+    use_gpu: bool = setting("ORT_USE_GPU", True, "CUDA only when a GPU is really usable; else CPU")
+    use_tensorrt: bool = setting("ORT_USE_TENSORRT", False, "TensorRT before CUDA when a GPU is usable")
+    inline: bool = setting("ORT_INLINE", True, "run small models on the event loop (no thread hop); `false` for big or GPU models")
 
     def __post_init__(self) -> None:
-        if self.intra_op_threads < 0 or self.inter_op_threads < 0:
-            raise SettingsError("ORT_*_THREADS must be >= 0 (0 lets ONNX Runtime choose)")
-        if self.graph_optimization not in ("disable", "basic", "extended", "all"):
-            raise SettingsError(f"ORT_GRAPH_OPTIMIZATION must be disable|basic|extended|all, got {self.graph_optimization!r}")
+        _check(self.intra_op_threads >= 0, "ORT_INTRA_OP_THREADS", "an integer >= 0 (0 lets ONNX Runtime choose)")
+        _check(self.inter_op_threads >= 0, "ORT_INTER_OP_THREADS", "an integer >= 0 (0 lets ONNX Runtime choose)")
+        _check(
+            self.graph_optimization in ("disable", "basic", "extended", "all"),
+            "ORT_GRAPH_OPTIMIZATION",
+            "one of disable|basic|extended|all",
+        )
 
 
 @dataclass(frozen=True)
 class Settings:
     """The whole configuration of one process."""
 
-    redis_url: str | None = None
-    redis_prefix: str = ""
-    redis_use_entra: bool = False
-    models_dir: str = "models"
-    model_storage: str | None = None
-    model_storage_blob_uri: str | None = None
-    models_container: str = "models"
-    default_model: str = "fraud"
-    features_file: str | None = "data/demo_users.json"
+    redis_url: str | None = setting(
+        "REDIS_URL", None, "Redis for the L2 cache and the online feature store; unset → in-process only", secret=True
+    )
+    redis_prefix: str = setting("REDIS_KEY_PREFIX", "", "namespace for every key (several deployments on one Redis)")
+    redis_use_entra: bool = setting("REDIS_USE_ENTRA", False, "authenticate to Redis with a Microsoft Entra token (managed identity)")
+    models_dir: str = setting("MODELS_DIR", "models", "local model source, layout `{name}/{version}/model.onnx`")
+    model_storage: str | None = setting(
+        "ModelStorage", None, "Blob connection string: the blob container is the model source (locally: Azurite)", local_only=True, secret=True
+    )
+    model_storage_blob_uri: str | None = setting(
+        "ModelStorage__blobServiceUri", None, "the same with managed identity (Azure)"
+    )
+    models_container: str = setting("MODELS_CONTAINER", "models", "the blob container of models")
+    default_model: str = setting("DEFAULT_MODEL", "fraud", "the model `/api/score` and the queue use")
+    features_file: str | None = setting(
+        "FEATURES_FILE", "data/demo_users.json", "demo user features when Redis is not configured"
+    )
     batch: BatchPolicy = field(default_factory=BatchPolicy)
     cache: CachePolicy = field(default_factory=CachePolicy)
     ort: OrtOptions = field(default_factory=OrtOptions)
-    max_body_bytes: int = 64 * 1024
-    max_batch_items: int = 256
-    models_keep_versions: int = 2
-    gc_gen0_threshold: int = 50_000
-    port: int = 7071
-    log_level: str = "INFO"
+    max_body_bytes: int = setting("MAX_BODY_BYTES", 64 * 1024, "body cap of one event (a batch may carry 16×)")
+    max_batch_items: int = setting("MAX_BATCH_ITEMS", 256, "events per `/api/score/batch`")
+    models_keep_versions: int = setting("MODELS_KEEP_VERSIONS", 2, "versions kept loaded per model (newest is active)")
+    gc_gen0_threshold: int = setting(
+        "GC_GEN0_THRESHOLD", 50_000, "Python GC generation-0 threshold after start-up (start-up objects frozen); `0` = Python's default"
+    )
+    port: int = setting("PORT", 7071, "local port of `make run` (the Functions host owns it in Azure)", local_only=True)
+    log_level: str = setting("LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING or ERROR")
 
     def __post_init__(self) -> None:
-        if self.max_body_bytes < 1024:
-            raise SettingsError(f"MAX_BODY_BYTES must be >= 1024, got {self.max_body_bytes}")
-        if self.gc_gen0_threshold < 0:
-            raise SettingsError("GC_GEN0_THRESHOLD must be >= 0 (0 keeps Python's default)")
-        if self.models_keep_versions < 1:
-            raise SettingsError("MODELS_KEEP_VERSIONS must be >= 1")
+        _check(self.max_body_bytes >= 1024, "MAX_BODY_BYTES", f"an integer >= 1024, got {self.max_body_bytes}")
+        _check(self.max_batch_items >= 1, "MAX_BATCH_ITEMS", f"an integer >= 1, got {self.max_batch_items}")
+        _check(self.gc_gen0_threshold >= 0, "GC_GEN0_THRESHOLD", "an integer >= 0 (0 keeps Python's default)")
+        _check(self.models_keep_versions >= 1, "MODELS_KEEP_VERSIONS", "an integer >= 1")
+        _check(1 <= self.port <= 65535, "PORT", "a TCP port within 1..65535")
+        _check(self.log_level in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"), "LOG_LEVEL", "DEBUG|INFO|WARNING|ERROR")
+        if self.redis_url is not None:
+            _check(_is_redis_url(self.redis_url), "REDIS_URL", "a redis://, rediss:// or unix:// URL with a host")
+        _check(bool(self.default_model), "DEFAULT_MODEL", "a model name")
 
     @property
     def uses_blob_models(self) -> bool:
@@ -140,78 +200,137 @@ class Settings:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
-        """Read the settings from `environ` (the process environment by default)."""
-        config = Config(environ=dict(os.environ if environ is None else environ))
-        return cls(
-            redis_url=config("REDIS_URL", default=None) or None,
-            redis_prefix=config("REDIS_KEY_PREFIX", default=""),
-            redis_use_entra=config("REDIS_USE_ENTRA", cast=bool, default=False),
-            models_dir=config("MODELS_DIR", default="models"),
-            model_storage=config("ModelStorage", default=None) or None,
-            model_storage_blob_uri=config("ModelStorage__blobServiceUri", default=None) or None,
-            models_container=config("MODELS_CONTAINER", default="models"),
-            default_model=config("DEFAULT_MODEL", default="fraud"),
-            features_file=config("FEATURES_FILE", default="data/demo_users.json") or None,
-            batch=BatchPolicy(
-                window_ms=config("BATCH_WINDOW_MS", cast=float, default=5.0),
-                max_size=config("BATCH_MAX_SIZE", cast=int, default=8),
-            ),
-            cache=CachePolicy(
-                l1_size=config("CACHE_L1_SIZE", cast=int, default=50_000),
-                l1_ttl_s=config("CACHE_L1_TTL_S", cast=float, default=30.0),
-                l2_ttl_s=config("CACHE_L2_TTL_S", cast=float, default=0.0),
-                features_l1_ttl_s=config("FEATURES_L1_TTL_S", cast=float, default=5.0),
-                redis_timeout_ms=config("REDIS_TIMEOUT_MS", cast=float, default=50.0),
-                prediction_l2=config("PREDICTION_L2", default="auto"),  # type: ignore[arg-type]
-            ),
-            ort=OrtOptions(
-                intra_op_threads=config("ORT_INTRA_OP_THREADS", cast=int, default=1),
-                inter_op_threads=config("ORT_INTER_OP_THREADS", cast=int, default=1),
-                graph_optimization=config("ORT_GRAPH_OPTIMIZATION", default="all"),  # type: ignore[arg-type]
-                use_gpu=config("ORT_USE_GPU", cast=bool, default=True),
-                use_tensorrt=config("ORT_USE_TENSORRT", cast=bool, default=False),
-                inline=config("ORT_INLINE", cast=bool, default=True),
-            ),
-            max_body_bytes=config("MAX_BODY_BYTES", cast=int, default=64 * 1024),
-            max_batch_items=config("MAX_BATCH_ITEMS", cast=int, default=256),
-            models_keep_versions=config("MODELS_KEEP_VERSIONS", cast=int, default=2),
-            gc_gen0_threshold=config("GC_GEN0_THRESHOLD", cast=int, default=50_000),
-            port=config("PORT", cast=int, default=7071),
-            log_level=config("LOG_LEVEL", default="INFO").upper(),
-        )
+        """Read the settings from `environ` (the process environment by default).
+
+        An empty value means unset. A value that does not parse, or a combination that
+        cannot run, is a one-line `SettingsError` naming the setting.
+        """
+        env = os.environ if environ is None else environ
+        return _build(cls, env)
 
 
-# NOTE: every name `Settings.from_env` reads is in one of these two tuples. Infra tests
-# check each APP_SETTING_NAMES entry is set on the Container App; the local-only ones are
-# a connection string (Azure uses the identity-based ModelStorage__blobServiceUri) and the
-# port (the Functions host owns it in Azure).
-LOCAL_SETTING_NAMES: tuple[str, ...] = ("ModelStorage", "PORT")
-APP_SETTING_NAMES: tuple[str, ...] = (
-    "REDIS_URL",
-    "REDIS_KEY_PREFIX",
-    "REDIS_USE_ENTRA",
-    "MODELS_DIR",
-    "ModelStorage__blobServiceUri",
-    "MODELS_CONTAINER",
-    "DEFAULT_MODEL",
-    "FEATURES_FILE",
-    "BATCH_WINDOW_MS",
-    "BATCH_MAX_SIZE",
-    "CACHE_L1_SIZE",
-    "CACHE_L1_TTL_S",
-    "CACHE_L2_TTL_S",
-    "FEATURES_L1_TTL_S",
-    "REDIS_TIMEOUT_MS",
-    "PREDICTION_L2",
-    "ORT_INTRA_OP_THREADS",
-    "ORT_INTER_OP_THREADS",
-    "ORT_GRAPH_OPTIMIZATION",
-    "ORT_USE_GPU",
-    "ORT_USE_TENSORRT",
-    "ORT_INLINE",
-    "MAX_BODY_BYTES",
-    "MAX_BATCH_ITEMS",
-    "MODELS_KEEP_VERSIONS",
-    "GC_GEN0_THRESHOLD",
-    "LOG_LEVEL",
-)
+def _is_redis_url(url: str) -> bool:
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  # NOTE: raises ValueError for a port that is not a number
+    except ValueError:
+        return False
+    if parts.scheme == "unix":
+        return bool(parts.path)
+    return parts.scheme in ("redis", "rediss") and bool(parts.hostname)
+
+
+def _build(cls: type[Any], env: Mapping[str, str]) -> Any:
+    hints = typing.get_type_hints(cls)
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        doc: SettingDoc | None = f.metadata.get("setting")
+        if doc is None:
+            values[f.name] = _build(hints[f.name], env)  # a nested policy object
+            continue
+        raw = env.get(doc.env, "")
+        if raw != "":
+            values[f.name] = _parser(hints[f.name])(raw, doc)
+        elif doc.env in env and type(None) in typing.get_args(hints[f.name]):
+            values[f.name] = None  # NOTE: set but empty turns an optional setting off
+    try:
+        return cls(**values)
+    except SettingsError:
+        raise
+    except (TypeError, ValueError) as exc:  # pragma: no cover - a declaration mistake, not a user's
+        raise SettingsError(f"{cls.__name__}: {exc}") from None
+
+
+def _parser(hint: Any) -> Callable[[str, SettingDoc], Any]:
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if typing.get_origin(hint) is Literal:
+        return lambda raw, doc: _choice(raw, doc, tuple(typing.get_args(hint)))
+    if args and typing.get_origin(hint) is not Literal:  # Optional[X]
+        return _parser(args[0])
+    return {bool: _bool, int: _int, float: _float}.get(hint, _str)
+
+
+def _shown(raw: str, doc: SettingDoc) -> str:
+    return "" if doc.secret else f", got {raw!r}"
+
+
+def _bool(raw: str, doc: SettingDoc) -> bool:
+    lowered = raw.strip().lower()
+    if lowered in _TRUE or lowered in _FALSE:
+        return lowered in _TRUE
+    raise _fail(doc.env, f"true or false{_shown(raw, doc)}")
+
+
+def _int(raw: str, doc: SettingDoc) -> int:
+    try:
+        return int(raw.strip())
+    except ValueError:
+        raise _fail(doc.env, f"an integer{_shown(raw, doc)}") from None
+
+
+def _float(raw: str, doc: SettingDoc) -> float:
+    try:
+        return float(raw.strip())
+    except ValueError:
+        raise _fail(doc.env, f"a number{_shown(raw, doc)}") from None
+
+
+def _str(raw: str, doc: SettingDoc) -> str:
+    return raw.strip().upper() if doc.env == "LOG_LEVEL" else raw
+
+
+def _choice(raw: str, doc: SettingDoc, choices: tuple[str, ...]) -> str:
+    value = raw.strip().lower()
+    if value not in choices:
+        raise _fail(doc.env, f"one of {'|'.join(choices)}{_shown(raw, doc)}")
+    return value
+
+
+def declared(cls: type[Any] = Settings) -> Iterator[tuple[SettingDoc, str, Any]]:
+    """Every declared setting: its doc, its type as written, and its default (nested objects walked)."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        doc: SettingDoc | None = f.metadata.get("setting")
+        if doc is None:
+            yield from declared(hints[f.name])
+        else:
+            yield doc, _type_name(hints[f.name]), f.default
+
+
+def _type_name(hint: Any) -> str:
+    if typing.get_origin(hint) is Literal:
+        return " / ".join(typing.get_args(hint))
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0].__name__ if args else hint.__name__
+
+
+def _default_text(doc: SettingDoc, default: Any) -> str:
+    if doc.shown_default is not None:
+        return doc.shown_default
+    if default is None:
+        return "unset"
+    if isinstance(default, bool):
+        return f"`{str(default).lower()}`"
+    if isinstance(default, float) and default.is_integer():
+        default = int(default)
+    return f'`"{default}"`' if default == "" else f"`{default}`"
+
+
+def markdown_table() -> str:
+    """The README's settings table, derived from the declarations."""
+    lines = ["| setting | type | default | meaning |", "|---|---|---|---|"]
+    for doc, type_name, default in declared():
+        where = " (local only)" if doc.local_only else ""
+        lines.append(f"| `{doc.env}` | {type_name} | {_default_text(doc, default)} | {doc.doc}{where} |")
+    return "\n".join(lines)
+
+
+# Derived from the declarations: the infra checks assert each APP_SETTING_NAMES entry is set on
+# the Container App; the local-only ones are a connection string (Azure uses the identity-based
+# ModelStorage__blobServiceUri) and the port (the Functions host owns it in Azure).
+APP_SETTING_NAMES: tuple[str, ...] = tuple(doc.env for doc, _, _ in declared() if not doc.local_only)
+LOCAL_SETTING_NAMES: tuple[str, ...] = tuple(doc.env for doc, _, _ in declared() if doc.local_only)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(markdown_table() + "\n")

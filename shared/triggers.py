@@ -7,7 +7,9 @@ the warm sessions, the batches and the caches.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import importlib
 import logging
 
 import azure.functions as func
@@ -22,6 +24,9 @@ __all__ = ["FunctionHandlers", "handlers", "rejection"]
 
 log = logging.getLogger(__name__)
 
+# What building the service imports; loaded in a thread at warm-up so the worker's loop stays free.
+_HEAVY_MODULES = ("numpy", "onnxruntime", "redis.asyncio", "shared.service", "shared.build")
+
 
 class FunctionHandlers:
     """The three trigger bodies over one lazily built service."""
@@ -29,6 +34,30 @@ class FunctionHandlers:
     def __init__(self, holder: ServiceHolder) -> None:
         self.holder = holder
         self._asgi = func.AsgiMiddleware(create_app(holder))
+        self._warm_up: asyncio.Task[None] | None = None
+
+    def warm_up_soon(self) -> None:
+        """Start building the service now if a worker's loop is running, else on first use.
+
+        NOTE: the Python worker imports function_app.py on its one event loop (the loop that
+        later runs every async function), so a task created here starts right after
+        indexing: models load before the first probe or message instead of during it.
+        Imported by a tool or a test (no running loop), this does nothing.
+        """
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        if self._warm_up is None:
+            self._warm_up = loop.create_task(self._warm())
+
+    async def _warm(self) -> None:
+        for name in _HEAVY_MODULES:  # NOTE: an import holds the loop; in a thread it does not
+            await asyncio.to_thread(importlib.import_module, name)
+        try:
+            await self.holder.get()
+        except ScoringError as exc:  # NOTE: readiness says why; the next probe or call retries
+            log.error("warm-up failed: %s", exc.detail)
 
     async def http(self, req: func.HttpRequest, context: func.Context | None = None) -> func.HttpResponse:
         """Every HTTP route: the same ASGI app that `make run` serves."""

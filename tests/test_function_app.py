@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 from typing import Any
 
 import azure.functions as func
@@ -14,9 +16,12 @@ import function_app
 from shared.build import ServiceHolder
 from shared.settings import Settings
 from shared.triggers import FunctionHandlers
+from tests import host_routes
 from tests.conftest import event
 from tests.onnx_models import make_model
 
+REPO = Path(__file__).resolve().parent.parent
+README = REPO / "README.md"
 # NOTE: like the worker, index the app once (a second get_functions() re-registers and fails).
 FUNCTIONS = {f.get_function_name(): f for f in function_app.app.get_functions()}
 
@@ -43,13 +48,63 @@ def _plain(binding: dict[str, Any]) -> dict[str, str]:
     return {k: str(getattr(v, "value", v)) for k, v in binding.items()}
 
 
-def test_http_functions_routes_and_auth() -> None:
-    health = bindings("health")["req"]
-    assert (health["type"], health["route"], health["authLevel"]) == ("httpTrigger", "health/{probe}", "anonymous")
-    api = bindings("api")["req"]
-    assert (api["type"], api["route"], api["authLevel"]) == ("httpTrigger", "{*route}", "function")
-    with open("host.json") as f:
-        assert json.load(f)["extensions"]["http"]["routePrefix"] == "api"
+def readme_routes() -> list[tuple[str, str, str]]:
+    """(method, path, auth) of every route the README documents, `{name}` filled in."""
+    rows = re.findall(r"^\| `(GET|POST|PUT|DELETE) (/api/[^`]+)` \|.*\| (function key|anonymous) \|$", README.read_text(), re.M)
+    assert len(rows) >= 7, "the README's HTTP API table was not found"
+    return [(m, p.replace("{name}", "fraud"), "function" if a == "function key" else "anonymous") for m, p, a in rows]
+
+
+def host_table() -> list[host_routes.HostRoute]:
+    prefix = json.loads((REPO / "host.json").read_text())["extensions"]["http"]["routePrefix"]
+    return host_routes.route_table(FUNCTIONS.values(), prefix)
+
+
+@pytest.mark.parametrize(("method", "path", "auth"), readme_routes())
+def test_every_documented_route_is_answered_by_its_own_function_with_its_auth(method: str, path: str, auth: str) -> None:
+    table = host_table()
+    route = host_routes.answer(table, method, path)
+    assert route is not None, f"the host answers {method} {path} with 404"
+    assert route.auth_level == auth, f"{method} {path} is answered by {route.function} ({route.auth_level})"
+    matching = [r.function for r in table if r.pattern.match(path) and method in r.methods]
+    assert matching == [route.function], f"{method} {path} matches {matching}: the answer depends on name order"
+
+
+def test_probes_reach_the_anonymous_health_function() -> None:
+    for probe in ("live", "ready"):
+        route = host_routes.answer(host_table(), "GET", f"/api/health/{probe}")
+        assert route is not None and (route.function, route.auth_level) == ("health", "anonymous")
+
+
+def test_the_host_model_catches_a_keyed_catch_all_named_before_health() -> None:
+    """Mutation: the first wave's layout (`api` {*route}, function key) must fail the checks above."""
+    app = func.FunctionApp()
+
+    @app.function_name("health")
+    @app.route(route="health/{probe}", methods=["GET"], auth_level=func.AuthLevel.ANONYMOUS)
+    def health(req: func.HttpRequest) -> func.HttpResponse: ...  # pragma: no cover
+
+    @app.function_name("api")
+    @app.route(route="{*route}", methods=["GET", "POST"], auth_level=func.AuthLevel.FUNCTION)
+    def api(req: func.HttpRequest) -> func.HttpResponse: ...  # pragma: no cover
+
+    table = host_routes.route_table(app.get_functions(), "api")
+    route = host_routes.answer(table, "GET", "/api/health/live")
+    assert route is not None and (route.function, route.auth_level) == ("api", "function")  # the 401 the host gave
+
+
+def test_route_templates_match_as_the_host_does() -> None:
+    compile_ = host_routes._compile
+    assert compile_("api/models/{name}/score").match("/API/Models/fraud/score")
+    assert not compile_("api/models/{name}/score").match("/api/models//score")
+    assert compile_("api/{*route}").match("/api") and compile_("api/{*route}").match("/api/a/b")
+    assert compile_("api/items/{id:int}").match("/api/items/42") and not compile_("api/items/{id:int}").match("/api/items/x")
+    with pytest.raises(NotImplementedError):
+        compile_("api/{id:regex(^a$)}")
+
+
+def test_function_names() -> None:
+    assert sorted(FUNCTIONS) == ["health", "model_blob", "model_score", "models", "payments", "score", "score_batch", "stats"]
 
 
 def test_service_bus_function_bindings() -> None:
@@ -63,10 +118,6 @@ def test_blob_function_bindings() -> None:
     blob = bindings("model_blob")["blob"]
     assert (blob["type"], blob["path"], blob["connection"], blob["source"]) == (
         "blobTrigger", "%MODELS_CONTAINER%/{name}/{version}/model.onnx", "ModelStorage", "EventGrid")
-
-
-def test_function_names() -> None:
-    assert sorted(FUNCTIONS) == ["api", "health", "model_blob", "payments"]
 
 
 @pytest.fixture
@@ -116,14 +167,14 @@ async def test_blob_handler_swaps_in_a_new_version(handlers: FunctionHandlers) -
     data = make_model(bias=1.0)
     await handlers.model_blob(InputStream(data=data, name="models/fraud/2/model.onnx", length=len(data)))
     service = await handlers.holder.get()
-    assert service.registry.active("fraud").version == "2"
+    assert service.active("fraud").version == "2"
 
 
 async def test_blob_handler_rejects_an_invalid_model_and_keeps_serving(handlers: FunctionHandlers, caplog: pytest.LogCaptureFixture) -> None:
     await handlers.model_blob(InputStream(data=b"garbage", name="models/fraud/7/model.onnx", length=7))
     await handlers.model_blob(InputStream(data=b"x", name="models/fraud/readme.txt", length=1))
     service = await handlers.holder.get()
-    assert service.registry.active("fraud").version == "1"
+    assert service.active("fraud").version == "1"
     assert any("rejected" in r.getMessage() for r in caplog.records)
 
 
@@ -132,7 +183,7 @@ async def test_the_app_functions_run_end_to_end() -> None:
     fns = {name: f.get_user_function() for name, f in FUNCTIONS.items()}
     r = await fns["health"](http_request("GET", "/api/health/ready"), None)
     assert r.status_code in (200, 503)
-    r = await fns["api"](http_request("POST", "/api/score", event()), None)
+    r = await fns["score"](http_request("POST", "/api/score", event()), None)
     assert r.status_code == 200 and json.loads(r.get_body())["model"] == "fraud"
     completed, rejected = Out(), Out()
     await fns["payments"](sb_message(json.dumps(event()).encode()), completed, rejected)

@@ -24,7 +24,7 @@ def body(**overrides: object) -> bytes:
 async def test_score_has_every_field(settings: Settings) -> None:
     service = await build_service(settings)
     scored = (await service.score(decode_event(body()))).as_dict()
-    assert set(scored) == {"event_id", "risk_score", "decision", "model", "model_version", "source", "defaulted", "timings_ms"}
+    assert set(scored) == {"event_id", "risk_score", "decision", "reason", "model", "model_version", "source", "defaulted", "timings_ms"}
     assert 0 <= scored["risk_score"] <= 1 and scored["decision"] in ("approve", "review", "decline")
     assert (scored["model"], scored["model_version"], scored["source"]) == ("fraud", "1", "model")
     assert set(scored["timings_ms"]) == {"parse", "features", "cache", "queue", "inference", "total"}
@@ -42,7 +42,7 @@ async def test_same_features_twice_is_a_cache_hit_with_the_same_answer(settings:
 
 async def test_http_and_queue_requests_land_in_the_same_batch(settings: Settings) -> None:
     service = await build_service(settings)
-    loaded = service.registry.active("fraud")
+    loaded = service.active("fraud")
     before = loaded.batcher.batches
     http_like = [service.score(decode_event(body(amount=float(i)))) for i in range(4)]
     queue_like = [service.score_json(body(amount=100.0 + i)) for i in range(4)]

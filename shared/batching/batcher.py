@@ -23,19 +23,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Generic, NamedTuple, TypeVar
 
-from shared.errors import BatchShapeError, NotReady
+from shared.errors import BatchShapeError, BatcherClosed
 from shared.settings import BatchPolicy
 
 __all__ = ["Batcher", "BatcherClosed", "Completed"]
 
 T = TypeVar("T")
 R = TypeVar("R")
-
-
-class BatcherClosed(NotReady):
-    """The batcher was drained (its model was replaced); resubmit to the new one."""
-
-    code = "model_retired"
 
 
 class Completed(NamedTuple, Generic[R]):

@@ -1,8 +1,48 @@
-"""Caching: L1 in-process TTL LRU (cachetools) over L2 Redis with LZ4 values."""
+"""Caching: L1 in-process TTL LRU (cachetools) over an L2 tier (Redis, LZ4 values).
 
-from shared.cache.predictions import PredictionCache
-from shared.cache.redis_tier import RedisStats, RedisTier
-from shared.cache.singleflight import SingleFlight
-from shared.cache.tiered import CacheStats, Tier, TieredCache
+Importing the package is light: `RedisTier` (and redis itself) loads on first use.
+"""
 
-__all__ = ["CacheStats", "PredictionCache", "RedisStats", "RedisTier", "SingleFlight", "Tier", "TieredCache"]
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from shared.cache.predictions import PredictionCache
+    from shared.cache.redis_tier import RedisStats, RedisTier
+    from shared.cache.singleflight import SingleFlight
+    from shared.cache.tier import L2Tier, MemoryTier, TierStats
+    from shared.cache.tiered import CacheStats, Tier, TieredCache
+
+__all__ = [
+    "CacheStats",
+    "L2Tier",
+    "MemoryTier",
+    "PredictionCache",
+    "RedisStats",
+    "RedisTier",
+    "SingleFlight",
+    "Tier",
+    "TierStats",
+    "TieredCache",
+]
+
+_HOMES = {
+    "CacheStats": "tiered",
+    "Tier": "tiered",
+    "TieredCache": "tiered",
+    "L2Tier": "tier",
+    "MemoryTier": "tier",
+    "TierStats": "tier",
+    "PredictionCache": "predictions",
+    "RedisStats": "redis_tier",
+    "RedisTier": "redis_tier",
+    "SingleFlight": "singleflight",
+}
+
+
+def __getattr__(name: str) -> Any:  # NOTE: PEP 562: a submodule loads when its name is first used
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from cachetools import TTLCache
 
 from shared.cache import codec
-from shared.cache.redis_tier import RedisTier
-from shared.cache.tiered import CacheStats
+from shared.cache.tier import L2Tier
+from shared.cache.tiered import CacheStats, Tier
 from shared.settings import PredictionL2
 
 __all__ = ["PredictionCache"]
@@ -30,7 +30,7 @@ class PredictionCache:
     """Scores by (model, version, row)."""
 
     def __init__(
-        self, *, l1_size: int, l1_ttl_s: float, l2: RedisTier | None, l2_ttl_s: float, l2_policy: PredictionL2 = "auto"
+        self, *, l1_size: int, l1_ttl_s: float, l2: L2Tier | None, l2_ttl_s: float, l2_policy: PredictionL2 = "auto"
     ) -> None:
         self._l1: TTLCache[str, float] | None = TTLCache(maxsize=l1_size, ttl=l1_ttl_s) if l1_size else None
         self._l2 = l2
@@ -81,6 +81,30 @@ class PredictionCache:
                 self.stats.l2_hits += 1
                 self.remember(keys[len(found) - 1], score)
         return found
+
+    async def lookup(self, keys: Sequence[str], *, use_l2: bool) -> dict[str, tuple[float, Tier]]:
+        """What the caches hold for the keys of one batch: L1, then one MGET for the rest.
+
+        Every key found in neither tier counts as one miss (it goes to the model).
+        NOTE: L1 is read again here although `get_l1` answered the request path: a row
+        that the previous batch scored while this one waited must not run twice.
+        """
+        known: dict[str, tuple[float, Tier]] = {}
+        l1 = self._l1
+        if l1 is not None:
+            for key in keys:
+                score = l1.get(key)
+                if score is not None:
+                    known[key] = (score, "l1")
+            self.stats.l1_hits += len(known)
+        wanted = list(dict.fromkeys(k for k in keys if k not in known))
+        if use_l2 and wanted:
+            for key, score in zip(wanted, await self.get_l2(wanted), strict=True):
+                if score is not None:
+                    known[key] = (score, "l2")
+        else:
+            self.stats.misses += len(wanted)
+        return known
 
     def remember(self, key: str, score: float) -> None:
         if self._l1 is not None:

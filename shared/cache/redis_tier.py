@@ -14,7 +14,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
@@ -22,6 +21,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from shared.batching import Batcher
+from shared.cache.tier import TierStats, ewma
 from shared.settings import BatchPolicy
 
 __all__ = ["RedisStats", "RedisTier", "ewma"]
@@ -30,19 +30,7 @@ log = logging.getLogger(__name__)
 _FAILURES = (RedisError, OSError, TimeoutError)
 
 
-@dataclass
-class RedisStats:
-    reads: int = 0
-    round_trips: int = 0
-    writes: int = 0
-    errors: int = 0
-    skipped: int = 0
-    rtt_ms: float = 0.0  # moving average of a successful MGET round-trip, as the caller waits for it
-
-
-def ewma(previous: float | None, sample: float, alpha: float = 0.1) -> float:
-    """An exponentially weighted moving average (the first sample starts it)."""
-    return sample if previous is None else previous + alpha * (sample - previous)
+RedisStats = TierStats
 
 
 class RedisTier:

@@ -13,7 +13,7 @@ from typing import Generic, Literal, TypeVar
 from cachetools import TTLCache
 
 from shared.cache import codec
-from shared.cache.redis_tier import RedisTier
+from shared.cache.tier import L2Tier
 from shared.cache.singleflight import SingleFlight
 
 __all__ = ["CacheStats", "Tier", "TieredCache"]
@@ -44,7 +44,7 @@ class TieredCache(Generic[V]):
         name: str,
         *,
         l1: TTLCache[str, V] | None,
-        l2: RedisTier | None,
+        l2: L2Tier | None,
         l2_ttl_s: float,
         dump: Callable[[V], bytes],
         load: Callable[[bytes], V | None],

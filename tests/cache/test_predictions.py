@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from shared.cache import PredictionCache, RedisTier, codec
-from shared.models import DirectorySource, ModelRegistry
+from shared.models import DirectorySource
+from shared.registry import ModelRegistry
 from shared.settings import BatchPolicy, OrtOptions
 
 

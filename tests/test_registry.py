@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from shared.errors import ModelInvalid, ModelNotFound, NotReady
-from shared.models import DirectorySource, ModelRegistry
+from shared.models import DirectorySource
+from shared.registry import ModelRegistry
 from shared.settings import BatchPolicy, OrtOptions
 from tests.onnx_models import make_model
 

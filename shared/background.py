@@ -1,0 +1,75 @@
+"""Background work of the core: started with it, stopped with it, restarted if it crashes.
+
+The core registers long-running jobs (a reload watcher, a telemetry exporter, a review
+worker) with `add`; `start` runs each as a task inside the running loop and `aclose`
+cancels them and waits. A job that raises is logged and restarted after `restart_s`, so
+one bug cannot silently stop a job for the life of the process. This object alone owns
+those tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+__all__ = ["Background", "Job"]
+
+log = logging.getLogger(__name__)
+
+Job = Callable[[], Awaitable[None]]
+
+
+class Background:
+    """A supervisor of named jobs."""
+
+    def __init__(self, *, restart_s: float = 1.0) -> None:
+        self._jobs: dict[str, Job] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._restart_s = restart_s
+        self._running = False
+        self.restarts: dict[str, int] = {}
+
+    def add(self, name: str, job: Job) -> None:
+        """Register `job` (started now if the supervisor already runs)."""
+        if name in self._jobs:
+            raise ValueError(f"a background job named {name!r} exists")
+        self._jobs[name] = job
+        if self._running:
+            self._spawn(name)
+
+    def start(self) -> None:
+        """Start every registered job (inside the running loop)."""
+        self._running = True
+        for name in self._jobs:
+            if name not in self._tasks:
+                self._spawn(name)
+
+    @property
+    def running(self) -> list[str]:
+        return sorted(name for name, task in self._tasks.items() if not task.done())
+
+    async def aclose(self) -> None:
+        """Cancel every job and wait for it to end."""
+        self._running = False
+        tasks = list(self._tasks.values())
+        self._tasks.clear()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _spawn(self, name: str) -> None:
+        self._tasks[name] = asyncio.get_running_loop().create_task(self._supervise(name), name=f"background:{name}")
+
+    async def _supervise(self, name: str) -> None:
+        job = self._jobs[name]
+        while True:
+            try:
+                await job()
+                return  # a job that returns is done
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                self.restarts[name] = self.restarts.get(name, 0) + 1
+                log.exception("background job %s failed; restarting in %.1f s", name, self._restart_s)
+                await asyncio.sleep(self._restart_s)

@@ -1,0 +1,196 @@
+"""The model registry: which versions are loaded, which one is active, and their lifecycle.
+
+    load → validate → warm → activate → retire
+
+It alone owns the name → versions map. A new version is loaded, checked and warmed
+off the event loop, then activated by replacing one reference; versions beyond
+`keep_versions` are retired (their queued requests finish) and their sessions
+released. Re-installing a file already loaded (same fingerprint) changes nothing.
+
+Other parts follow the lifecycle through hooks (`on("activated", callback)`), not by
+reaching in: the reload broadcast, telemetry and caches subscribe to what they need.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from shared.cache import PredictionCache
+from shared.errors import ModelInvalid, ModelNotFound, NotReady
+from shared.models.runtime import OnnxModel
+from shared.models.source import ModelRef, ModelSource, version_key
+from shared.serving import LoadedModel
+from shared.settings import BatchPolicy, OrtOptions
+
+__all__ = ["ModelRegistry", "RegistryEvent", "fingerprint"]
+
+log = logging.getLogger(__name__)
+
+EventKind = Literal["loaded", "activated", "retired", "failed"]
+
+
+@dataclass(frozen=True, slots=True)
+class RegistryEvent:
+    """One step of a version's lifecycle, as hooks receive it."""
+
+    kind: EventKind
+    name: str
+    version: str
+    fingerprint: str = ""
+    detail: str = ""
+
+
+Hook = Callable[[RegistryEvent], None]
+
+
+def fingerprint(data: bytes) -> str:
+    """A short hash of a model file: the same bytes are the same model."""
+    return hashlib.blake2b(data, digest_size=6).hexdigest()
+
+
+class ModelRegistry:
+    """Loaded versions per model name; the newest version is the active one."""
+
+    def __init__(
+        self,
+        source: ModelSource,
+        ort_options: OrtOptions,
+        policy: BatchPolicy,
+        keep_versions: int = 2,
+        predictions: PredictionCache | None = None,
+    ) -> None:
+        self.source = source
+        self._predictions = predictions
+        self._ort = ort_options
+        self._policy = policy
+        self._keep = keep_versions
+        self._models: dict[str, dict[str, LoadedModel]] = {}
+        self._active: dict[str, LoadedModel] = {}
+        self._hooks: dict[EventKind, list[Hook]] = {"loaded": [], "activated": [], "retired": [], "failed": []}
+        self._lock: asyncio.Lock | None = None
+        self.ready = False
+
+    def on(self, kind: EventKind, hook: Hook) -> None:
+        """Call `hook` at each `kind` step. Hooks run on the event loop: hand slow work off."""
+        self._hooks[kind].append(hook)
+
+    async def load_all(self) -> None:
+        """Load the newest `keep_versions` versions of every model in the source."""
+        refs = await asyncio.to_thread(self.source.list)
+        if not refs:
+            raise NotReady(f"no models found in {self.source.description}")
+        by_name: dict[str, list[str]] = {}
+        for ref in refs:
+            by_name.setdefault(ref.name, []).append(ref.version)
+        for name, versions in by_name.items():
+            loaded = 0
+            for version in sorted(versions, key=version_key, reverse=True):  # newest first
+                if loaded == self._keep:
+                    break
+                data = await asyncio.to_thread(self.source.read, ModelRef(name, version))
+                try:
+                    await self.install(name, version, data)
+                except ModelInvalid as exc:
+                    # NOTE: a bad file left in the source must not keep every new replica down
+                    log.error("skipping %s/%s: %s", name, version, exc.detail)
+                    continue
+                loaded += 1
+        if not self._active:
+            raise NotReady(f"no valid model in {self.source.description}")
+        self.ready = True
+
+    async def install(self, name: str, version: str, data: bytes) -> LoadedModel:
+        """Load, validate and warm a version, then activate it if it is the newest."""
+        digest = fingerprint(data)
+        current = self._models.get(name, {}).get(version)
+        if current is not None and current.fingerprint == digest:
+            return current  # NOTE: the same file again (a redelivered event, a broadcast echo)
+        try:
+            loaded = await asyncio.to_thread(self._load, name, version, data, digest)
+        except ModelInvalid as exc:
+            self._emit(RegistryEvent("failed", name, version, digest, exc.detail))
+            raise
+        self._emit(RegistryEvent("loaded", name, version, digest))
+        retired = await self._activate(loaded)
+        for old in retired:
+            await old.retire()
+            self._emit(RegistryEvent("retired", old.name, old.version, old.fingerprint))
+            log.info("model %s/%s released", old.name, old.version)
+        return loaded
+
+    def _load(self, name: str, version: str, data: bytes, digest: str) -> LoadedModel:
+        started = time.perf_counter()
+        model = OnnxModel.load(data, self._ort)
+        model.warm(self._policy.max_size)
+        loaded = LoadedModel(
+            name, version, model, self._policy, inline=self._ort.inline, predictions=self._predictions, fingerprint=digest
+        )
+        loaded.load_s = time.perf_counter() - started
+        return loaded
+
+    async def _activate(self, loaded: LoadedModel) -> list[LoadedModel]:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            name = loaded.name
+            versions = self._models.setdefault(name, {})
+            replaced = versions.get(loaded.version)
+            versions[loaded.version] = loaded
+            previous = self._active.get(name)
+            self._active[name] = versions[max(versions, key=version_key)]
+            retired = [versions.pop(v) for v in sorted(versions, key=version_key)[: -self._keep]]
+        if replaced is not None:
+            retired.append(replaced)
+        active = self._active[name]
+        log.info("model %s/%s loaded in %.1f ms on %s; active %s/%s", name, loaded.version, loaded.load_s * 1000,
+                 loaded.model.providers[0], name, active.version)
+        if active is not previous:
+            self._emit(RegistryEvent("activated", name, active.version, active.fingerprint))
+        return retired
+
+    def _emit(self, event: RegistryEvent) -> None:
+        for hook in self._hooks[event.kind]:
+            try:
+                hook(event)
+            except Exception:  # NOTE: a subscriber's bug must not undo a model swap
+                log.exception("registry hook failed on %s %s/%s", event.kind, event.name, event.version)
+
+    def active(self, name: str, version: str | None = None) -> LoadedModel:
+        """The version that serves `name` now, or the loaded `version` when one is named."""
+        try:
+            return self._active[name] if version is None else self._models[name][version]
+        except KeyError:
+            if not self.ready:
+                raise NotReady("models are still loading") from None
+            if version is not None and name in self._models:
+                raise ModelNotFound(f"model {name!r} has no loaded version {version!r}") from None
+            raise ModelNotFound(f"no model named {name!r}") from None
+
+    def loaded_versions(self, name: str) -> list[str]:
+        return sorted(self._models.get(name, {}), key=version_key)
+
+    def describe(self) -> list[dict[str, object]]:
+        return [
+            {
+                "name": name,
+                "active_version": active.version,
+                "versions": self.loaded_versions(name),
+                "providers": active.model.providers,
+                "loaded_at": active.loaded_at,
+                "loaded": [m.describe() for m in self._models[name].values()],
+            }
+            for name, active in sorted(self._active.items())
+        ]
+
+    async def aclose(self) -> None:
+        for versions in self._models.values():
+            for loaded in versions.values():
+                await loaded.retire()
+        self._models.clear()
+        self._active.clear()
