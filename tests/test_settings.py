@@ -1,9 +1,22 @@
 import gc
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from shared.build import tune_gc
-from shared.settings import APP_SETTING_NAMES, LOCAL_SETTING_NAMES, BatchPolicy, CachePolicy, Settings, SettingsError
+from shared.settings import (
+    APP_SETTING_NAMES,
+    LOCAL_SETTING_NAMES,
+    BatchPolicy,
+    CachePolicy,
+    Settings,
+    SettingsError,
+    markdown_table,
+)
 
 
 def test_defaults_are_the_embedded_local_setup() -> None:
@@ -62,3 +75,52 @@ def test_tune_gc_freezes_start_up_objects_and_raises_the_threshold() -> None:
     finally:
         gc.unfreeze()
         gc.set_threshold(*old)
+
+
+REPO = Path(__file__).resolve().parent.parent
+# Values the Functions host and its extensions read (not ours): named in local.settings.json.example only.
+HOST_SETTINGS = {"FUNCTIONS_WORKER_RUNTIME", "AzureWebJobsStorage", "ServiceBusConnection__fullyQualifiedNamespace"}
+
+
+def test_the_readme_table_is_the_declaration() -> None:
+    assert markdown_table() in (REPO / "README.md").read_text(), "README's settings table: paste `python -m shared.settings`"
+
+
+def test_the_readme_check_catches_a_stale_row() -> None:
+    """Mutation: a default changed in code but not in the README must fail the check above."""
+    readme = (REPO / "README.md").read_text().replace("| `BATCH_MAX_SIZE` | int | `8` |", "| `BATCH_MAX_SIZE` | int | `16` |")
+    assert markdown_table() not in readme
+
+
+def test_local_settings_example_names_only_declared_settings_with_valid_values() -> None:
+    values: dict[str, str] = json.loads((REPO / "local.settings.json.example").read_text())["Values"]
+    ours = {k: v for k, v in values.items() if k not in HOST_SETTINGS}
+    assert set(ours) <= set(APP_SETTING_NAMES) | set(LOCAL_SETTING_NAMES), set(ours) - set(APP_SETTING_NAMES) - set(LOCAL_SETTING_NAMES)
+    # NOTE: locally ModelStorage (a connection string to Azurite) stands for Azure's identity-based URI
+    expected = set(APP_SETTING_NAMES) - {"ModelStorage__blobServiceUri"}
+    assert expected <= set(ours), f"missing from the example: {expected - set(ours)}"
+    Settings.from_env(ours)  # every example value parses
+
+
+@pytest.mark.parametrize(
+    ("env", "line"),
+    [
+        ({"BATCH_MAX_SIZE": "eight"}, "BATCH_MAX_SIZE: expected an integer, got 'eight'"),
+        ({"PREDICTION_L2": "sometimes"}, "PREDICTION_L2: expected one of auto|always|never, got 'sometimes'"),
+        ({"ORT_USE_GPU": "maybe"}, "ORT_USE_GPU: expected true or false, got 'maybe'"),
+        ({"REDIS_URL": "http://user:hunter2@cache:6379"}, "REDIS_URL: expected a redis://, rediss:// or unix:// URL with a host"),
+        ({"REDIS_URL": "redis://:hunter2@cache:port/0"}, "REDIS_URL: expected a redis://, rediss:// or unix:// URL with a host"),
+    ],
+)
+def test_a_bad_value_is_one_line_naming_the_setting_and_never_a_secret(env: dict[str, str], line: str) -> None:
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_env(env)
+    assert caught.value.detail == line and "hunter2" not in str(caught.value)
+
+
+def test_make_run_exits_non_zero_with_one_line_on_a_bad_setting() -> None:
+    env = {**os.environ, "REDIS_URL": "not a url", "PORT": "1"}
+    done = subprocess.run([sys.executable, "-m", "shared"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == ["fraud scoring: invalid settings: REDIS_URL: expected a redis://, rediss:// or unix:// URL with a host"]
+    assert "Traceback" not in done.stderr + done.stdout
