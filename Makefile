@@ -6,7 +6,14 @@ PORT ?= 7071
 PY := $(VENV)/bin/python
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: run test test-unit test-infra lint bench gpu-bench seed model clean
+.PHONY: help run test test-unit test-infra lint bench gpu-bench seed model clean
+.DEFAULT_GOAL := help
+
+LINTED := shared tests function_app.py scripts bench
+
+## help: list the targets
+help:
+	@grep -E '^## ' $(MAKEFILE_LIST) | sed -E 's/^## ([a-z-]+): /  make \1\t/' | expand -t 22
 
 $(VENV)/.runtime: requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,9 +35,10 @@ node_modules/.installed: package.json package-lock.json
 run: $(VENV)/.runtime
 	@PORT=$(PORT) $(PY) -m shared
 
-## test: start Redis (unless one answers at REDIS_URL) and Azurite, run every test, stop them
-test: test-unit test-infra
+## test: lint, then start Redis (unless one answers at REDIS_URL) and Azurite, run every test, stop them
+test: lint test-unit test-infra
 
+## test-unit: the Python tests only, with their Redis and Azurite
 test-unit: $(VENV)/.dev node_modules/.installed
 	@PY=$(PY) scripts/with_services.sh $(PY) -m pytest $(PYTEST_ARGS)
 
@@ -44,10 +52,12 @@ test-infra: .venv-infra/.installed
 	@.venv-infra/bin/python -m pip install -q --disable-pip-version-check -r requirements-infra.txt
 	@touch $@
 
-## lint: ruff and mypy
+## lint: ruff (rules and format) and mypy (strict on shared/)
 lint: $(VENV)/.dev
-	$(VENV)/bin/ruff check shared tests function_app.py scripts bench --exclude tests/infra
-	$(VENV)/bin/mypy shared function_app.py bench
+	$(VENV)/bin/ruff check $(LINTED) --exclude tests/infra
+	$(VENV)/bin/ruff format --check $(LINTED) --exclude tests/infra
+	$(VENV)/bin/mypy --strict shared
+	$(VENV)/bin/mypy function_app.py bench
 
 ## bench: measure the score path against its ceiling and floor; report and plots in bench-out/
 bench: $(VENV)/.dev
@@ -66,5 +76,6 @@ seed: $(VENV)/.runtime
 model: $(VENV)/.dev
 	$(PY) scripts/train_demo_model.py
 
+## clean: remove the virtual environments, node_modules and caches
 clean:
 	rm -rf $(VENV) .venv-infra node_modules .pytest_cache .mypy_cache .ruff_cache

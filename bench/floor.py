@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from shared.registry import ModelRegistry
 from shared.models.source import DirectorySource
+from shared.registry import ModelRegistry
 from shared.settings import BatchPolicy, OrtOptions
 
 
@@ -56,8 +56,11 @@ async def _batcher_overhead(models_dir: Path, n: int) -> dict[str, float]:
         await loaded.score(row)
         batched.append(time.perf_counter() - t)
     await registry.aclose()
-    return {"direct_us": _median_us(direct), "batched_us": _median_us(batched),
-            "added_us": _median_us(batched) - _median_us(direct)}
+    return {
+        "direct_us": _median_us(direct),
+        "batched_us": _median_us(batched),
+        "added_us": _median_us(batched) - _median_us(direct),
+    }
 
 
 def batcher_overhead(models_dir: Path, n: int = 3000) -> dict[str, float]:

@@ -61,14 +61,22 @@ def measure(model_path: Path, repeat: int = 300) -> dict[str, object]:
         for fn in (bound, plain):
             _time(fn, 30)  # warm-up (CUDA graphs, allocator arenas)
         b, p = _time(bound, repeat), _time(plain, repeat)
-        rows.append({
-            "batch": batch,
-            "iobinding_median_us": statistics.median(b) * 1e6,
-            "iobinding_p99_us": sorted(b)[int(0.99 * len(b))] * 1e6,
-            "plain_median_us": statistics.median(p) * 1e6,
-            "rows_per_s": batch / statistics.median(b),
-        })
-    return {"device": device, "providers": session.get_providers(), "gpu": on_gpu, "model": str(model_path), "rows": rows}
+        rows.append(
+            {
+                "batch": batch,
+                "iobinding_median_us": statistics.median(b) * 1e6,
+                "iobinding_p99_us": sorted(b)[int(0.99 * len(b))] * 1e6,
+                "plain_median_us": statistics.median(p) * 1e6,
+                "rows_per_s": batch / statistics.median(b),
+            }
+        )
+    return {
+        "device": device,
+        "providers": session.get_providers(),
+        "gpu": on_gpu,
+        "model": str(model_path),
+        "rows": rows,
+    }
 
 
 def main() -> None:
@@ -79,7 +87,9 @@ def main() -> None:
     args = parser.parse_args()
     result = measure(args.model, args.repeat)
     if not result["gpu"]:
-        print("no usable GPU here: measuring on the CPU execution provider (the same code path, IO binding to host memory)")
+        print(
+            "no usable GPU here: measuring on the CPU execution provider (the same code path, IO binding to host memory)"
+        )
     lines = [
         f"# Model latency by batch size on {result['device']} ({', '.join(result['providers'])})",  # type: ignore[arg-type]
         "",
@@ -87,8 +97,10 @@ def main() -> None:
         "|---:|---:|---:|---:|---:|",
     ]
     for row in result["rows"]:  # type: ignore[attr-defined]
-        lines.append(f"| {row['batch']} | {row['iobinding_median_us']:.1f} | {row['iobinding_p99_us']:.1f} | "
-                     f"{row['plain_median_us']:.1f} | {row['rows_per_s']:,.0f} |")
+        lines.append(
+            f"| {row['batch']} | {row['iobinding_median_us']:.1f} | {row['iobinding_p99_us']:.1f} | "
+            f"{row['plain_median_us']:.1f} | {row['rows_per_s']:,.0f} |"
+        )
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"gpu-{result['device']}.json").write_text(json.dumps(result, indent=2))
     (args.out / f"gpu-{result['device']}.md").write_text("\n".join(lines) + "\n")

@@ -29,10 +29,18 @@ from shared.settings import Settings
 
 async def call(app: Any, body: bytes) -> None:
     scope = {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-        "path": "/api/score", "raw_path": b"/api/score", "query_string": b"", "root_path": "",
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/api/score",
+        "raw_path": b"/api/score",
+        "query_string": b"",
+        "root_path": "",
         "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-        "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80),
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
     }
     sent: list[dict[str, Any]] = []
 
@@ -61,8 +69,11 @@ async def main(profile: str | None) -> None:
     hits = [event_body(n) for n in range(200)] * 20
     for body in hits[:200]:
         await call(app, body)
-    paths = {"ceiling": (starlette_app, lambda r: hits), "hit": (app, lambda r: hits),
-             "miss": (app, lambda r: [event_body(1_000_000 * (r + 1) + n) for n in range(4000)])}
+    paths = {
+        "ceiling": (starlette_app, lambda r: hits),
+        "hit": (app, lambda r: hits),
+        "miss": (app, lambda r: [event_body(1_000_000 * (r + 1) + n) for n in range(4000)]),
+    }
     for name, (target, bodies) in paths.items():
         rounds = [await cpu_per_request(target, bodies(r)) for r in range(5)]
         print(f"{name}: {statistics.median(rounds):.1f} µs CPU per request (median of 5 rounds)")

@@ -35,11 +35,19 @@ class OpenLoopResult:
 
 def event_body(n: int, users: int = 2000) -> bytes:
     cents = n % 500_000
-    return orjson.dumps({
-        "event_id": f"ol-{n}", "user_id": f"u{n % users:05d}", "amount": 1 + cents / 100, "currency": "USD",
-        "merchant_id": f"m-{n % 97}", "merchant_category": "5411", "country": "US", "channel": "app",
-        "timestamp": f"2026-11-29T{n % 24:02d}:20:00Z",
-    })
+    return orjson.dumps(
+        {
+            "event_id": f"ol-{n}",
+            "user_id": f"u{n % users:05d}",
+            "amount": 1 + cents / 100,
+            "currency": "USD",
+            "merchant_id": f"m-{n % 97}",
+            "merchant_category": "5411",
+            "country": "US",
+            "channel": "app",
+            "timestamp": f"2026-11-29T{n % 24:02d}:20:00Z",
+        }
+    )
 
 
 def _request(path: str, body: bytes) -> bytes:
@@ -59,7 +67,9 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
     return status, await reader.readexactly(length)
 
 
-async def open_loop(port: int, rate: float, duration_s: float, *, connections: int = 16, offset: int = 0, path: str = "/api/score") -> OpenLoopResult:
+async def open_loop(
+    port: int, rate: float, duration_s: float, *, connections: int = 16, offset: int = 0, path: str = "/api/score"
+) -> OpenLoopResult:
     """Offer `rate` requests/s of unique events for `duration_s` seconds."""
     total = int(rate * duration_s)
     result = OpenLoopResult(rate=rate, sent=total)

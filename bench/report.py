@@ -51,7 +51,9 @@ def budget(stages: dict[str, float], load_ms: float = 0.0) -> dict[str, float]:
 def paired_ratio(r: dict[str, Any], name: str) -> float:
     """Median over rounds of (endpoint req/s / ceiling req/s in the same round): robust to a noisy machine."""
     rounds = r["wrk_rounds"]
-    return statistics.median(a["rps"] / c["rps"] for a, c in zip(rounds[name], rounds["ceiling_starlette"], strict=True))
+    return statistics.median(
+        a["rps"] / c["rps"] for a, c in zip(rounds[name], rounds["ceiling_starlette"], strict=True)
+    )
 
 
 def targets(r: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
@@ -61,14 +63,32 @@ def targets(r: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
     checks = [
         ("miss path ≥ 50% of ceiling req/s (median of per-round ratios)", "≥ 50%", f"{miss:.0%}", miss >= 0.5),
         ("hit path ≥ 80% of ceiling req/s (median of per-round ratios)", "≥ 80%", f"{hit:.0%}", hit >= 0.8),
-        ("p99 (miss path, 16 connections)", "≤ 10 ms", f"{w['score_miss']['p99_ms']:.2f} ms", w["score_miss"]["p99_ms"] <= 10),
-        ("batcher added median at low load", "≤ 0.3 ms", f"{r['batcher']['added_us'] / 1000:.3f} ms", r["batcher"]["added_us"] <= 300),
+        (
+            "p99 (miss path, 16 connections)",
+            "≤ 10 ms",
+            f"{w['score_miss']['p99_ms']:.2f} ms",
+            w["score_miss"]["p99_ms"] <= 10,
+        ),
+        (
+            "batcher added median at low load",
+            "≤ 0.3 ms",
+            f"{r['batcher']['added_us'] / 1000:.3f} ms",
+            r["batcher"]["added_us"] <= 300,
+        ),
         ("process start to ready", "≤ 2 s", f"{r['start_to_ready_s']:.2f} s", r["start_to_ready_s"] <= 2),
         (f"open loop p99 at {low['offered']:.0f} req/s", "≤ 10 ms", f"{low['p99_ms']:.2f} ms", low["p99_ms"] <= 10),
     ]
     if "score_miss_redis" in r["wrk_rounds"]:
         redis_miss = paired_ratio(r, "score_miss_redis")
-        checks.insert(1, ("miss path with a Redis read per batch (PREDICTION_L2=always)", "≥ 50%", f"{redis_miss:.0%}", redis_miss >= 0.5))
+        checks.insert(
+            1,
+            (
+                "miss path with a Redis read per batch (PREDICTION_L2=always)",
+                "≥ 50%",
+                f"{redis_miss:.0%}",
+                redis_miss >= 0.5,
+            ),
+        )
     return checks
 
 
@@ -111,25 +131,52 @@ def _markdown(r: dict[str, Any], stages: dict[str, float]) -> str:
             f"| {label} | {x['rps']:,.0f} | {paired_ratio(r, name):.0%} | {x['p50_ms']:.2f} | {x['p90_ms']:.2f} | {x['p99_ms']:.2f} | "
             f"{x['errors']:.0f} | {r['memory_mib'].get(name, float('nan')):.0f} |"
         )
-    lines += ["", f"Batch endpoint: {w['batch_8']['events_per_s']:,.0f} events/s.", "", "## Targets", "", "| target | goal | measured | met |", "|---|---|---|---|"]
+    lines += [
+        "",
+        f"Batch endpoint: {w['batch_8']['events_per_s']:,.0f} events/s.",
+        "",
+        "## Targets",
+        "",
+        "| target | goal | measured | met |",
+        "|---|---|---|---|",
+    ]
     lines += [f"| {name} | {goal} | {got} | {'yes' if ok else '**no**'} |" for name, goal, got, ok in targets(r)]
-    lines += ["", "## Open loop on the miss path (fixed offered rates)", "",
-              "| offered req/s | achieved | p50 ms | p90 ms | p99 ms | max ms | errors |", "|---:|---:|---:|---:|---:|---:|---:|"]
+    lines += [
+        "",
+        "## Open loop on the miss path (fixed offered rates)",
+        "",
+        "| offered req/s | achieved | p50 ms | p90 ms | p99 ms | max ms | errors |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for x in r["open_loop"]:
-        lines.append(f"| {x['offered']:.0f} | {x['achieved']:.0f} | {x['p50_ms']:.2f} | {x['p90_ms']:.2f} | {x['p99_ms']:.2f} | {x['max_ms']:.2f} | {x['errors']} |")
-    lines += ["", f"## Per-stage budget (server-side medians at {r['open_loop'][0]['offered']:.0f} req/s, ms)", "",
-              "| stage | design notes (naive) | ours |", "|---|---:|---:|"]
+        lines.append(
+            f"| {x['offered']:.0f} | {x['achieved']:.0f} | {x['p50_ms']:.2f} | {x['p90_ms']:.2f} | {x['p99_ms']:.2f} | {x['max_ms']:.2f} | {x['errors']} |"
+        )
+    lines += [
+        "",
+        f"## Per-stage budget (server-side medians at {r['open_loop'][0]['offered']:.0f} req/s, ms)",
+        "",
+        "| stage | design notes (naive) | ours |",
+        "|---|---:|---:|",
+    ]
     for stage, naive in NAIVE.items():
         lines.append(f"| {stage} | {naive} | {stages[stage]:.3f} |")
     lines.append(f"| total (server) | {sum(NAIVE.values())} | {r['open_loop'][0]['stages_ms']['total']:.3f} |")
-    lines += ["", "Model load is 0 per request: sessions are created and warmed once per process, before ready.", "",
-              "## Floor: raw ONNX Runtime on the same model (in-process, CPU, 1 thread)", "",
-              f"- session.run, 1 row: {r['floor']['run_b1_us']:.1f} µs median ({r['floor']['rows_per_s_b1']:,.0f} rows/s)",
-              f"- session.run, 8 rows: {r['floor']['run_b8_us']:.1f} µs median ({r['floor']['rows_per_s_b8']:,.0f} rows/s)",
-              f"- one lone request through the batcher: {r['batcher']['batched_us']:.1f} µs vs {r['batcher']['direct_us']:.1f} µs direct "
-              f"(+{r['batcher']['added_us']:.1f} µs)",
-              f"- process start to ready (median of 3): {r['start_to_ready_s']:.2f} s", "",
-              "![latency vs load](latency_vs_load.png) ![stage budget](stage_budget.png) ![throughput](throughput.png)", ""]
+    lines += [
+        "",
+        "Model load is 0 per request: sessions are created and warmed once per process, before ready.",
+        "",
+        "## Floor: raw ONNX Runtime on the same model (in-process, CPU, 1 thread)",
+        "",
+        f"- session.run, 1 row: {r['floor']['run_b1_us']:.1f} µs median ({r['floor']['rows_per_s_b1']:,.0f} rows/s)",
+        f"- session.run, 8 rows: {r['floor']['run_b8_us']:.1f} µs median ({r['floor']['rows_per_s_b8']:,.0f} rows/s)",
+        f"- one lone request through the batcher: {r['batcher']['batched_us']:.1f} µs vs {r['batcher']['direct_us']:.1f} µs direct "
+        f"(+{r['batcher']['added_us']:.1f} µs)",
+        f"- process start to ready (median of 3): {r['start_to_ready_s']:.2f} s",
+        "",
+        "![latency vs load](latency_vs_load.png) ![stage budget](stage_budget.png) ![throughput](throughput.png)",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -139,7 +186,12 @@ def _plot_latency(rows: list[dict[str, Any]], path: Path) -> None:
     for key, label in (("p50_ms", "p50"), ("p90_ms", "p90"), ("p99_ms", "p99")):
         ax.plot(offered, [x[key] for x in rows], marker="o", label=label)
     ax.axhline(10, color="grey", linestyle="--", linewidth=1, label="10 ms target")
-    ax.set(xlabel="offered load (req/s, open loop)", ylabel="latency (ms)", title="/api/score miss path: latency vs offered load", yscale="log")
+    ax.set(
+        xlabel="offered load (req/s, open loop)",
+        ylabel="latency (ms)",
+        title="/api/score miss path: latency vs offered load",
+        yscale="log",
+    )
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -151,7 +203,12 @@ def _plot_budget(ours: dict[str, float], path: Path) -> None:
     stages = list(NAIVE)
     xs = range(len(stages))
     ax.bar([x - 0.2 for x in xs], [NAIVE[s] for s in stages], width=0.4, label="design notes (naive)")
-    ax.bar([x + 0.2 for x in xs], [ours[s] if ours[s] > 0 else float("nan") for s in stages], width=0.4, label="ours (measured median)")
+    ax.bar(
+        [x + 0.2 for x in xs],
+        [ours[s] if ours[s] > 0 else float("nan") for s in stages],
+        width=0.4,
+        label="ours (measured median)",
+    )
     ax.set_ylim(bottom=1e-3)
     for x, stage in zip(xs, stages, strict=True):
         if ours[stage] <= 0:
@@ -166,7 +223,11 @@ def _plot_budget(ours: dict[str, float], path: Path) -> None:
 
 def _plot_throughput(w: dict[str, dict[str, float]], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4))
-    names = [n for n in ("ceiling_raw_asgi", "ceiling_starlette", "score_hit", "score_miss", "score_miss_redis", "batch_8") if n in w]
+    names = [
+        n
+        for n in ("ceiling_raw_asgi", "ceiling_starlette", "score_hit", "score_miss", "score_miss_redis", "batch_8")
+        if n in w
+    ]
     ax.barh(names, [w[n]["rps"] for n in names])
     ax.set(xlabel="requests/s (wrk, 16 connections)", title="Throughput, one process")
     fig.tight_layout()

@@ -43,7 +43,17 @@ def say(step: str) -> None:
 
 def wrk(port: int, seconds: float, connections: int, mode: str, path: str = "/api/score") -> dict[str, float]:
     env = {**os.environ, "MODE": mode}
-    cmd = ["wrk", "-t2", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--timeout", "5s", "-s", str(WRK_SCRIPT), f"http://127.0.0.1:{port}{path}"]
+    cmd = [
+        "wrk",
+        "-t2",
+        f"-c{connections}",
+        f"-d{max(1, round(seconds))}s",
+        "--timeout",
+        "5s",
+        "-s",
+        str(WRK_SCRIPT),
+        f"http://127.0.0.1:{port}{path}",
+    ]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
     match = re.search(r"WRK_JSON (\{.*\})", out)
     if match is None:
@@ -52,7 +62,9 @@ def wrk(port: int, seconds: float, connections: int, mode: str, path: str = "/ap
     seconds_run = raw["duration_us"] / 1e6
     return {
         "rps": raw["requests"] / seconds_run,
-        "p50_ms": raw["p50_us"] / 1000, "p90_ms": raw["p90_us"] / 1000, "p99_ms": raw["p99_us"] / 1000,
+        "p50_ms": raw["p50_us"] / 1000,
+        "p90_ms": raw["p90_us"] / 1000,
+        "p99_ms": raw["p99_us"] / 1000,
         "max_ms": raw["max_us"] / 1000,
         "errors": raw["connect_errors"] + raw["read_errors"] + raw["write_errors"] + raw["non2xx"] + raw["timeouts"],
     }
@@ -88,7 +100,12 @@ def main() -> None:
     app_env = {"REDIS_URL": redis.url, "REDIS_KEY_PREFIX": prefix, "PYTHONPATH": str(ROOT), "LOG_LEVEL": "WARNING"}
     results: dict[str, object] = {
         "machine": {"cores": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
-        "config": {"seconds": args.seconds, "rounds": args.rounds, "connections": args.connections, "users_seeded": users},
+        "config": {
+            "seconds": args.seconds,
+            "rounds": args.rounds,
+            "connections": args.connections,
+            "users_seeded": users,
+        },
     }
     try:
         say("starting the servers: app (Granian + Starlette + core), bare Starlette, raw ASGI")
@@ -112,7 +129,9 @@ def main() -> None:
         memory: dict[str, float] = {}
         for round_no in range(1, args.rounds + 1):
             for name, (target, mode, extra) in targets.items():
-                say(f"round {round_no}/{args.rounds}: wrk {name} ({args.seconds:.0f} s, {args.connections} connections)")
+                say(
+                    f"round {round_no}/{args.rounds}: wrk {name} ({args.seconds:.0f} s, {args.connections} connections)"
+                )
                 server = start_granian(name, target, {**app_env, **extra})
                 try:
                     if mode == "hit":
@@ -134,7 +153,11 @@ def main() -> None:
             asyncio.run(open_loop(server.port, 200, 1.0, offset=10_000_000))  # warm
             for i, rate in enumerate(float(r) for r in args.rates.split(",")):
                 say(f"  offered {rate:.0f} req/s for {args.open_seconds:.0f} s")
-                res = asyncio.run(open_loop(server.port, rate, args.open_seconds, connections=args.connections, offset=(i + 2) * 10_000_000))
+                res = asyncio.run(
+                    open_loop(
+                        server.port, rate, args.open_seconds, connections=args.connections, offset=(i + 2) * 10_000_000
+                    )
+                )
                 open_results.append(report.summarize_open_loop(res))
         finally:
             server.stop()

@@ -68,8 +68,23 @@ class Server:
 def start_granian(name: str, target: str, env: dict[str, str], ready_path: str = "/api/health/ready") -> Server:
     """Granian, one worker, on a free loopback port; timed from spawn to a 200 on `ready_path`."""
     port = free_port()
-    cmd = [sys.executable, "-m", "granian", "--interface", "asgi", "--host", "127.0.0.1", "--port", str(port),
-           "--workers", "1", "--no-ws", "--log-level", "warning", target]
+    cmd = [
+        sys.executable,
+        "-m",
+        "granian",
+        "--interface",
+        "asgi",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+        "--no-ws",
+        "--log-level",
+        "warning",
+        target,
+    ]
     started = time.perf_counter()
     with open(Path(tempfile.gettempdir()) / f"bench-{name}.log", "wb") as log:  # the child keeps its own handle
         process = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT)
@@ -86,8 +101,21 @@ class Redis:
         if not self.url or not self._answers():
             port = free_port()
             self.process = subprocess.Popen(
-                ["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no",
-                 "--maxmemory", "512mb", "--maxmemory-policy", "allkeys-lru"],
+                [
+                    "redis-server",
+                    "--bind",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--maxmemory",
+                    "512mb",
+                    "--maxmemory-policy",
+                    "allkeys-lru",
+                ],
                 stdout=subprocess.DEVNULL,
             )
             self.url = f"redis://127.0.0.1:{port}/0"

@@ -20,8 +20,15 @@ def main() -> None:
     parser.add_argument("--url", default="http://127.0.0.1:7071")
     parser.add_argument("-n", type=int, default=2000)
     args = parser.parse_args()
-    event = {"user_id": "u00042", "currency": "USD", "merchant_id": "m-77", "merchant_category": "7995",
-             "country": "NG", "channel": "web", "timestamp": "2026-11-29T03:12:00Z"}
+    event = {
+        "user_id": "u00042",
+        "currency": "USD",
+        "merchant_id": "m-77",
+        "merchant_category": "7995",
+        "country": "NG",
+        "channel": "web",
+        "timestamp": "2026-11-29T03:12:00Z",
+    }
     samples: dict[str, list[float]] = {"miss": [], "hit": []}
     with httpx.Client(base_url=args.url) as client:
         for i in range(args.n):
@@ -33,8 +40,10 @@ def main() -> None:
                 response.raise_for_status()
     for kind, values in samples.items():
         values.sort()
-        print(f"/api/score {kind}: median {statistics.median(values):.3f} ms, p99 {values[int(0.99 * len(values))]:.3f} ms "
-              f"over {len(values)} sequential requests")
+        print(
+            f"/api/score {kind}: median {statistics.median(values):.3f} ms, p99 {values[int(0.99 * len(values))]:.3f} ms "
+            f"over {len(values)} sequential requests"
+        )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Load the demo user features into the online feature store (Redis at REDIS_URL).
 
-    REDIS_URL=redis://127.0.0.1:6379/0 make seed
+REDIS_URL=redis://127.0.0.1:6379/0 make seed
 """
 
 from __future__ import annotations

@@ -71,7 +71,11 @@ def make_events(rng: np.random.Generator, users: dict[str, dict[str, float]], n:
         user = user_list[rng.integers(len(user_list))]
         amount = float(rng.lognormal(np.log(user["user_avg_amount_30d"]), 1.0))
         hour = int(rng.integers(24))
-        channel, country, category = rng.choice(CHANNELS), rng.choice(COUNTRIES, p=[.5, .1, .1, .1, .05, .05, .05, .05]), rng.choice(CATEGORIES)
+        channel, country, category = (
+            rng.choice(CHANNELS),
+            rng.choice(COUNTRIES, p=[0.5, 0.1, 0.1, 0.1, 0.05, 0.05, 0.05, 0.05]),
+            rng.choice(CATEGORIES),
+        )
         x[r, col["log_amount"]] = np.log1p(amount)
         x[r, col["hour"]] = hour
         x[r, col["has_note"]] = float(rng.random() < 0.2)
@@ -83,7 +87,11 @@ def make_events(rng: np.random.Generator, users: dict[str, dict[str, float]], n:
         ratio = amount / user["user_avg_amount_30d"]
         logit[r] += 1.2 * np.log1p(ratio) + 0.9 * (country in RISKY_COUNTRIES) + 1.0 * (category in RISKY_CATEGORIES)
         logit[r] += 0.6 * (channel == "web") + 0.7 * (hour < 5) + 1.5 * user["user_chargebacks_90d"]
-        logit[r] += 0.25 * user["user_txn_count_24h"] - 0.0008 * user["user_account_age_days"] + 0.4 * (user["user_distinct_countries_30d"] - 1)
+        logit[r] += (
+            0.25 * user["user_txn_count_24h"]
+            - 0.0008 * user["user_account_age_days"]
+            + 0.4 * (user["user_distinct_countries_30d"] - 1)
+        )
     y = (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(np.int64)
     return x, y
 
@@ -132,7 +140,9 @@ def main() -> None:
     out.write_bytes(onx.SerializeToString())
     Path(args.users_file).parent.mkdir(parents=True, exist_ok=True)
     Path(args.users_file).write_text(json.dumps(users, indent=0, sort_keys=True) + "\n")
-    print(f"wrote {out} ({out.stat().st_size} bytes, {len(spec.features)} features, held-out AUC {auc:.3f}, positives {y.mean():.1%})")
+    print(
+        f"wrote {out} ({out.stat().st_size} bytes, {len(spec.features)} features, held-out AUC {auc:.3f}, positives {y.mean():.1%})"
+    )
     print(f"wrote {args.users_file} ({len(users)} users)")
 
 

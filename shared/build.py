@@ -43,7 +43,11 @@ async def build_service(settings: Settings) -> ScoringService:
         )
     source: ModelSource
     if settings.uses_blob_models:
-        source = BlobSource.connect(container=settings.models_container, connection_string=settings.model_storage, blob_uri=settings.model_storage_blob_uri)
+        source = BlobSource.connect(
+            container=settings.models_container,
+            connection_string=settings.model_storage,
+            blob_uri=settings.model_storage_blob_uri,
+        )
     else:
         source = DirectorySource(settings.models_dir)
     fallback = None
@@ -53,10 +57,19 @@ async def build_service(settings: Settings) -> ScoringService:
         except (OSError, ValueError) as exc:
             log.error("cannot read FEATURES_FILE %s: %s", settings.features_file, exc)
             raise NotReady(f"FEATURES_FILE: cannot read the file ({type(exc).__name__})") from exc
-    features = FeatureStore(redis=redis, fallback=fallback, l1_size=min(settings.cache.l1_size, 100_000), l1_ttl_s=settings.cache.features_l1_ttl_s)
+    features = FeatureStore(
+        redis=redis,
+        fallback=fallback,
+        l1_size=min(settings.cache.l1_size, 100_000),
+        l1_ttl_s=settings.cache.features_l1_ttl_s,
+    )
     policy = settings.cache
     predictions = PredictionCache(
-        l1_size=policy.l1_size, l1_ttl_s=policy.l1_ttl_s, l2=redis, l2_ttl_s=policy.l2_ttl_s, l2_policy=policy.prediction_l2
+        l1_size=policy.l1_size,
+        l1_ttl_s=policy.l1_ttl_s,
+        l2=redis,
+        l2_ttl_s=policy.l2_ttl_s,
+        l2_policy=policy.prediction_l2,
     )
     registry = ModelRegistry(source, settings.ort, settings.batch, settings.models_keep_versions, predictions)
     service = ScoringService(settings, registry, features, predictions, redis)
@@ -66,7 +79,12 @@ async def build_service(settings: Settings) -> ScoringService:
         await service.aclose()  # NOTE: a failed build must not leak its sessions or Redis pool
         raise
     tune_gc(settings.gc_gen0_threshold)
-    log.info("scoring service ready: models from %s, features from %s, redis %s", source.description, features.source, "on" if redis else "off")
+    log.info(
+        "scoring service ready: models from %s, features from %s, redis %s",
+        source.description,
+        features.source,
+        "on" if redis else "off",
+    )
     return service
 
 
@@ -131,7 +149,13 @@ class ServiceHolder:
     def peek(self) -> ScoringService | None:
         """The service if it is built, without starting anything."""
         task = self._task
-        if self._service is None and task is not None and task.done() and not task.cancelled() and task.exception() is None:
+        if (
+            self._service is None
+            and task is not None
+            and task.done()
+            and not task.cancelled()
+            and task.exception() is None
+        ):
             self._service = task.result()
         return self._service
 

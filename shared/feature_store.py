@@ -54,7 +54,9 @@ def load_feature_file(path: str | Path) -> dict[str, UserFeatures]:
 class FeatureStore:
     """Reads user context through L1 (short TTL) and Redis, or from the demo file."""
 
-    def __init__(self, *, redis: L2Tier | None, fallback: Mapping[str, UserFeatures] | None, l1_size: int, l1_ttl_s: float) -> None:
+    def __init__(
+        self, *, redis: L2Tier | None, fallback: Mapping[str, UserFeatures] | None, l1_size: int, l1_ttl_s: float
+    ) -> None:
         self._fallback = fallback or {}
         self.cache: TieredCache[UserFeatures] = TieredCache(
             "features",
@@ -78,7 +80,9 @@ class FeatureStore:
         return dict(self._fallback.get(user_id, {}))
 
 
-async def seed_redis(url: str, users: Mapping[str, Mapping[str, float]], *, prefix: str = "", ttl_s: int | None = None) -> int:
+async def seed_redis(
+    url: str, users: Mapping[str, Mapping[str, float]], *, prefix: str = "", ttl_s: int | None = None
+) -> int:
     """Write every user's features to Redis in pipelined chunks; returns the count."""
     from redis.asyncio import Redis  # NOTE: a tool's path (scripts/seed_features.py), not the server's
 

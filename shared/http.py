@@ -116,12 +116,14 @@ def create_app(holder: ServiceHolder) -> ASGIApp:
     async def score_batch(request: Request) -> Response:
         body = await read_json_body(request, holder.settings.max_body_bytes * 16)
         results = await (await service()).score_batch_json(body)
-        return json_response({
-            "results": [
-                r.as_dict() if not isinstance(r, ScoringError) else {"index": i, **error_body(r)}
-                for i, r in enumerate(results)
-            ]
-        })
+        return json_response(
+            {
+                "results": [
+                    r.as_dict() if not isinstance(r, ScoringError) else {"index": i, **error_body(r)}
+                    for i, r in enumerate(results)
+                ]
+            }
+        )
 
     async def models(request: Request) -> Response:
         return json_response({"models": (await service()).models()})

@@ -129,7 +129,13 @@ class ModelRegistry:
         model = OnnxModel.load(data, self._ort)
         model.warm(self._policy.max_size)
         loaded = LoadedModel(
-            name, version, model, self._policy, inline=self._ort.inline, predictions=self._predictions, fingerprint=digest
+            name,
+            version,
+            model,
+            self._policy,
+            inline=self._ort.inline,
+            predictions=self._predictions,
+            fingerprint=digest,
         )
         loaded.load_s = time.perf_counter() - started
         return loaded
@@ -148,8 +154,15 @@ class ModelRegistry:
         if replaced is not None:
             retired.append(replaced)
         active = self._active[name]
-        log.info("model %s/%s loaded in %.1f ms on %s; active %s/%s", name, loaded.version, loaded.load_s * 1000,
-                 loaded.model.providers[0], name, active.version)
+        log.info(
+            "model %s/%s loaded in %.1f ms on %s; active %s/%s",
+            name,
+            loaded.version,
+            loaded.load_s * 1000,
+            loaded.model.providers[0],
+            name,
+            active.version,
+        )
         if active is not previous:
             self._emit(RegistryEvent("activated", name, active.version, active.fingerprint))
         return retired
@@ -171,6 +184,10 @@ class ModelRegistry:
             if version is not None and name in self._models:
                 raise ModelNotFound(f"model {name!r} has no loaded version {version!r}") from None
             raise ModelNotFound(f"no model named {name!r}") from None
+
+    def names(self) -> list[str]:
+        """The names that have an active version."""
+        return sorted(self._active)
 
     def loaded_versions(self, name: str) -> list[str]:
         return sorted(self._models.get(name, {}), key=version_key)

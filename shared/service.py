@@ -146,7 +146,7 @@ class ScoringService:
         return self._registry.ready
 
     def readiness(self) -> Readiness:
-        models = [m["name"] for m in self._registry.describe()]
+        models = self._registry.names()
         if not self._registry.ready:
             return Readiness(False, "models are still loading", models)
         return Readiness(True, "", models)
@@ -186,7 +186,9 @@ class ScoringService:
             # NOTE: the version was swapped while this request waited; the new one answers.
             return await self._score(event, model or self._default, parse_s)
 
-    async def score_many(self, events: Sequence[PaymentEvent | ScoringError], model: str | None = None) -> list[Scored | ScoringError]:
+    async def score_many(
+        self, events: Sequence[PaymentEvent | ScoringError], model: str | None = None
+    ) -> list[Scored | ScoringError]:
         """Score events concurrently (so they share batches); errors stay in their slot."""
 
         async def one(item: PaymentEvent | ScoringError) -> Scored | ScoringError:

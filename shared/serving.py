@@ -27,13 +27,14 @@ from shared.settings import BatchPolicy
 __all__ = ["LoadedModel", "Prediction", "Row"]
 
 Row = npt.NDArray[np.float32]
+Origin = Literal["l1", "l2", "model"]
 
 
 class Prediction(NamedTuple):
     """One row's score, where it came from, and the batch's cache and model time."""
 
     score: float
-    source: Literal["l1", "l2", "model"]
+    source: Origin
     cache_s: float = 0.0
     inference_s: float = 0.0
 
@@ -81,7 +82,9 @@ class LoadedModel:
         started = time.perf_counter()
         cache = self.predictions
         use_l2 = cache is not None and cache.pays(self.batch_run_s)
-        known = await cache.lookup([key for key, _ in items], use_l2=use_l2) if cache is not None else {}
+        known: dict[str, tuple[float, Origin]] = {}
+        if cache is not None:
+            known.update(await cache.lookup([key for key, _ in items], use_l2=use_l2))
         cache_s = time.perf_counter() - started
         missing = {key: row for key, row in items if key not in known}
         inference_s = 0.0
@@ -95,7 +98,7 @@ class LoadedModel:
             known.update((key, (score, "model")) for key, score in fresh)
             if cache is not None:
                 cache.store(fresh, l2=use_l2)
-        return [Prediction(*known[key], cache_s, inference_s) for key, _ in items]  # type: ignore[misc]
+        return [Prediction(*known[key], cache_s, inference_s) for key, _ in items]
 
     async def _predict(self, rows: list[Row]) -> list[float]:
         matrix = stack_rows(rows)

@@ -109,12 +109,20 @@ class CachePolicy:
     l1_size: int = setting("CACHE_L1_SIZE", 50_000, "in-process LRU entries (0 disables L1)")
     l1_ttl_s: float = setting("CACHE_L1_TTL_S", 30.0, "prediction lifetime in the in-process LRU, seconds")
     l2_ttl_s: float = setting(
-        "CACHE_L2_TTL_S", 0.0, "prediction lifetime in Redis, seconds; `0` = no expiry (the key holds the model version and the exact row)"
+        "CACHE_L2_TTL_S",
+        0.0,
+        "prediction lifetime in Redis, seconds; `0` = no expiry (the key holds the model version and the exact row)",
     )
-    features_l1_ttl_s: float = setting("FEATURES_L1_TTL_S", 5.0, "how long a replica reuses a user's features before re-reading Redis")
-    redis_timeout_ms: float = setting("REDIS_TIMEOUT_MS", 50.0, "deadline of one Redis round-trip; past it the read is a miss")
+    features_l1_ttl_s: float = setting(
+        "FEATURES_L1_TTL_S", 5.0, "how long a replica reuses a user's features before re-reading Redis"
+    )
+    redis_timeout_ms: float = setting(
+        "REDIS_TIMEOUT_MS", 50.0, "deadline of one Redis round-trip; past it the read is a miss"
+    )
     prediction_l2: PredictionL2 = setting(
-        "PREDICTION_L2", "auto", "predictions through Redis: `auto` only while a round-trip costs less than the model run it saves"
+        "PREDICTION_L2",
+        "auto",
+        "predictions through Redis: `auto` only while a round-trip costs less than the model run it saves",
     )
 
     def __post_init__(self) -> None:
@@ -138,7 +146,9 @@ class OrtOptions:
     graph_optimization: GraphOptimization = setting("ORT_GRAPH_OPTIMIZATION", "all", "graph optimization level")
     use_gpu: bool = setting("ORT_USE_GPU", True, "CUDA only when a GPU is really usable; else CPU")
     use_tensorrt: bool = setting("ORT_USE_TENSORRT", False, "TensorRT before CUDA when a GPU is usable")
-    inline: bool = setting("ORT_INLINE", True, "run small models on the event loop (no thread hop); `false` for big or GPU models")
+    inline: bool = setting(
+        "ORT_INLINE", True, "run small models on the event loop (no thread hop); `false` for big or GPU models"
+    )
 
     def __post_init__(self) -> None:
         _check(self.intra_op_threads >= 0, "ORT_INTRA_OP_THREADS", "an integer >= 0 (0 lets ONNX Runtime choose)")
@@ -158,10 +168,16 @@ class Settings:
         "REDIS_URL", None, "Redis for the L2 cache and the online feature store; unset → in-process only", secret=True
     )
     redis_prefix: str = setting("REDIS_KEY_PREFIX", "", "namespace for every key (several deployments on one Redis)")
-    redis_use_entra: bool = setting("REDIS_USE_ENTRA", False, "authenticate to Redis with a Microsoft Entra token (managed identity)")
+    redis_use_entra: bool = setting(
+        "REDIS_USE_ENTRA", False, "authenticate to Redis with a Microsoft Entra token (managed identity)"
+    )
     models_dir: str = setting("MODELS_DIR", "models", "local model source, layout `{name}/{version}/model.onnx`")
     model_storage: str | None = setting(
-        "ModelStorage", None, "Blob connection string: the blob container is the model source (locally: Azurite)", local_only=True, secret=True
+        "ModelStorage",
+        None,
+        "Blob connection string: the blob container is the model source (locally: Azurite)",
+        local_only=True,
+        secret=True,
     )
     model_storage_blob_uri: str | None = setting(
         "ModelStorage__blobServiceUri", None, "the same with managed identity (Azure)"
@@ -174,11 +190,15 @@ class Settings:
     batch: BatchPolicy = field(default_factory=BatchPolicy)
     cache: CachePolicy = field(default_factory=CachePolicy)
     ort: OrtOptions = field(default_factory=OrtOptions)
-    max_body_bytes: int = setting("MAX_BODY_BYTES", 64 * 1024, "body cap of one event (a batch may carry 16×)")
+    max_body_bytes: int = setting(
+        "MAX_BODY_BYTES", 64 * 1024, "body cap of one event (a batch may carry 16 times that)"
+    )
     max_batch_items: int = setting("MAX_BATCH_ITEMS", 256, "events per `/api/score/batch`")
     models_keep_versions: int = setting("MODELS_KEEP_VERSIONS", 2, "versions kept loaded per model (newest is active)")
     gc_gen0_threshold: int = setting(
-        "GC_GEN0_THRESHOLD", 50_000, "Python GC generation-0 threshold after start-up (start-up objects frozen); `0` = Python's default"
+        "GC_GEN0_THRESHOLD",
+        50_000,
+        "Python GC generation-0 threshold after start-up (start-up objects frozen); `0` = Python's default",
     )
     port: int = setting("PORT", 7071, "local port of `make run` (the Functions host owns it in Azure)", local_only=True)
     log_level: str = setting("LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING or ERROR")
@@ -189,7 +209,9 @@ class Settings:
         _check(self.gc_gen0_threshold >= 0, "GC_GEN0_THRESHOLD", "an integer >= 0 (0 keeps Python's default)")
         _check(self.models_keep_versions >= 1, "MODELS_KEEP_VERSIONS", "an integer >= 1")
         _check(1 <= self.port <= 65535, "PORT", "a TCP port within 1..65535")
-        _check(self.log_level in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"), "LOG_LEVEL", "DEBUG|INFO|WARNING|ERROR")
+        _check(
+            self.log_level in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"), "LOG_LEVEL", "DEBUG|INFO|WARNING|ERROR"
+        )
         if self.redis_url is not None:
             _check(_is_redis_url(self.redis_url), "REDIS_URL", "a redis://, rediss:// or unix:// URL with a host")
         _check(bool(self.default_model), "DEFAULT_MODEL", "a model name")
@@ -206,7 +228,8 @@ class Settings:
         cannot run, is a one-line `SettingsError` naming the setting.
         """
         env = os.environ if environ is None else environ
-        return _build(cls, env)
+        settings: Settings = _build(cls, env)
+        return settings
 
 
 def _is_redis_url(url: str) -> bool:
@@ -301,7 +324,7 @@ def _type_name(hint: Any) -> str:
     if typing.get_origin(hint) is Literal:
         return " / ".join(typing.get_args(hint))
     args = [a for a in typing.get_args(hint) if a is not type(None)]
-    return args[0].__name__ if args else hint.__name__
+    return str(args[0].__name__ if args else hint.__name__)
 
 
 def _default_text(doc: SettingDoc, default: Any) -> str:

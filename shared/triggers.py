@@ -33,7 +33,7 @@ class FunctionHandlers:
 
     def __init__(self, holder: ServiceHolder) -> None:
         self.holder = holder
-        self._asgi = func.AsgiMiddleware(create_app(holder))
+        self._asgi = func.AsgiMiddleware(create_app(holder))  # type: ignore[no-untyped-call,unused-ignore]
         self._warm_up: asyncio.Task[None] | None = None
 
     def warm_up_soon(self) -> None:
@@ -61,7 +61,8 @@ class FunctionHandlers:
 
     async def http(self, req: func.HttpRequest, context: func.Context | None = None) -> func.HttpResponse:
         """Every HTTP route: the same ASGI app that `make run` serves."""
-        return await self._asgi.handle_async(req, context)
+        response: func.HttpResponse = await self._asgi.handle_async(req, context)
+        return response
 
     async def payment(self, msg: func.ServiceBusMessage, completed: func.Out[str], rejected: func.Out[str]) -> None:
         """Score one queued payment; publish the result, or reject it with the reason.

@@ -9,12 +9,15 @@ from __future__ import annotations
 import os
 import socket
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 import pytest
 
+from shared.build import build_service
+from shared.service import ScoringService
 from shared.settings import BatchPolicy, CachePolicy, Settings
 from tests.onnx_models import make_model
 
@@ -28,6 +31,13 @@ def _unavailable(what: str) -> None:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"{what} is required under CI=true (run through `make test`)")
     pytest.skip(f"{what} is not available (run through `make test`)")
+
+
+def closed_port() -> int:
+    """A loopback port where nothing listens (bound, then closed again)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def _answers(url: str) -> bool:
@@ -70,7 +80,9 @@ def azurite_connection() -> str:
     endpoint = os.environ.get("AZURITE_BLOB_ENDPOINT", "")
     if not endpoint or not _answers(endpoint):
         _unavailable("Azurite (AZURITE_BLOB_ENDPOINT)")
-    return f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={AZURITE_KEY};BlobEndpoint={endpoint};"
+    return (
+        f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={AZURITE_KEY};BlobEndpoint={endpoint};"
+    )
 
 
 @pytest.fixture
@@ -118,3 +130,38 @@ def event(**overrides: object) -> dict[str, object]:
     }
     body.update(overrides)
     return body
+
+
+@pytest.fixture
+async def services() -> AsyncIterator[Callable[[Settings], Awaitable[ScoringService]]]:
+    """`await services(settings)` builds a service; every one built is closed, pass or fail."""
+    built: list[ScoringService] = []
+
+    async def build(settings: Settings) -> ScoringService:
+        service = await build_service(settings)
+        built.append(service)
+        return service
+
+    yield build
+    for service in built:
+        await service.aclose()
+
+
+@pytest.fixture
+async def service(services: Callable[[Settings], Awaitable[ScoringService]], settings: Settings) -> ScoringService:
+    """The core over the tiny model with embedded defaults; closed after the test."""
+    return await services(settings)
+
+
+@pytest.fixture
+async def closing() -> AsyncIterator[Callable[[Any], Any]]:
+    """`closing(x)` returns x and closes it (`await x.aclose()`) after the test, pass or fail."""
+    opened: list[Any] = []
+
+    def track(thing: Any) -> Any:
+        opened.append(thing)
+        return thing
+
+    yield track
+    for thing in reversed(opened):
+        await thing.aclose()

@@ -53,7 +53,7 @@ def test_missing_field_names_the_field() -> None:
         decode_event(json.dumps(raw).encode())
 
 
-@pytest.mark.parametrize("raw", [b"{bad", b"", b"{\"event_id\": ", b'{"amount": NaN}', b'{"amount": Infinity}'])
+@pytest.mark.parametrize("raw", [b"{bad", b"", b'{"event_id": ', b'{"amount": NaN}', b'{"amount": Infinity}'])
 def test_malformed_json(raw: bytes) -> None:
     with pytest.raises(MalformedJson):
         decode_event(raw)

@@ -18,7 +18,9 @@ def parsed(**overrides: object):
 
 
 def test_columns_follow_the_declared_order_from_every_source() -> None:
-    mapper = FeatureMapper(spec(("user_txn_count_24h", 1.0), ("channel=web", 0.0), ("log_amount", 0.0), ("hour", 0.0), ("country=US", 0.0)))
+    mapper = FeatureMapper(
+        spec(("user_txn_count_24h", 1.0), ("channel=web", 0.0), ("log_amount", 0.0), ("hour", 0.0), ("country=US", 0.0))
+    )
     row = mapper.row(parsed(amount=99.0), {"user_txn_count_24h": 7})
     assert row.values.dtype == np.float32
     assert row.values.tolist() == [7.0, 1.0, np.float32(math.log1p(99.0)), 3.0, 0.0]

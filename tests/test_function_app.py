@@ -50,7 +50,9 @@ def _plain(binding: dict[str, Any]) -> dict[str, str]:
 
 def readme_routes() -> list[tuple[str, str, str]]:
     """(method, path, auth) of every route the README documents, `{name}` filled in."""
-    rows = re.findall(r"^\| `(GET|POST|PUT|DELETE) (/api/[^`]+)` \|.*\| (function key|anonymous) \|$", README.read_text(), re.M)
+    rows = re.findall(
+        r"^\| `(GET|POST|PUT|DELETE) (/api/[^`]+)` \|.*\| (function key|anonymous) \|$", README.read_text(), re.M
+    )
     assert len(rows) >= 7, "the README's HTTP API table was not found"
     return [(m, p.replace("{name}", "fraud"), "function" if a == "function key" else "anonymous") for m, p, a in rows]
 
@@ -61,7 +63,9 @@ def host_table() -> list[host_routes.HostRoute]:
 
 
 @pytest.mark.parametrize(("method", "path", "auth"), readme_routes())
-def test_every_documented_route_is_answered_by_its_own_function_with_its_auth(method: str, path: str, auth: str) -> None:
+def test_every_documented_route_is_answered_by_its_own_function_with_its_auth(
+    method: str, path: str, auth: str
+) -> None:
     table = host_table()
     route = host_routes.answer(table, method, path)
     assert route is not None, f"the host answers {method} {path} with 404"
@@ -98,26 +102,51 @@ def test_route_templates_match_as_the_host_does() -> None:
     assert compile_("api/models/{name}/score").match("/API/Models/fraud/score")
     assert not compile_("api/models/{name}/score").match("/api/models//score")
     assert compile_("api/{*route}").match("/api") and compile_("api/{*route}").match("/api/a/b")
-    assert compile_("api/items/{id:int}").match("/api/items/42") and not compile_("api/items/{id:int}").match("/api/items/x")
+    assert compile_("api/items/{id:int}").match("/api/items/42") and not compile_("api/items/{id:int}").match(
+        "/api/items/x"
+    )
     with pytest.raises(NotImplementedError):
         compile_("api/{id:regex(^a$)}")
 
 
 def test_function_names() -> None:
-    assert sorted(FUNCTIONS) == ["health", "model_blob", "model_score", "models", "payments", "score", "score_batch", "stats"]
+    assert sorted(FUNCTIONS) == [
+        "health",
+        "model_blob",
+        "model_score",
+        "models",
+        "payments",
+        "score",
+        "score_batch",
+        "stats",
+    ]
 
 
 def test_service_bus_function_bindings() -> None:
     b = bindings("payments")
-    assert b["msg"] == {"direction": "0", "type": "serviceBusTrigger", "name": "msg", "connection": "ServiceBusConnection", "queueName": "payments"}
-    assert (b["completed"]["type"], b["completed"]["queueName"], b["completed"]["connection"]) == ("serviceBus", "risk-completed", "ServiceBusConnection")
+    assert b["msg"] == {
+        "direction": "0",
+        "type": "serviceBusTrigger",
+        "name": "msg",
+        "connection": "ServiceBusConnection",
+        "queueName": "payments",
+    }
+    assert (b["completed"]["type"], b["completed"]["queueName"], b["completed"]["connection"]) == (
+        "serviceBus",
+        "risk-completed",
+        "ServiceBusConnection",
+    )
     assert (b["rejected"]["type"], b["rejected"]["queueName"]) == ("serviceBus", "risk-rejected")
 
 
 def test_blob_function_bindings() -> None:
     blob = bindings("model_blob")["blob"]
     assert (blob["type"], blob["path"], blob["connection"], blob["source"]) == (
-        "blobTrigger", "%MODELS_CONTAINER%/{name}/{version}/model.onnx", "ModelStorage", "EventGrid")
+        "blobTrigger",
+        "%MODELS_CONTAINER%/{name}/{version}/model.onnx",
+        "ModelStorage",
+        "EventGrid",
+    )
 
 
 @pytest.fixture
@@ -127,13 +156,19 @@ async def handlers(settings: Settings):
     await h.holder.aclose()
 
 
-def http_request(method: str, path: str, body: object | None = None, content_type: str = "application/json") -> func.HttpRequest:
+def http_request(
+    method: str, path: str, body: object | None = None, content_type: str = "application/json"
+) -> func.HttpRequest:
     data = json.dumps(body).encode() if body is not None else b""
-    return func.HttpRequest(method=method, url=f"http://localhost{path}", headers={"content-type": content_type}, body=data)
+    return func.HttpRequest(
+        method=method, url=f"http://localhost{path}", headers={"content-type": content_type}, body=data
+    )
 
 
 def sb_message(body: bytes, message_id: str = "m-1") -> ServiceBusMessage:
-    return ServiceBusMessage(body=body, message_id=message_id, delivery_count=1, application_properties={}, user_properties={})
+    return ServiceBusMessage(
+        body=body, message_id=message_id, delivery_count=1, application_properties={}, user_properties={}
+    )
 
 
 async def test_http_handler_with_function_types(handlers: FunctionHandlers) -> None:
@@ -170,7 +205,9 @@ async def test_blob_handler_swaps_in_a_new_version(handlers: FunctionHandlers) -
     assert service.active("fraud").version == "2"
 
 
-async def test_blob_handler_rejects_an_invalid_model_and_keeps_serving(handlers: FunctionHandlers, caplog: pytest.LogCaptureFixture) -> None:
+async def test_blob_handler_rejects_an_invalid_model_and_keeps_serving(
+    handlers: FunctionHandlers, caplog: pytest.LogCaptureFixture
+) -> None:
     await handlers.model_blob(InputStream(data=b"garbage", name="models/fraud/7/model.onnx", length=7))
     await handlers.model_blob(InputStream(data=b"x", name="models/fraud/readme.txt", length=1))
     service = await handlers.holder.get()

@@ -42,14 +42,21 @@ def test_named_model_route(client: TestClient) -> None:
         (b"{not json", {"content-type": "application/json"}, 400, "malformed_json"),
         (json.dumps(event(amount=-1)).encode(), {"content-type": "application/json"}, 422, "invalid_event"),
         (json.dumps(event(amount="ten")).encode(), {"content-type": "application/json"}, 422, "invalid_event"),
-        (json.dumps({k: v for k, v in event().items() if k != "user_id"}).encode(), {"content-type": "application/json"}, 422, "invalid_event"),
+        (
+            json.dumps({k: v for k, v in event().items() if k != "user_id"}).encode(),
+            {"content-type": "application/json"},
+            422,
+            "invalid_event",
+        ),
         (b'{"amount": 1e999}', {"content-type": "application/json"}, 422, "invalid_event"),
         (json.dumps(event()).encode(), {"content-type": "text/plain"}, 415, "unsupported_media_type"),
         (json.dumps(event()).encode(), {}, 415, "unsupported_media_type"),
         (b"{" + b" " * 70_000 + b"}", {"content-type": "application/json"}, 413, "payload_too_large"),
     ],
 )
-def test_bad_input_is_a_clear_4xx(client: TestClient, content: bytes, headers: dict[str, str], status: int, code: str) -> None:
+def test_bad_input_is_a_clear_4xx(
+    client: TestClient, content: bytes, headers: dict[str, str], status: int, code: str
+) -> None:
     r = client.post("/api/score", content=content, headers=headers)
     assert r.status_code == status
     assert r.json()["error"] == code and r.json()["detail"]
@@ -118,7 +125,9 @@ def test_ready_is_503_until_models_load(tmp_path: Path) -> None:
 def test_unreadable_json_is_400_not_500(client: TestClient, content: bytes) -> None:
     r = client.post("/api/score", content=content, headers={"content-type": "application/json"})
     assert r.status_code == 400 and r.json()["error"] == "malformed_json"
-    r = client.post("/api/score/batch", content=b'{"events": [' + content + b"]}", headers={"content-type": "application/json"})
+    r = client.post(
+        "/api/score/batch", content=b'{"events": [' + content + b"]}", headers={"content-type": "application/json"}
+    )
     assert r.status_code in (200, 400)
     if r.status_code == 200:
         assert r.json()["results"][0]["error"] == "malformed_json"

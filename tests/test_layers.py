@@ -80,7 +80,9 @@ def test_no_module_imports_a_higher_layer(module: str) -> None:
 
 def test_the_layer_check_catches_an_upward_import() -> None:
     """Mutation: the cycle the first wave had (models importing features) must fail."""
-    assert upward_imports("shared.models.registry", "from shared.features import FeatureMapper\n") == ["shared.features"]
+    assert upward_imports("shared.models.registry", "from shared.features import FeatureMapper\n") == [
+        "shared.features"
+    ]
     assert upward_imports("shared.cache.tiered", "def f():\n    from shared.service import ScoringService\n") == [
         "shared.service"
     ]

@@ -27,10 +27,17 @@ def test_defaults_are_the_embedded_local_setup() -> None:
 
 
 def test_values_are_read_and_cast() -> None:
-    s = Settings.from_env({
-        "REDIS_URL": "redis://h:6379/0", "BATCH_WINDOW_MS": "2.5", "BATCH_MAX_SIZE": "16", "ORT_USE_GPU": "false",
-        "ModelStorage__blobServiceUri": "https://acct.blob.core.windows.net", "CACHE_L2_TTL_S": "60", "LOG_LEVEL": "debug",
-    })
+    s = Settings.from_env(
+        {
+            "REDIS_URL": "redis://h:6379/0",
+            "BATCH_WINDOW_MS": "2.5",
+            "BATCH_MAX_SIZE": "16",
+            "ORT_USE_GPU": "false",
+            "ModelStorage__blobServiceUri": "https://acct.blob.core.windows.net",
+            "CACHE_L2_TTL_S": "60",
+            "LOG_LEVEL": "debug",
+        }
+    )
     assert s.redis_url == "redis://h:6379/0" and s.uses_blob_models
     assert s.batch == BatchPolicy(window_ms=2.5, max_size=16)
     assert s.ort.use_gpu is False and s.cache.l2_ttl_s == 60 and s.log_level == "DEBUG"
@@ -43,8 +50,15 @@ def test_empty_values_mean_unset() -> None:
 
 @pytest.mark.parametrize(
     "env",
-    [{"BATCH_MAX_SIZE": "0"}, {"BATCH_WINDOW_MS": "-1"}, {"CACHE_L1_TTL_S": "0"}, {"CACHE_L2_TTL_S": "-5"},
-     {"ORT_GRAPH_OPTIMIZATION": "max"}, {"MAX_BODY_BYTES": "10"}, {"BATCH_MAX_SIZE": "eight"}],
+    [
+        {"BATCH_MAX_SIZE": "0"},
+        {"BATCH_WINDOW_MS": "-1"},
+        {"CACHE_L1_TTL_S": "0"},
+        {"CACHE_L2_TTL_S": "-5"},
+        {"ORT_GRAPH_OPTIMIZATION": "max"},
+        {"MAX_BODY_BYTES": "10"},
+        {"BATCH_MAX_SIZE": "eight"},
+    ],
 )
 def test_bad_values_fail_at_start_with_the_setting_name(env: dict[str, str]) -> None:
     with pytest.raises((SettingsError, ValueError)):
@@ -83,19 +97,27 @@ HOST_SETTINGS = {"FUNCTIONS_WORKER_RUNTIME", "AzureWebJobsStorage", "ServiceBusC
 
 
 def test_the_readme_table_is_the_declaration() -> None:
-    assert markdown_table() in (REPO / "README.md").read_text(), "README's settings table: paste `python -m shared.settings`"
+    assert markdown_table() in (REPO / "README.md").read_text(), (
+        "README's settings table: paste `python -m shared.settings`"
+    )
 
 
 def test_the_readme_check_catches_a_stale_row() -> None:
     """Mutation: a default changed in code but not in the README must fail the check above."""
-    readme = (REPO / "README.md").read_text().replace("| `BATCH_MAX_SIZE` | int | `8` |", "| `BATCH_MAX_SIZE` | int | `16` |")
+    readme = (
+        (REPO / "README.md")
+        .read_text()
+        .replace("| `BATCH_MAX_SIZE` | int | `8` |", "| `BATCH_MAX_SIZE` | int | `16` |")
+    )
     assert markdown_table() not in readme
 
 
 def test_local_settings_example_names_only_declared_settings_with_valid_values() -> None:
     values: dict[str, str] = json.loads((REPO / "local.settings.json.example").read_text())["Values"]
     ours = {k: v for k, v in values.items() if k not in HOST_SETTINGS}
-    assert set(ours) <= set(APP_SETTING_NAMES) | set(LOCAL_SETTING_NAMES), set(ours) - set(APP_SETTING_NAMES) - set(LOCAL_SETTING_NAMES)
+    assert set(ours) <= set(APP_SETTING_NAMES) | set(LOCAL_SETTING_NAMES), (
+        set(ours) - set(APP_SETTING_NAMES) - set(LOCAL_SETTING_NAMES)
+    )
     # NOTE: locally ModelStorage (a connection string to Azurite) stands for Azure's identity-based URI
     expected = set(APP_SETTING_NAMES) - {"ModelStorage__blobServiceUri"}
     assert expected <= set(ours), f"missing from the example: {expected - set(ours)}"
@@ -108,8 +130,14 @@ def test_local_settings_example_names_only_declared_settings_with_valid_values()
         ({"BATCH_MAX_SIZE": "eight"}, "BATCH_MAX_SIZE: expected an integer, got 'eight'"),
         ({"PREDICTION_L2": "sometimes"}, "PREDICTION_L2: expected one of auto|always|never, got 'sometimes'"),
         ({"ORT_USE_GPU": "maybe"}, "ORT_USE_GPU: expected true or false, got 'maybe'"),
-        ({"REDIS_URL": "http://user:hunter2@cache:6379"}, "REDIS_URL: expected a redis://, rediss:// or unix:// URL with a host"),
-        ({"REDIS_URL": "redis://:hunter2@cache:port/0"}, "REDIS_URL: expected a redis://, rediss:// or unix:// URL with a host"),
+        (
+            {"REDIS_URL": "http://user:hunter2@cache:6379"},
+            "REDIS_URL: expected a redis://, rediss:// or unix:// URL with a host",
+        ),
+        (
+            {"REDIS_URL": "redis://:hunter2@cache:port/0"},
+            "REDIS_URL: expected a redis://, rediss:// or unix:// URL with a host",
+        ),
     ],
 )
 def test_a_bad_value_is_one_line_naming_the_setting_and_never_a_secret(env: dict[str, str], line: str) -> None:
@@ -120,7 +148,11 @@ def test_a_bad_value_is_one_line_naming_the_setting_and_never_a_secret(env: dict
 
 def test_make_run_exits_non_zero_with_one_line_on_a_bad_setting() -> None:
     env = {**os.environ, "REDIS_URL": "not a url", "PORT": "1"}
-    done = subprocess.run([sys.executable, "-m", "shared"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "shared"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == ["fraud scoring: invalid settings: REDIS_URL: expected a redis://, rediss:// or unix:// URL with a host"]
+    assert done.stderr.strip().splitlines() == [
+        "fraud scoring: invalid settings: REDIS_URL: expected a redis://, rediss:// or unix:// URL with a host"
+    ]
     assert "Traceback" not in done.stderr + done.stdout

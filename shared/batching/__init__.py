@@ -14,7 +14,13 @@ if TYPE_CHECKING:
 
 __all__ = ["Batcher", "BatcherClosed", "Completed", "split_rows", "stack_rows"]
 
-_HOMES = {"Batcher": "batcher", "BatcherClosed": "batcher", "Completed": "batcher", "split_rows": "rows", "stack_rows": "rows"}
+_HOMES = {
+    "Batcher": "batcher",
+    "BatcherClosed": "batcher",
+    "Completed": "batcher",
+    "split_rows": "rows",
+    "stack_rows": "rows",
+}
 
 
 def __getattr__(name: str) -> Any:  # NOTE: PEP 562: a submodule loads when its name is first used

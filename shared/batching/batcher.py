@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Generic, NamedTuple, TypeVar
 
-from shared.errors import BatchShapeError, BatcherClosed
+from shared.errors import BatcherClosed, BatchShapeError
 from shared.settings import BatchPolicy
 
 __all__ = ["Batcher", "BatcherClosed", "Completed"]

@@ -22,7 +22,7 @@ def encode(payload: bytes, *, compress_min_bytes: int = 64) -> bytes:
     if len(payload) >= compress_min_bytes:
         packed = lz4.block.compress(payload, store_size=True)
         if len(packed) < len(payload):
-            return LZ4 + packed
+            return LZ4 + bytes(packed)
     return RAW + payload
 
 
@@ -35,7 +35,7 @@ def decode(value: bytes | None) -> bytes | None:
         return body
     if marker == LZ4:
         try:
-            return lz4.block.decompress(body)
+            return bytes(lz4.block.decompress(body))
         except lz4.block.LZ4BlockError:
             return None
     return None

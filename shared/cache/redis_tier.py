@@ -45,7 +45,9 @@ class RedisTier:
         self._prefix = prefix
         self._backoff = backoff_s
         self._down_until = 0.0
-        self._reader: Batcher[str, bytes | None] = Batcher(self._mget, BatchPolicy(window_ms=0, max_size=512), name="redis-mget")
+        self._reader: Batcher[str, bytes | None] = Batcher(
+            self._mget, BatchPolicy(window_ms=0, max_size=512), name="redis-mget"
+        )
         self._writes: list[tuple[str, bytes, int | None]] = []
         self._flushing: asyncio.Task[None] | None = None
         self.rtt_s: float | None = None

@@ -13,8 +13,8 @@ from typing import Generic, Literal, TypeVar
 from cachetools import TTLCache
 
 from shared.cache import codec
-from shared.cache.tier import L2Tier
 from shared.cache.singleflight import SingleFlight
+from shared.cache.tier import L2Tier
 
 __all__ = ["CacheStats", "Tier", "TieredCache"]
 

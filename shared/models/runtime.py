@@ -108,7 +108,9 @@ class OnnxModel:
         scores = np.asarray(output, dtype=np.float64)
         if scores.ndim == 2:
             if not 0 <= self.spec.score_column < scores.shape[1]:
-                raise InferenceFailed(f"score column {self.spec.score_column} is outside the {scores.shape[1]} output columns")
+                raise InferenceFailed(
+                    f"score column {self.spec.score_column} is outside the {scores.shape[1]} output columns"
+                )
             scores = scores[:, self.spec.score_column]
         return scores.reshape(-1)
 

@@ -19,7 +19,9 @@ if TYPE_CHECKING:
 
 __all__ = ["BlobSource", "DirectorySource", "ModelRef", "ModelSource", "parse_model_path", "version_key"]
 
-_PATH = re.compile(r"^(?:(?P<container>[^/]+)/)?(?P<name>[A-Za-z0-9_.-]{1,64})/(?P<version>[A-Za-z0-9_.-]{1,64})/model\.onnx$")
+_PATH = re.compile(
+    r"^(?:(?P<container>[^/]+)/)?(?P<name>[A-Za-z0-9_.-]{1,64})/(?P<version>[A-Za-z0-9_.-]{1,64})/model\.onnx$"
+)
 
 
 class ModelRef(NamedTuple):

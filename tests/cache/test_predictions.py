@@ -22,7 +22,9 @@ def key(i: int) -> str:
 def test_keys_hold_model_version_and_row() -> None:
     row = np.ones(4, dtype=np.float32).tobytes()
     assert PredictionCache.key("fraud", "1", row) != PredictionCache.key("fraud", "2", row)
-    assert PredictionCache.key("fraud", "1", row) != PredictionCache.key("fraud", "1", np.zeros(4, dtype=np.float32).tobytes())
+    assert PredictionCache.key("fraud", "1", row) != PredictionCache.key(
+        "fraud", "1", np.zeros(4, dtype=np.float32).tobytes()
+    )
     assert PredictionCache.key("fraud", "1", row).startswith("pred:fraud:1:")
 
 
@@ -63,7 +65,9 @@ async def test_with_a_ttl_entries_expire(redis_url: str, redis_prefix: str, redi
 async def fraud(models_dir: Path, redis_url: str, redis_prefix: str):
     tier = RedisTier.from_url(redis_url, timeout_s=0.5, prefix=redis_prefix)
     cache = PredictionCache(l1_size=1000, l1_ttl_s=30, l2=tier, l2_ttl_s=0)
-    registry = ModelRegistry(DirectorySource(models_dir), OrtOptions(), BatchPolicy(window_ms=5, max_size=8), predictions=cache)
+    registry = ModelRegistry(
+        DirectorySource(models_dir), OrtOptions(), BatchPolicy(window_ms=5, max_size=8), predictions=cache
+    )
     await registry.load_all()
     yield registry.active("fraud"), tier
     await registry.aclose()
@@ -105,7 +109,9 @@ async def test_identical_rows_in_flight_run_the_model_once(fraud) -> None:
         ("auto", 0.005, 0.0002, True),  # a 5 ms model run does not
     ],
 )
-def test_redis_is_used_only_while_it_pays(policy: str, inference_s: float | None, rtt_s: float | None, expected: bool) -> None:
+def test_redis_is_used_only_while_it_pays(
+    policy: str, inference_s: float | None, rtt_s: float | None, expected: bool
+) -> None:
     tier = RedisTier.from_url("redis://127.0.0.1:1/0", timeout_s=0.1)
     tier.rtt_s = rtt_s
     cache = PredictionCache(l1_size=10, l1_ttl_s=1, l2=tier, l2_ttl_s=0, l2_policy=policy)  # type: ignore[arg-type]
@@ -131,7 +137,9 @@ async def test_a_re_uploaded_version_never_serves_the_old_files_predictions(mode
     from tests.onnx_models import make_model
 
     cache = PredictionCache(l1_size=100, l1_ttl_s=30, l2=None, l2_ttl_s=0)
-    registry = ModelRegistry(DirectorySource(models_dir), OrtOptions(), BatchPolicy(window_ms=5, max_size=8), predictions=cache)
+    registry = ModelRegistry(
+        DirectorySource(models_dir), OrtOptions(), BatchPolicy(window_ms=5, max_size=8), predictions=cache
+    )
     await registry.load_all()
     row = np.full(4, 1, dtype=np.float32)
     before = await registry.active("fraud").score(row)
@@ -139,3 +147,17 @@ async def test_a_re_uploaded_version_never_serves_the_old_files_predictions(mode
     after = await registry.active("fraud").score(row)
     assert after.value.source == "model" and after.value.score != before.value.score
     await registry.aclose()
+
+
+async def test_a_batch_lookup_checks_l1_then_the_shared_tier_once() -> None:
+    from shared.cache import MemoryTier
+
+    tier = MemoryTier()
+    cache = PredictionCache(l1_size=100, l1_ttl_s=30, l2=tier, l2_ttl_s=0)
+    cache.store([(key(1), 0.1)], l2=False)
+    tier.put(key(2), codec.encode(struct.pack("<d", 0.2)), None)
+    found = await cache.lookup([key(1), key(2), key(3), key(3)], use_l2=True)
+    assert found == {key(1): (0.1, "l1"), key(2): (0.2, "l2")}
+    assert tier.stats.round_trips == 1 and cache.stats.as_dict() == {"l1_hits": 1, "l2_hits": 1, "misses": 1}
+    tier.down = True  # an outage reads as misses, never an error
+    assert await cache.lookup([key(4)], use_l2=True) == {}

@@ -11,6 +11,7 @@ import pytest
 from cachetools import TTLCache
 
 from shared.cache import RedisTier, TieredCache, codec
+from tests.conftest import closed_port
 
 SCORE = struct.Struct("<d")
 
@@ -100,9 +101,7 @@ async def test_reads_of_concurrent_requests_share_round_trips(tier: RedisTier) -
 
 
 async def test_unreachable_redis_is_a_miss_never_an_error() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # closed again: nothing listens there
+    port = closed_port()
     tier = RedisTier.from_url(f"redis://127.0.0.1:{port}/0", timeout_s=0.2)
     cache, compute = make_cache(tier, l1=False), Counter(0.4)
     assert await cache.get_or_compute("k", compute) == (0.4, None)
@@ -133,13 +132,14 @@ def test_entra_auth_uses_a_token_credential_provider() -> None:
 
     tier = RedisTier.from_url("rediss://example.redis.azure.net:10000", timeout_s=0.1, use_entra=True)
     assert isinstance(tier._client.connection_pool.connection_kwargs["credential_provider"], EntraIdCredentialsProvider)
-    assert "password" not in tier._client.connection_pool.connection_kwargs or not tier._client.connection_pool.connection_kwargs["password"]
+    assert (
+        "password" not in tier._client.connection_pool.connection_kwargs
+        or not tier._client.connection_pool.connection_kwargs["password"]
+    )
 
 
 async def test_a_stand_in_computed_during_a_redis_failure_is_not_kept() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = closed_port()
     tier = RedisTier.from_url(f"redis://127.0.0.1:{port}/0", timeout_s=0.2)
     cache = make_cache(tier)
     assert await cache.get_or_compute("user", Counter(0.0)) == (0.0, None)

@@ -16,7 +16,9 @@ def test_loads_predicts_one_score_per_row() -> None:
     assert np.allclose(scores, 0.5)  # sigmoid(0)
 
 
-def test_cpu_only_machine_gets_cpu_provider_without_error_logs(caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]) -> None:
+def test_cpu_only_machine_gets_cpu_provider_without_error_logs(
+    caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
     if gpu_usable():
         pytest.skip("this machine has a GPU")
     caplog.set_level(logging.WARNING)
