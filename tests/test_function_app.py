@@ -226,3 +226,31 @@ async def test_the_app_functions_run_end_to_end() -> None:
     await fns["payments"](sb_message(json.dumps(event()).encode()), completed, rejected)
     assert json.loads(completed.get())["event_id"] == "evt-1"
     await function_app.handlers.holder.aclose()
+
+
+def test_imported_on_a_running_loop_as_the_worker_does_the_models_load_before_any_call() -> None:
+    """The Python worker imports function_app.py on its event loop: warm-up starts right there."""
+    import subprocess
+    import sys
+
+    code = """
+import asyncio, json, time
+async def worker():
+    import function_app  # indexing, as the worker's init/metadata request does it
+    started = time.perf_counter()
+    while function_app.handlers.holder.peek() is None and time.perf_counter() - started < 60:
+        await asyncio.sleep(0.01)
+    service = function_app.handlers.holder.peek()
+    print(json.dumps({"built": service is not None, "ready": service is not None and service.ready}))
+    await function_app.handlers.holder.aclose()
+asyncio.run(worker())
+"""
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"built": True, "ready": True}
+
+
+def test_imported_without_a_loop_nothing_starts(settings: Settings) -> None:
+    handlers = FunctionHandlers(ServiceHolder(lambda: settings))
+    handlers.warm_up_soon()  # a tool or test importing the app: no loop, no work
+    assert handlers.holder.peek() is None and handlers._warm_up is None
