@@ -194,6 +194,16 @@ class Settings:
         "MAX_BODY_BYTES", 64 * 1024, "body cap of one event (a batch may carry 16 times that)"
     )
     max_batch_items: int = setting("MAX_BATCH_ITEMS", 256, "events per `/api/score/batch`")
+    body_timeout_ms: int = setting(
+        "BODY_TIMEOUT_MS", 5000, "longest wait for a request body to arrive whole; past it the answer is 408"
+    )
+    http_backpressure: int = setting(
+        "HTTP_BACKPRESSURE", 1024, "requests `make run` keeps in flight before it stops accepting more", local_only=True
+    )
+    http_backlog: int = setting("HTTP_BACKLOG", 1024, "connections the listening socket queues (`make run`)", local_only=True)
+    http_header_timeout_ms: int = setting(
+        "HTTP_HEADER_TIMEOUT_MS", 5000, "longest wait for a request's headers (`make run`)", local_only=True
+    )
     models_keep_versions: int = setting("MODELS_KEEP_VERSIONS", 2, "versions kept loaded per model (newest is active)")
     gc_gen0_threshold: int = setting(
         "GC_GEN0_THRESHOLD",
@@ -206,6 +216,10 @@ class Settings:
     def __post_init__(self) -> None:
         _check(self.max_body_bytes >= 1024, "MAX_BODY_BYTES", f"an integer >= 1024, got {self.max_body_bytes}")
         _check(self.max_batch_items >= 1, "MAX_BATCH_ITEMS", f"an integer >= 1, got {self.max_batch_items}")
+        _check(100 <= self.body_timeout_ms <= 600_000, "BODY_TIMEOUT_MS", "an integer within 100..600000")
+        _check(1 <= self.http_backpressure <= 1_000_000, "HTTP_BACKPRESSURE", "an integer within 1..1000000")
+        _check(1 <= self.http_backlog <= 65535, "HTTP_BACKLOG", "an integer within 1..65535")
+        _check(100 <= self.http_header_timeout_ms <= 600_000, "HTTP_HEADER_TIMEOUT_MS", "an integer within 100..600000")
         _check(self.gc_gen0_threshold >= 0, "GC_GEN0_THRESHOLD", "an integer >= 0 (0 keeps Python's default)")
         _check(self.models_keep_versions >= 1, "MODELS_KEEP_VERSIONS", "an integer >= 1")
         _check(1 <= self.port <= 65535, "PORT", "a TCP port within 1..65535")
