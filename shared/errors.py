@@ -6,7 +6,8 @@
     │   ├── InvalidEvent          422 invalid_event     INVALID_ARGUMENT
     │   ├── TooManyItems          422 too_many_items    INVALID_ARGUMENT
     │   ├── UnsupportedMediaType  415 unsupported_media_type  INVALID_ARGUMENT
-    │   └── PayloadTooLarge       413 payload_too_large RESOURCE_EXHAUSTED
+    │   ├── PayloadTooLarge       413 payload_too_large RESOURCE_EXHAUSTED
+    │   └── BodyTimeout           408 body_timeout      DEADLINE_EXCEEDED
     ├── ModelNotFound             404 model_not_found   NOT_FOUND          (queue: reject)
     ├── ModelInvalid              422 model_invalid     FAILED_PRECONDITION (blob: not retried)
     ├── NotReady                  503 not_ready         UNAVAILABLE        (queue: retry)
@@ -29,6 +30,7 @@ __all__ = [
     "BadRequest",
     "BatchShapeError",
     "BatcherClosed",
+    "BodyTimeout",
     "InferenceFailed",
     "InvalidEvent",
     "MalformedJson",
@@ -80,6 +82,12 @@ class UnsupportedMediaType(BadRequest):
 
 class PayloadTooLarge(BadRequest):
     status, grpc_status, code = 413, "RESOURCE_EXHAUSTED", "payload_too_large"
+
+
+class BodyTimeout(BadRequest):
+    """The request body did not arrive whole within BODY_TIMEOUT_MS."""
+
+    status, grpc_status, code = 408, "DEADLINE_EXCEEDED", "body_timeout"
 
 
 class ModelNotFound(ScoringError):
