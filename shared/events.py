@@ -15,7 +15,11 @@ from shared.errors import InvalidEvent, MalformedJson, ScoringError, TooManyItem
 
 __all__ = ["PaymentEvent", "decode_batch", "decode_event", "decode_event_raw", "decode_events"]
 
-Id = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
+# NOTE: patterns are searched (`re.search`), and `$` also matches before a final newline:
+# every pattern is anchored with \A ... \Z, and no text field admits a control character
+# (C0, DEL, C1), so "NG\n" is not "NG" and a log line cannot be forged through a field.
+TEXT = r"\A[^\x00-\x1f\x7f-\x9f]*\Z"
+Id = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=TEXT)]
 
 
 class PaymentEvent(msgspec.Struct, frozen=True):
@@ -24,13 +28,13 @@ class PaymentEvent(msgspec.Struct, frozen=True):
     event_id: Id
     user_id: Id
     amount: Annotated[float, msgspec.Meta(ge=0, le=1e12)]
-    currency: Annotated[str, msgspec.Meta(pattern="^[A-Z]{3}$")]
+    currency: Annotated[str, msgspec.Meta(pattern=r"\A[A-Z]{3}\Z")]
     merchant_id: Id
-    merchant_category: Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
-    country: Annotated[str, msgspec.Meta(pattern="^[A-Z]{2}$")]
+    merchant_category: Annotated[str, msgspec.Meta(min_length=1, max_length=64, pattern=TEXT)]
+    country: Annotated[str, msgspec.Meta(pattern=r"\A[A-Z]{2}\Z")]
     channel: Literal["web", "app", "pos"]
     timestamp: Annotated[datetime, msgspec.Meta(tz=True)]
-    note: Annotated[str, msgspec.Meta(max_length=1000)] | None = None
+    note: Annotated[str, msgspec.Meta(max_length=1000, pattern=TEXT)] | None = None
 
 
 class _Batch(msgspec.Struct):

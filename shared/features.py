@@ -7,11 +7,16 @@ precedence, from:
      (`channel=web`, `country=NG`, `currency=EUR`, `merchant_category=7995`): 1.0 or 0.0;
   3. the user's context from the online feature store, by the same name.
 A name found nowhere takes the declared default and is listed in `defaulted`.
+
+Time features (`hour`, `weekday`) are those of the instant in UTC: the offset a client
+writes its timestamp in cannot move a decision (03:12Z and 14:12+11:00 are one instant,
+one row). A model that needs local time gets it as a user or merchant feature.
 """
 
 from __future__ import annotations
 
 import math
+from datetime import UTC
 from collections.abc import Mapping
 from typing import NamedTuple
 
@@ -35,7 +40,7 @@ class FeatureRow(NamedTuple):
 
 def event_features(event: PaymentEvent) -> dict[str, float]:
     """The numeric features an event carries by itself."""
-    ts = event.timestamp
+    ts = event.timestamp.astimezone(UTC)
     return {
         "amount": event.amount,
         "log_amount": math.log1p(event.amount),

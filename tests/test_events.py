@@ -1,6 +1,8 @@
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shared.errors import InvalidEvent, MalformedJson, TooManyItems
 from shared.events import decode_batch, decode_event, decode_event_raw
@@ -84,3 +86,32 @@ def test_unreadable_bodies_are_malformed_json_not_crashes(raw: bytes) -> None:
     with pytest.raises((MalformedJson, InvalidEvent)):  # in the batch: either the batch or its item is refused
         for item in decode_batch(b'{"events": [' + raw + b"]}", 256):
             decode_event_raw(item)
+
+
+STRING_FIELDS = ("event_id", "user_id", "currency", "merchant_id", "merchant_category", "country", "note")
+CONTROL = [chr(c) for c in (*range(0x20), *range(0x7F, 0xA0))]
+
+
+@pytest.mark.parametrize(("field", "value"), [("country", "NG\n"), ("currency", "USD\n"), ("country", "\nNG")])
+def test_patterns_accept_no_trailing_newline(field: str, value: str) -> None:
+    with pytest.raises(InvalidEvent, match=field):
+        decode_event(body(**{field: value}))
+
+
+@settings(max_examples=300, deadline=None)
+@given(field=st.sampled_from(STRING_FIELDS), text=st.text(min_size=1, max_size=12), control=st.sampled_from(CONTROL))
+def test_no_accepted_string_field_carries_a_control_character(field: str, text: str, control: str) -> None:
+    """Property: whatever the field and wherever the control character sits, decoding refuses it."""
+    valid = str(event()[field])
+    for value in (valid + control, control + valid, valid[:1] + control + valid[1:], text + control):
+        try:
+            parsed = decode_event(body(**{field: value}))
+        except InvalidEvent:
+            continue
+        assert not any(c in str(getattr(parsed, field)) for c in CONTROL), (field, value)
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(alphabet=st.characters(blacklist_categories=("Cc", "Cs")), min_size=1, max_size=100))
+def test_printable_text_is_still_accepted(text: str) -> None:
+    assert decode_event(body(note=text, merchant_id=text)).note == text

@@ -44,3 +44,13 @@ def test_partial_or_bad_user_values_default_individually() -> None:
 def test_model_without_user_features_needs_no_lookup() -> None:
     assert not FeatureMapper(spec(("amount", 0.0), ("channel=app", 0.0))).uses_user_features
     assert FeatureMapper(spec(("amount", 0.0), ("user_x", 0.0))).uses_user_features
+
+
+def test_the_client_offset_cannot_choose_the_hour() -> None:
+    """One instant written with two offsets is one row (the README example: review either way)."""
+    mapper = FeatureMapper(spec(("hour", 0.0), ("weekday", 0.0)))
+    rows = [
+        mapper.row(decode_event(json.dumps(event(timestamp=ts)).encode()), None).values.tolist()
+        for ts in ("2026-11-29T03:12:00Z", "2026-11-29T14:12:00+11:00", "2026-11-28T22:12:00-05:00")
+    ]
+    assert rows == [[3.0, 6.0]] * 3
