@@ -47,9 +47,10 @@ async def build_service(settings: Settings) -> ScoringService:
             container=settings.models_container,
             connection_string=settings.model_storage,
             blob_uri=settings.model_storage_blob_uri,
+            max_bytes=settings.max_model_bytes,
         )
     else:
-        source = DirectorySource(settings.models_dir)
+        source = DirectorySource(settings.models_dir, max_bytes=settings.max_model_bytes)
     fallback = None
     if settings.features_file and redis is None:
         try:

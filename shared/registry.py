@@ -24,7 +24,7 @@ from typing import Literal
 from shared.cache import PredictionCache
 from shared.errors import ModelInvalid, ModelNotFound, NotReady
 from shared.models.runtime import OnnxModel
-from shared.models.source import ModelRef, ModelSource, version_key
+from shared.models.source import ModelRef, ModelSource, check_ref, version_key
 from shared.serving import LoadedModel
 from shared.settings import BatchPolicy, OrtOptions
 
@@ -84,7 +84,7 @@ class ModelRegistry:
         """Load the newest `keep_versions` versions of every model in the source."""
         refs = await asyncio.to_thread(self.source.list)
         if not refs:
-            raise NotReady(f"no models found in {self.source.description}")
+            raise NotReady(f"no models found in the model source ({self.source.setting})")
         by_name: dict[str, list[str]] = {}
         for ref in refs:
             by_name.setdefault(ref.name, []).append(ref.version)
@@ -102,11 +102,12 @@ class ModelRegistry:
                     continue
                 loaded += 1
         if not self._active:
-            raise NotReady(f"no valid model in {self.source.description}")
+            raise NotReady(f"no valid model in the model source ({self.source.setting})")
         self.ready = True
 
     async def install(self, name: str, version: str, data: bytes) -> LoadedModel:
         """Load, validate and warm a version, then activate it if it is the newest."""
+        check_ref(name, version)
         digest = fingerprint(data)
         current = self._models.get(name, {}).get(version)
         if current is not None and current.fingerprint == digest:

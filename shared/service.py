@@ -22,8 +22,9 @@ from typing import Literal
 
 from shared.background import Background
 from shared.cache import L2Tier, PredictionCache
+from shared.cache.tier import ewma
 from shared.decision import Decider, ThresholdDecider
-from shared.errors import BatcherClosed, ScoringError
+from shared.errors import BatcherClosed, ModelNotFound, NotReady, ScoringError
 from shared.events import PaymentEvent, decode_event, decode_events
 from shared.feature_store import FeatureStore
 from shared.models.source import ModelRef
@@ -34,6 +35,7 @@ from shared.settings import Settings
 __all__ = ["Inferred", "Readiness", "Scored", "ScoringService"]
 
 Source = Literal["model", "cache"]
+DEGRADED_SHARE = 0.5  # readiness lists the features as degraded past this recent defaulted share
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +119,9 @@ class ScoringService:
         self._l2 = l2
         self._decider: Decider = decider or ThresholdDecider()
         self._default = settings.default_model
+        self._events = 0
+        self._defaulted = 0  # events scored with at least one user feature on its model default
+        self._recent_defaulted: float | None = None  # moving share over roughly the last 100 events
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -149,7 +154,17 @@ class ScoringService:
         models = self._registry.names()
         if not self._registry.ready:
             return Readiness(False, "models are still loading", models)
-        return Readiness(True, "", models)
+        if self._default not in models:
+            return Readiness(False, f"DEFAULT_MODEL {self._default!r} names no loaded model", models)
+        return Readiness(True, "", models, self._degraded())
+
+    def _degraded(self) -> list[str]:
+        """What the core serves with less than it should: it keeps serving, and says so."""
+        reasons = [self._l2.problem()] if self._l2 is not None else []
+        share = self._recent_defaulted
+        if share is not None and share >= DEGRADED_SHARE and self._events >= 100:
+            reasons.append(f"features: {share:.0%} of recent events scored on model defaults for user features")
+        return [r for r in reasons if r]
 
     def models(self) -> list[dict[str, object]]:
         return self._registry.describe()
@@ -160,6 +175,12 @@ class ScoringService:
 
     def stats(self) -> dict[str, object]:
         return {
+            "events": {
+                "scored": self._events,
+                "defaulted": self._defaulted,
+                "defaulted_share": round(self._defaulted / self._events, 4) if self._events else 0.0,
+                "recent_defaulted_share": round(self._recent_defaulted or 0.0, 4),
+            },
             "predictions": self._predictions.stats.as_dict(),
             "features": self._features.stats(),
             "feature_source": self._features.source,
@@ -181,10 +202,15 @@ class ScoringService:
     async def score(self, event: PaymentEvent, model: str | None = None, *, parse_s: float = 0.0) -> Scored:
         """Score one validated event with the active version of `model` (default model if None)."""
         try:
-            return await self._score(event, model or self._default, parse_s)
-        except BatcherClosed:
-            # NOTE: the version was swapped while this request waited; the new one answers.
-            return await self._score(event, model or self._default, parse_s)
+            try:
+                return await self._score(event, model or self._default, parse_s)
+            except BatcherClosed:
+                # NOTE: the version was swapped while this request waited; the new one answers.
+                return await self._score(event, model or self._default, parse_s)
+        except ModelNotFound as exc:
+            if model is None:  # NOTE: nobody asked for it: the configuration is wrong, not the request
+                raise NotReady(f"DEFAULT_MODEL {self._default!r} names no loaded model") from exc
+            raise
 
     async def score_many(
         self, events: Sequence[PaymentEvent | ScoringError], model: str | None = None
@@ -207,6 +233,11 @@ class ScoringService:
         done = await asyncio.gather(*(loaded.score(row) for row in rows))
         return Inferred(loaded.name, loaded.version, [d.value.score for d in done])
 
+    def _count(self, defaulted: bool) -> None:
+        self._events += 1
+        self._defaulted += defaulted
+        self._recent_defaulted = ewma(self._recent_defaulted, 1.0 if defaulted else 0.0, 0.01)
+
     async def _score(self, event: PaymentEvent, name: str, parse_s: float) -> Scored:
         t0 = time.perf_counter()
         loaded = self._registry.active(name)
@@ -218,6 +249,7 @@ class ScoringService:
         done = await loaded.score(row.values)
         prediction = done.value
         verdict = await self._decider.decide(event, prediction.score, loaded.spec.thresholds)
+        self._count(bool(row.defaulted))
         t2 = time.perf_counter()
         timings = {
             "parse": parse_s * 1000,

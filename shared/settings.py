@@ -97,9 +97,9 @@ class BatchPolicy:
 class CachePolicy:
     """Sizes and lifetimes of the two cache tiers.
 
-    `l2_ttl_s=0` keeps predictions in Redis without expiry: a prediction never goes
-    stale (its key holds the model version and the exact feature row), and Redis's
-    allkeys-lru policy evicts the coldest. A TTL costs a SET per key instead of one MSET.
+    Every prediction written to Redis carries a TTL (`l2_ttl_s` > 0): Redis runs
+    volatile-lru, which evicts only keys with a TTL, so cache writes can never evict the
+    feature store (whose keys have none). See docs/capacity.md.
 
     `prediction_l2`: whether predictions go through Redis. `auto` uses it only while a
     round-trip costs less than the model run it would save (both measured as they go);
@@ -110,8 +110,8 @@ class CachePolicy:
     l1_ttl_s: float = setting("CACHE_L1_TTL_S", 30.0, "prediction lifetime in the in-process LRU, seconds")
     l2_ttl_s: float = setting(
         "CACHE_L2_TTL_S",
-        0.0,
-        "prediction lifetime in Redis, seconds; `0` = no expiry (the key holds the model version and the exact row)",
+        3600.0,
+        "prediction lifetime in Redis, seconds; > 0: under volatile-lru only keys with a TTL are evicted, never features",
     )
     features_l1_ttl_s: float = setting(
         "FEATURES_L1_TTL_S", 5.0, "how long a replica reuses a user's features before re-reading Redis"
@@ -128,7 +128,9 @@ class CachePolicy:
     def __post_init__(self) -> None:
         _check(self.prediction_l2 in ("auto", "always", "never"), "PREDICTION_L2", "one of auto|always|never")
         _check(self.l1_size >= 0, "CACHE_L1_SIZE", f"an integer >= 0, got {self.l1_size}")
-        _check(self.l2_ttl_s >= 0, "CACHE_L2_TTL_S", f"a number >= 0 (0: no expiry), got {self.l2_ttl_s}")
+        _check(
+            self.l2_ttl_s > 0, "CACHE_L2_TTL_S", f"a number > 0 (a prediction must be evictable), got {self.l2_ttl_s}"
+        )
         for env, value in (
             ("CACHE_L1_TTL_S", self.l1_ttl_s),
             ("FEATURES_L1_TTL_S", self.features_l1_ttl_s),
@@ -194,13 +196,21 @@ class Settings:
         "MAX_BODY_BYTES", 64 * 1024, "body cap of one event (a batch may carry 16 times that)"
     )
     max_batch_items: int = setting("MAX_BATCH_ITEMS", 256, "events per `/api/score/batch`")
+    max_message_bytes: int = setting(
+        "MAX_MESSAGE_BYTES", 256 * 1024, "queue message cap: a larger body is rejected with an excerpt, never scored"
+    )
+    max_model_bytes: int = setting(
+        "MAX_MODEL_BYTES", 256 * 1024 * 1024, "model file cap: a larger file is refused before it is read whole"
+    )
     body_timeout_ms: int = setting(
         "BODY_TIMEOUT_MS", 5000, "longest wait for a request body to arrive whole; past it the answer is 408"
     )
     http_backpressure: int = setting(
         "HTTP_BACKPRESSURE", 1024, "requests `make run` keeps in flight before it stops accepting more", local_only=True
     )
-    http_backlog: int = setting("HTTP_BACKLOG", 1024, "connections the listening socket queues (`make run`)", local_only=True)
+    http_backlog: int = setting(
+        "HTTP_BACKLOG", 1024, "connections the listening socket queues (`make run`)", local_only=True
+    )
     http_header_timeout_ms: int = setting(
         "HTTP_HEADER_TIMEOUT_MS", 5000, "longest wait for a request's headers (`make run`)", local_only=True
     )
@@ -216,6 +226,8 @@ class Settings:
     def __post_init__(self) -> None:
         _check(self.max_body_bytes >= 1024, "MAX_BODY_BYTES", f"an integer >= 1024, got {self.max_body_bytes}")
         _check(self.max_batch_items >= 1, "MAX_BATCH_ITEMS", f"an integer >= 1, got {self.max_batch_items}")
+        _check(self.max_message_bytes >= 1024, "MAX_MESSAGE_BYTES", f"an integer >= 1024, got {self.max_message_bytes}")
+        _check(self.max_model_bytes >= 1024, "MAX_MODEL_BYTES", f"an integer >= 1024, got {self.max_model_bytes}")
         _check(100 <= self.body_timeout_ms <= 600_000, "BODY_TIMEOUT_MS", "an integer within 100..600000")
         _check(1 <= self.http_backpressure <= 1_000_000, "HTTP_BACKPRESSURE", "an integer within 1..1000000")
         _check(1 <= self.http_backlog <= 65535, "HTTP_BACKLOG", "an integer within 1..65535")

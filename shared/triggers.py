@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import importlib
 import logging
+import time
 
 import azure.functions as func
 import orjson
 
 from shared.build import ServiceHolder
-from shared.errors import ScoringError, error_body
+from shared.errors import PayloadTooLarge, ScoringError, error_body
+from shared.events import decode_event
 from shared.http import create_app
-from shared.models.source import parse_model_path
+from shared.models.source import check_size, parse_model_path
 
 __all__ = ["FunctionHandlers", "handlers", "rejection"]
 
@@ -67,13 +70,21 @@ class FunctionHandlers:
     async def payment(self, msg: func.ServiceBusMessage, completed: func.Out[str], rejected: func.Out[str]) -> None:
         """Score one queued payment; publish the result, or reject it with the reason.
 
-        Transient failures (model not ready, inference error) raise, so Service Bus
-        redelivers and dead-letters after its max delivery count. Input that can never
-        score goes to the rejected queue with the reason and the original body.
+        Per cause: the message's own fault (too large, unreadable, invalid, a model it
+        names that does not exist) is rejected at once, with the reason, whatever state
+        the service is in; the service's state or configuration (models still loading,
+        DEFAULT_MODEL not loaded, a bad setting, an inference failure) raises, so Service
+        Bus redelivers and dead-letters after its max delivery count, and readiness says why.
         """
-        service = await self.holder.get()
+        body = msg.get_body()
+        started = time.perf_counter()
         try:
-            scored = await service.score_json(msg.get_body())
+            cap = self.holder.settings.max_message_bytes
+            if len(body) > cap:
+                raise PayloadTooLarge(f"message of {len(body)} bytes exceeds MAX_MESSAGE_BYTES ({cap})")
+            event = decode_event(body)
+            service = await self.holder.get()
+            scored = await service.score(event, parse_s=time.perf_counter() - started)
         except ScoringError as exc:
             if exc.retryable:
                 raise
@@ -85,15 +96,16 @@ class FunctionHandlers:
     async def model_blob(self, blob: func.InputStream) -> None:
         """A new `{name}/{version}/model.onnx` landed: load, validate, warm and swap it in.
 
-        An invalid model is logged and not retried (retrying cannot fix the file);
-        the serving version stays active.
+        An invalid model (bad name or version, over MAX_MODEL_BYTES, not servable) is
+        logged and not retried (retrying cannot fix the file); the serving version stays.
         """
         service = await self.holder.get()
         ref = parse_model_path(blob.name or "", container=service.settings.models_container)
         if ref is None:
-            log.warning("ignoring blob %s: not {name}/{version}/model.onnx", blob.name)
+            log.warning("ignoring blob %s: not {name}/{version}/model.onnx (see shared/models/source.py)", blob.name)
             return
         try:
+            check_size(blob.length or 0, service.settings.max_model_bytes, ref)  # NOTE: before reading it
             await service.install_model(ref, blob.read())
         except ScoringError as exc:
             if exc.retryable:
@@ -101,14 +113,29 @@ class FunctionHandlers:
             log.error("model %s/%s rejected: %s", ref.name, ref.version, exc.detail)
 
 
+# A record keeps a body up to this size whole; past it (far beyond any valid event) an excerpt,
+# the size and a SHA-256 identify it, so the record stays within the output queue's message size.
+WHOLE_BODY_BYTES = 64 * 1024
+EXCERPT_BYTES = 1024
+
+
 def rejection(msg: func.ServiceBusMessage, exc: ScoringError) -> str:
-    """The rejected-queue record: why, which message, and its body, so nothing is lost."""
+    """The rejected-queue record: why, which message, and its body (or an excerpt when huge)."""
     body = msg.get_body()
+    record: dict[str, object] = {
+        **error_body(exc),
+        "message_id": msg.message_id,
+        "delivery_count": msg.delivery_count,
+        "body_bytes": len(body),
+    }
+    if len(body) > WHOLE_BODY_BYTES:
+        record["body_sha256"] = hashlib.sha256(body).hexdigest()
+        record["truncated"] = True
+        body = body[:EXCERPT_BYTES]
     try:
-        original: dict[str, str] = {"body": body.decode("utf-8")}
+        record["body"] = body.decode("utf-8")
     except UnicodeDecodeError:
-        original = {"body_base64": base64.b64encode(body).decode()}
-    record = {**error_body(exc), "message_id": msg.message_id, "delivery_count": msg.delivery_count, **original}
+        record["body_base64"] = base64.b64encode(body).decode()
     return orjson.dumps(record).decode()
 
 

@@ -254,3 +254,62 @@ def test_imported_without_a_loop_nothing_starts(settings: Settings) -> None:
     handlers = FunctionHandlers(ServiceHolder(lambda: settings))
     handlers.warm_up_soon()  # a tool or test importing the app: no loop, no work
     assert handlers.holder.peek() is None and handlers._warm_up is None
+
+
+async def test_nothing_caps_a_message_no_more(settings: Settings) -> None:
+    """A 100 KB body is never scored, and its record carries an excerpt, its size and its hash."""
+    import hashlib
+    from dataclasses import replace
+
+    handlers = FunctionHandlers(ServiceHolder(lambda: replace(settings, max_message_bytes=2048)))
+    body = json.dumps(event(note="x" * 100_000)).encode()
+    completed, rejected = Out(), Out()
+    await handlers.payment(sb_message(body, "m-huge"), completed, rejected)
+    record = json.loads(rejected.get())
+    assert completed.value is None and record["error"] == "payload_too_large"
+    assert (record["body_bytes"], record["body_sha256"], record["truncated"]) == (
+        len(body), hashlib.sha256(body).hexdigest(), True
+    )  # fmt: skip
+    assert len(record["body"]) <= 1024 and len(rejected.get()) < 4096
+    assert handlers.holder.peek() is None  # rejected on its own fault: the service was not even needed
+
+
+async def test_configuration_slips_look_like_bad_messages_no_more(settings: Settings, tmp_path: Path) -> None:
+    """The message's own fault is rejected at once; the service's state or configuration is retried."""
+    from dataclasses import replace
+
+    from shared.errors import NotReady
+
+    misnamed = FunctionHandlers(ServiceHolder(lambda: replace(settings, default_model="nope")))
+    completed, rejected = Out(), Out()
+    with pytest.raises(NotReady, match="DEFAULT_MODEL 'nope'"):
+        await misnamed.payment(sb_message(json.dumps(event()).encode()), completed, rejected)
+    assert (completed.value, rejected.value) == (None, None)  # redelivered, then dead-lettered: never lost
+    readiness = misnamed.holder.readiness()
+    assert not readiness.ready and "DEFAULT_MODEL 'nope'" in readiness.detail
+    await misnamed.holder.aclose()
+
+    (tmp_path / "empty").mkdir()
+    modelless = FunctionHandlers(ServiceHolder(lambda: replace(settings, models_dir=str(tmp_path / "empty"))))
+    await modelless.payment(sb_message(b"{broken", "m-broken"), completed, rejected)
+    assert json.loads(rejected.get())["error"] == "malformed_json"  # its own fault, whatever the service's state
+    with pytest.raises(NotReady, match="no models found"):
+        await modelless.payment(sb_message(json.dumps(event()).encode()), Out(), Out())
+    await modelless.holder.aclose()
+
+
+async def test_a_model_blob_over_the_cap_is_refused_unread(
+    settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    from dataclasses import replace
+
+    handlers = FunctionHandlers(ServiceHolder(lambda: replace(settings, max_model_bytes=4096)))
+
+    class Unreadable(InputStream):
+        def read(self, size: int = -1) -> bytes:
+            raise AssertionError("read a blob over the cap")
+
+    await handlers.model_blob(Unreadable(data=b"", name="models/fraud/5/model.onnx", length=10_000_000))
+    assert (await handlers.holder.get()).active().version == "1"
+    assert "exceeds MAX_MODEL_BYTES" in caplog.text
+    await handlers.holder.aclose()

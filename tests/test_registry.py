@@ -163,3 +163,13 @@ async def test_a_named_version_is_served_and_an_unknown_one_is_not_found(closing
     assert reg.active("fraud", "1").version == "1" and reg.active("fraud").version == "2"
     with pytest.raises(ModelNotFound, match="no loaded version '9'"):
         reg.active("fraud", "9")
+
+
+async def test_an_absurd_version_never_becomes_active_for_good(closing: Closing, models_dir: Path) -> None:
+    reg = closing(registry(models_dir))
+    await reg.load_all()
+    for name, version in (("fraud", "9" * 64), ("..", "1")):
+        with pytest.raises(ModelInvalid, match="must"):
+            await reg.install(name, version, make_model(bias=1.0))
+    await reg.install("fraud", "2", make_model(bias=1.0))
+    assert reg.active("fraud").version == "2" and reg.names() == ["fraud"]

@@ -152,7 +152,7 @@ async def test_readiness_and_models_come_from_the_core(service: ScoringService) 
     assert service.readiness().as_dict() == {"status": "ready", "models": ["fraud"]}
     assert [m["name"] for m in service.models()] == ["fraud"]
     stats = service.stats()
-    assert set(stats) == {"predictions", "features", "feature_source", "redis"}
+    assert set(stats) == {"events", "predictions", "features", "feature_source", "redis"}
 
 
 async def test_every_tier_counts_what_it_served(settings: Settings, services: Services) -> None:

@@ -77,8 +77,11 @@ def test_every_name_read_is_listed_for_the_infra_checks() -> None:
     assert not set(APP_SETTING_NAMES) & set(LOCAL_SETTING_NAMES)
 
 
-def test_cache_policy_allows_no_l2_expiry() -> None:
-    assert CachePolicy(l2_ttl_s=0).l2_ttl_s == 0
+def test_every_prediction_in_redis_must_expire() -> None:
+    """Only keys with a TTL are evictable under volatile-lru: a prediction without one could fill Redis."""
+    with pytest.raises(SettingsError, match="CACHE_L2_TTL_S"):
+        CachePolicy(l2_ttl_s=0)
+    assert CachePolicy().l2_ttl_s == 3600
 
 
 def test_tune_gc_freezes_start_up_objects_and_raises_the_threshold() -> None:

@@ -34,6 +34,8 @@ class PredictionCache:
     ) -> None:
         self._l1: TTLCache[str, float] | None = TTLCache(maxsize=l1_size, ttl=l1_ttl_s) if l1_size else None
         self._l2 = l2
+        if l2_ttl_s <= 0:
+            raise ValueError("predictions in the shared tier need a TTL: only keys with one may be evicted")
         self._l2_ttl = l2_ttl_s
         self._policy = l2_policy
         self.stats = CacheStats()
@@ -115,4 +117,4 @@ class PredictionCache:
         for key, score in items:
             self.remember(key, score)
         if self._l2 is not None and l2 and items:
-            self._l2.put_many([(key, codec.encode(_SCORE.pack(score))) for key, score in items], self._l2_ttl or None)
+            self._l2.put_many([(key, codec.encode(_SCORE.pack(score))) for key, score in items], self._l2_ttl)

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from shared.batching import Batcher
 from shared.cache.tier import TierStats, ewma
@@ -28,6 +28,7 @@ __all__ = ["RedisStats", "RedisTier", "ewma"]
 
 log = logging.getLogger(__name__)
 _FAILURES = (RedisError, OSError, TimeoutError)
+RECENT_S = 10.0  # a failure this recent still shows in readiness
 
 
 RedisStats = TierStats
@@ -45,6 +46,8 @@ class RedisTier:
         self._prefix = prefix
         self._backoff = backoff_s
         self._down_until = 0.0
+        self._failed_at: float | None = None
+        self._failure = ""
         self._reader: Batcher[str, bytes | None] = Batcher(
             self._mget, BatchPolicy(window_ms=0, max_size=512), name="redis-mget"
         )
@@ -141,25 +144,46 @@ class RedisTier:
         while self._writes and self.available:
             writes, self._writes = self._writes, []
             self.stats.round_trips += 1
-            plain = {key: value for key, value, ttl_ms in writes if ttl_ms is None}
             try:
                 async with asyncio.timeout(self._timeout * 4):
-                    if len(plain) == len(writes):
-                        await self._client.mset(plain)
-                    else:
-                        async with self._client.pipeline(transaction=False) as pipe:
-                            for key, value, ttl_ms in writes:
-                                if ttl_ms is not None:
-                                    pipe.set(key, value, px=ttl_ms)
-                            if plain:
-                                pipe.mset(plain)
-                            await pipe.execute()
+                    await self._send(writes)
                 self.stats.writes += len(writes)
+            except ResponseError as exc:  # NOTE: the server answered (e.g. OOM): reads go on
+                self.stats.errors += 1
+                self.stats.refused += len(writes)
+                log.warning("redis refused %d writes: %s", len(writes), str(exc).split(".")[0][:120])
             except _FAILURES as exc:
                 self._trip(exc)
         self._writes.clear()
 
+    async def _send(self, writes: list[tuple[str, bytes, int | None]]) -> None:
+        """One round-trip: an MSET for keys without expiry, a pipelined SET PX for the others.
+
+        NOTE: single-key SETs, not a script over many keys: Azure Managed Redis is clustered,
+        and a script's keys must share a hash slot there.
+        """
+        plain = {key: value for key, value, ttl_ms in writes if ttl_ms is None}
+        if len(plain) == len(writes):
+            await self._client.mset(plain)
+            return
+        async with self._client.pipeline(transaction=False) as pipe:
+            for key, value, ttl_ms in writes:
+                if ttl_ms is not None:
+                    pipe.set(key, value, px=ttl_ms)
+            if plain:
+                pipe.mset(plain)
+            await pipe.execute()
+
+    def problem(self) -> str | None:
+        """Why this tier serves less than it should now (a failure in the last RECENT_S), or None."""
+        if self._failed_at is None or time.monotonic() - self._failed_at > RECENT_S:
+            return None
+        return (
+            f"redis: {self._failure} {time.monotonic() - self._failed_at:.0f} s ago: user features take model defaults"
+        )
+
     def _trip(self, exc: BaseException) -> None:
+        self._failed_at, self._failure = time.monotonic(), type(exc).__name__
         self.stats.errors += 1
         if self.available:
             log.warning("redis unavailable (%s); serving without it for %.1f s", type(exc).__name__, self._backoff)

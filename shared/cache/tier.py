@@ -27,6 +27,7 @@ class TierStats:
     writes: int = 0
     errors: int = 0
     skipped: int = 0
+    refused: int = 0  # writes the server answered with an error (e.g. OOM under volatile-lru)
     rtt_ms: float = 0.0  # moving average of a successful read round-trip, as the caller waits for it
 
     def as_dict(self) -> dict[str, float]:
@@ -49,6 +50,10 @@ class L2Tier(Protocol):
     def put(self, key: str, value: bytes, ttl_s: float | None) -> None: ...
 
     def put_many(self, items: Sequence[tuple[str, bytes]], ttl_s: float | None) -> None: ...
+
+    def problem(self) -> str | None:
+        """Why the tier serves less than it should now (readiness shows it), or None."""
+        ...
 
     async def flush(self) -> None: ...
 
@@ -94,6 +99,9 @@ class MemoryTier:
         expires = time.monotonic() + ttl_s if ttl_s else None
         self._data.update((key, (value, expires)) for key, value in items)
         self.stats.writes += len(items)
+
+    def problem(self) -> str | None:
+        return "memory tier: down" if self.down else None
 
     async def flush(self) -> None:
         return None

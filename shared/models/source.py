@@ -2,6 +2,14 @@
 
     {name}/{version}/model.onnx
 
+Names and versions are checked here, for every source and the Blob trigger alike:
+
+    name     [A-Za-z0-9][A-Za-z0-9_-]{0,63}   (no dots, no slashes: never `..`)
+    version  [1-9][0-9]{0,8}                  a positive integer, no leading zero; newer is larger
+
+A path that does not fit is not a model (listed nowhere, ignored by the trigger). A file
+larger than MAX_MODEL_BYTES is refused before it is read whole.
+
 Both sources are blocking (file and HTTP I/O); the registry calls them off the
 event loop. Azure SDK errors are translated to `ModelSourceError` here.
 """
@@ -12,16 +20,26 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-from shared.errors import ModelSourceError
+from shared.errors import ModelInvalid, ModelSourceError
 
 if TYPE_CHECKING:
     from azure.storage.blob import ContainerClient
 
-__all__ = ["BlobSource", "DirectorySource", "ModelRef", "ModelSource", "parse_model_path", "version_key"]
+__all__ = [
+    "BlobSource",
+    "DirectorySource",
+    "ModelRef",
+    "ModelSource",
+    "check_ref",
+    "check_size",
+    "parse_model_path",
+    "version_key",
+]
 
-_PATH = re.compile(
-    r"^(?:(?P<container>[^/]+)/)?(?P<name>[A-Za-z0-9_.-]{1,64})/(?P<version>[A-Za-z0-9_.-]{1,64})/model\.onnx$"
-)
+NAME = r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}"
+VERSION = r"[1-9][0-9]{0,8}"
+_PATH = re.compile(rf"\A(?:(?P<container>[^/]+)/)?(?P<name>{NAME})/(?P<version>{VERSION})/model\.onnx\Z")
+_NAME, _VERSION = re.compile(rf"\A{NAME}\Z"), re.compile(rf"\A{VERSION}\Z")
 
 
 class ModelRef(NamedTuple):
@@ -37,15 +55,31 @@ def parse_model_path(path: str, *, container: str | None = None) -> ModelRef | N
     return ModelRef(match["name"], match["version"])
 
 
-def version_key(version: str) -> tuple[int, int, str]:
-    """Numeric versions sort numerically and after any non-numeric ones."""
-    return (1, int(version), "") if version.isdigit() else (0, 0, version)
+def check_ref(name: str, version: str) -> ModelRef:
+    """The ref, or `ModelInvalid` naming the rule a name or version breaks."""
+    if not _NAME.match(name):
+        raise ModelInvalid(f"model name {name[:80]!r} must match {NAME}")
+    if not _VERSION.match(version):
+        raise ModelInvalid(f"model version {version[:80]!r} must be an integer 1..999999999 ({VERSION})")
+    return ModelRef(name, version)
+
+
+def check_size(size: int, cap: int, ref: ModelRef) -> None:
+    """`ModelInvalid` when a model file is larger than the cap (MAX_MODEL_BYTES)."""
+    if size > cap:
+        raise ModelInvalid(f"{ref.name}/{ref.version}: {size} bytes exceeds MAX_MODEL_BYTES ({cap})")
+
+
+def version_key(version: str) -> int:
+    """Versions are integers: newer is larger."""
+    return int(version)
 
 
 class ModelSource(Protocol):
     """Lists and reads model files."""
 
-    description: str
+    description: str  # for logs: may hold a path or an account
+    setting: str  # for callers: the setting that names this source (never a path)
 
     def list(self) -> list[ModelRef]: ...
 
@@ -55,19 +89,24 @@ class ModelSource(Protocol):
 class DirectorySource:
     """Models under a local directory (the repo's `models/` by default)."""
 
-    def __init__(self, root: str | Path) -> None:
+    setting = "MODELS_DIR"
+
+    def __init__(self, root: str | Path, *, max_bytes: int = 256 * 1024 * 1024) -> None:
         self.root = Path(root)
         self.description = f"directory {self.root}"
+        self._max_bytes = max_bytes
 
     def list(self) -> list[ModelRef]:
         if not self.root.is_dir():
-            raise ModelSourceError(f"model directory {self.root} does not exist")
+            raise ModelSourceError("MODELS_DIR: the model directory does not exist")
         refs = (parse_model_path(p.relative_to(self.root).as_posix()) for p in self.root.glob("*/*/model.onnx"))
         return sorted(r for r in refs if r is not None)
 
     def read(self, ref: ModelRef) -> bytes:
+        path = self.root / ref.name / ref.version / "model.onnx"
         try:
-            return (self.root / ref.name / ref.version / "model.onnx").read_bytes()
+            check_size(path.stat().st_size, self._max_bytes, ref)
+            return path.read_bytes()
         except OSError as exc:
             raise ModelSourceError(f"cannot read {ref.name}/{ref.version}: {exc.strerror}") from exc
 
@@ -75,12 +114,17 @@ class DirectorySource:
 class BlobSource:
     """Models in a Blob container (connection string locally, managed identity in Azure)."""
 
-    def __init__(self, container: ContainerClient) -> None:
+    setting = "MODELS_CONTAINER"
+
+    def __init__(self, container: ContainerClient, *, max_bytes: int = 256 * 1024 * 1024) -> None:
         self._container = container
         self.description = f"blob container {container.container_name}"
+        self._max_bytes = max_bytes
 
     @classmethod
-    def connect(cls, *, container: str, connection_string: str | None, blob_uri: str | None) -> BlobSource:
+    def connect(
+        cls, *, container: str, connection_string: str | None, blob_uri: str | None, max_bytes: int = 256 * 1024 * 1024
+    ) -> BlobSource:
         from azure.storage.blob import BlobServiceClient  # NOTE: imported only when blobs are used
 
         if connection_string:
@@ -94,7 +138,7 @@ class BlobSource:
             service = BlobServiceClient(account_url=blob_uri, credential=DefaultAzureCredential())
         else:
             raise ModelSourceError("no ModelStorage connection configured")
-        return cls(service.get_container_client(container))
+        return cls(service.get_container_client(container), max_bytes=max_bytes)
 
     def list(self) -> list[ModelRef]:
         from azure.core.exceptions import AzureError
@@ -109,6 +153,8 @@ class BlobSource:
         from azure.core.exceptions import AzureError
 
         try:
-            return self._container.download_blob(f"{ref.name}/{ref.version}/model.onnx").readall()
+            blob = self._container.get_blob_client(f"{ref.name}/{ref.version}/model.onnx")
+            check_size(blob.get_blob_properties().size, self._max_bytes, ref)  # NOTE: before any byte of the body
+            return blob.download_blob().readall()
         except AzureError as exc:
             raise ModelSourceError(f"cannot read {ref.name}/{ref.version}: {type(exc).__name__}") from exc

@@ -34,16 +34,16 @@ async def settle(tier: RedisTier) -> None:
 
 async def test_store_then_read_from_another_replica(redis_url: str, redis_prefix: str, redis_client) -> None:
     tier_a = RedisTier.from_url(redis_url, timeout_s=0.5, prefix=redis_prefix)
-    a = PredictionCache(l1_size=100, l1_ttl_s=30, l2=tier_a, l2_ttl_s=0)
+    a = PredictionCache(l1_size=100, l1_ttl_s=30, l2=tier_a, l2_ttl_s=3600)
     a.store([(key(1), 0.25), (key(2), 0.75)])
     assert a.get_l1(key(1)) == 0.25
     await settle(tier_a)
     raw = await redis_client.get(redis_prefix + key(1))
     assert raw == codec.RAW + struct.pack("<d", 0.25)
-    assert await redis_client.pttl(redis_prefix + key(1)) == -1  # no expiry: allkeys-lru evicts
+    assert 0 < await redis_client.pttl(redis_prefix + key(1)) <= 3_600_000  # a TTL: volatile-lru may evict it
 
     tier_b = RedisTier.from_url(redis_url, timeout_s=0.5, prefix=redis_prefix)
-    b = PredictionCache(l1_size=100, l1_ttl_s=30, l2=tier_b, l2_ttl_s=0)
+    b = PredictionCache(l1_size=100, l1_ttl_s=30, l2=tier_b, l2_ttl_s=3600)
     assert b.get_l1(key(1)) is None
     assert await b.get_l2([key(1), key(3), key(2)]) == [0.25, None, 0.75]
     assert tier_b.stats.round_trips == 1
@@ -64,7 +64,7 @@ async def test_with_a_ttl_entries_expire(redis_url: str, redis_prefix: str, redi
 @pytest.fixture
 async def fraud(models_dir: Path, redis_url: str, redis_prefix: str):
     tier = RedisTier.from_url(redis_url, timeout_s=0.5, prefix=redis_prefix)
-    cache = PredictionCache(l1_size=1000, l1_ttl_s=30, l2=tier, l2_ttl_s=0)
+    cache = PredictionCache(l1_size=1000, l1_ttl_s=30, l2=tier, l2_ttl_s=3600)
     registry = ModelRegistry(
         DirectorySource(models_dir), OrtOptions(), BatchPolicy(window_ms=5, max_size=8), predictions=cache
     )
@@ -114,9 +114,9 @@ def test_redis_is_used_only_while_it_pays(
 ) -> None:
     tier = RedisTier.from_url("redis://127.0.0.1:1/0", timeout_s=0.1)
     tier.rtt_s = rtt_s
-    cache = PredictionCache(l1_size=10, l1_ttl_s=1, l2=tier, l2_ttl_s=0, l2_policy=policy)  # type: ignore[arg-type]
+    cache = PredictionCache(l1_size=10, l1_ttl_s=1, l2=tier, l2_ttl_s=3600, l2_policy=policy)  # type: ignore[arg-type]
     assert cache.pays(inference_s) is expected
-    assert PredictionCache(l1_size=10, l1_ttl_s=1, l2=None, l2_ttl_s=0, l2_policy="always").pays(1.0) is False
+    assert PredictionCache(l1_size=10, l1_ttl_s=1, l2=None, l2_ttl_s=3600, l2_policy="always").pays(1.0) is False
 
 
 async def test_a_cheap_model_stops_using_redis_under_auto(fraud) -> None:
@@ -136,7 +136,7 @@ async def test_a_cheap_model_stops_using_redis_under_auto(fraud) -> None:
 async def test_a_re_uploaded_version_never_serves_the_old_files_predictions(models_dir: Path) -> None:
     from tests.onnx_models import make_model
 
-    cache = PredictionCache(l1_size=100, l1_ttl_s=30, l2=None, l2_ttl_s=0)
+    cache = PredictionCache(l1_size=100, l1_ttl_s=30, l2=None, l2_ttl_s=3600)
     registry = ModelRegistry(
         DirectorySource(models_dir), OrtOptions(), BatchPolicy(window_ms=5, max_size=8), predictions=cache
     )
@@ -153,7 +153,7 @@ async def test_a_batch_lookup_checks_l1_then_the_shared_tier_once() -> None:
     from shared.cache import MemoryTier
 
     tier = MemoryTier()
-    cache = PredictionCache(l1_size=100, l1_ttl_s=30, l2=tier, l2_ttl_s=0)
+    cache = PredictionCache(l1_size=100, l1_ttl_s=30, l2=tier, l2_ttl_s=3600)
     cache.store([(key(1), 0.1)], l2=False)
     tier.put(key(2), codec.encode(struct.pack("<d", 0.2)), None)
     found = await cache.lookup([key(1), key(2), key(3), key(3)], use_l2=True)

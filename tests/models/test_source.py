@@ -2,9 +2,9 @@ from pathlib import Path
 
 import pytest
 
-from shared.errors import ModelSourceError
+from shared.errors import ModelInvalid, ModelSourceError
 from shared.models import BlobSource, DirectorySource, ModelRef, parse_model_path
-from shared.models.source import version_key
+from shared.models.source import check_ref, version_key
 from tests.onnx_models import make_model
 
 
@@ -60,3 +60,53 @@ def test_blob_source_against_azurite(azurite_connection: str) -> None:
     with pytest.raises(ModelSourceError):
         source.read(ModelRef("fraud", "999"))
     container.delete_container()
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "models/fraud/" + "9" * 64 + "/model.onnx",  # the version that became active for good
+        "models/../../model.onnx",
+        "models/../x/1/model.onnx",
+        "models/fraud/01/model.onnx",
+        "models/fraud/0/model.onnx",
+        "models/fraud/v2/model.onnx",
+        "models/fr.aud/2/model.onnx",
+        "models/" + "a" * 65 + "/2/model.onnx",
+        "models/fraud/2/model.onnx\n",
+    ],
+)
+def test_versions_are_unchecked_no_more(path: str) -> None:
+    assert parse_model_path(path, container="models") is None
+
+
+def test_names_and_versions_are_checked_for_every_caller() -> None:
+    assert check_ref("fraud-v2_b", "123456789") == ModelRef("fraud-v2_b", "123456789")
+    for name, version in (("..", "1"), ("fraud", "9" * 10), ("fraud", "1.5"), ("", "1")):
+        with pytest.raises(ModelInvalid, match="must"):
+            check_ref(name, version)
+
+
+def test_nothing_caps_a_model_no_more(models_dir: Path) -> None:
+    big = models_dir / "fraud" / "2"
+    big.mkdir()
+    (big / "model.onnx").write_bytes(b"\0" * 4096)
+    with pytest.raises(ModelInvalid, match="MAX_MODEL_BYTES"):
+        DirectorySource(models_dir, max_bytes=1024).read(ModelRef("fraud", "2"))
+
+
+def test_a_blob_over_the_cap_is_refused_before_its_body_is_read(azurite_connection: str) -> None:
+    from azure.storage.blob import BlobServiceClient
+
+    container = BlobServiceClient.from_connection_string(azurite_connection).get_container_client("models-cap-test")
+    if not container.exists():
+        container.create_container()
+    try:
+        container.upload_blob("fraud/4/model.onnx", b"\0" * 8192, overwrite=True)
+        source = BlobSource.connect(
+            container="models-cap-test", connection_string=azurite_connection, blob_uri=None, max_bytes=4096
+        )
+        with pytest.raises(ModelInvalid, match="8192 bytes exceeds MAX_MODEL_BYTES"):
+            source.read(ModelRef("fraud", "4"))
+    finally:
+        container.delete_container()
