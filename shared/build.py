@@ -72,7 +72,9 @@ async def build_service(settings: Settings) -> ScoringService:
         l2_ttl_s=policy.l2_ttl_s,
         l2_policy=policy.prediction_l2,
     )
-    registry = ModelRegistry(source, settings.ort, settings.batch, settings.models_keep_versions, predictions)
+    registry = ModelRegistry(
+        source, settings.ort, settings.batch, settings.models_keep_versions, predictions, catalogue=features.catalogue
+    )
     service = ScoringService(settings, registry, features, predictions, redis)
     try:
         await service.start()

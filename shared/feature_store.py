@@ -21,10 +21,13 @@ from shared.cache import codec
 from shared.cache.tier import L2Tier
 from shared.cache.tiered import Tier, TieredCache
 
-__all__ = ["FeatureStore", "UserFeatures", "encode_user", "load_feature_file", "seed_redis", "user_key"]
+__all__ = ["SCHEMA_KEY", "FeatureStore", "UserFeatures", "encode_user", "load_feature_file", "seed_redis", "user_key"]
 
 log = logging.getLogger(__name__)
 UserFeatures: TypeAlias = dict[str, float]
+
+
+SCHEMA_KEY = "features:schema"
 
 
 def user_key(user_id: str) -> str:
@@ -68,6 +71,23 @@ class FeatureStore:
             write_back=False,
         )
         self.source = "redis" if redis is not None else "file"
+        self._redis = redis
+        self._file_names = frozenset(name for user in self._fallback.values() for name in user) if fallback else None
+
+    async def catalogue(self) -> frozenset[str] | None:
+        """The user feature names the store serves, or None when it cannot say.
+
+        From Redis: the JSON list under `features:schema`, which the feature pipeline
+        (here `seed_redis`) publishes with the features; from the demo file: every name in it.
+        """
+        if self._redis is None:
+            return self._file_names
+        payload = codec.decode(await self._redis.get(SCHEMA_KEY))
+        try:
+            names = orjson.loads(payload) if payload is not None else None
+        except orjson.JSONDecodeError:
+            names = None
+        return frozenset(map(str, names)) if isinstance(names, list) else None
 
     def stats(self) -> dict[str, int]:
         return self.cache.stats.as_dict()
@@ -94,6 +114,8 @@ async def seed_redis(
                 for user_id, features in items[start : start + 1000]:
                     pipe.set(prefix + user_key(user_id), encode_user(features), ex=ttl_s)
                 await pipe.execute()
+        names = sorted({name for features in users.values() for name in features})
+        await client.set(prefix + SCHEMA_KEY, codec.encode(orjson.dumps(names)))
         return len(items)
     finally:
         await client.aclose()

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from datetime import UTC
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import NamedTuple
 
 import numpy as np
@@ -69,6 +69,15 @@ class FeatureMapper:
                 self._template[i] = 0.0
             else:
                 self._user_cols.append((i, feature.name))
+
+    def unresolved(self, user_features: Collection[str] | None) -> list[str]:
+        """The names nothing provides: an indicator over a field events do not carry, or a
+        user feature the store does not serve (when it can say which it serves)."""
+        return [
+            name
+            for _, name in self._user_cols
+            if (user_features is not None and name not in user_features) or (user_features is None and "=" in name)
+        ]
 
     @property
     def uses_user_features(self) -> bool:

@@ -17,7 +17,7 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from typing import Literal
 
@@ -47,6 +47,7 @@ class RegistryEvent:
 
 
 Hook = Callable[[RegistryEvent], None]
+Catalogue = Callable[[], Awaitable[Collection[str] | None]]
 
 
 def fingerprint(data: bytes) -> str:
@@ -64,8 +65,10 @@ class ModelRegistry:
         policy: BatchPolicy,
         keep_versions: int = 2,
         predictions: PredictionCache | None = None,
+        catalogue: Catalogue | None = None,
     ) -> None:
         self.source = source
+        self._catalogue = catalogue
         self._predictions = predictions
         self._ort = ort_options
         self._policy = policy
@@ -114,6 +117,7 @@ class ModelRegistry:
             return current  # NOTE: the same file again (a redelivered event, a broadcast echo)
         try:
             loaded = await asyncio.to_thread(self._load, name, version, data, digest)
+            await self._validate(loaded)
         except ModelInvalid as exc:
             self._emit(RegistryEvent("failed", name, version, digest, exc.detail))
             raise
@@ -124,6 +128,18 @@ class ModelRegistry:
             self._emit(RegistryEvent("retired", old.name, old.version, old.fingerprint))
             log.info("model %s/%s released", old.name, old.version)
         return loaded
+
+    async def _validate(self, loaded: LoadedModel) -> None:
+        """A model must be servable: every feature it names resolves to something."""
+        known = await self._catalogue() if self._catalogue is not None else None
+        unknown = loaded.mapper.unresolved(known)
+        if unknown:
+            loaded.model.release()
+            shown = ", ".join(unknown[:10]) + (f" (+{len(unknown) - 10} more)" if len(unknown) > 10 else "")
+            raise ModelInvalid(f"features resolve to nothing (no event field, indicator or user feature): {shown}")
+        if known is None and loaded.mapper.uses_user_features:
+            log.warning("%s/%s: the feature store does not publish its names; user features unchecked",
+                        loaded.name, loaded.version)
 
     def _load(self, name: str, version: str, data: bytes, digest: str) -> LoadedModel:
         started = time.perf_counter()

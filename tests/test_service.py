@@ -162,3 +162,49 @@ async def test_every_tier_counts_what_it_served(settings: Settings, services: Se
         await core.score(decode_event(body(amount=float(i))))
     await core.score(decode_event(body(amount=0.0)))
     assert core.stats()["predictions"] == {"l1_hits": 1, "l2_hits": 0, "misses": 3}
+
+
+async def test_degradation_is_invisible_no_more(settings: Settings, services: Services) -> None:
+    """Redis down: scoring goes on (on defaults), and readiness and stats say so."""
+    core = await services(replace(settings, redis_url=f"redis://127.0.0.1:{closed_port()}/0"))
+    for i in range(120):
+        await core.score(decode_event(body(amount=float(i))))
+    readiness = core.readiness()
+    assert readiness.ready  # keep serving: that is right
+    assert any(r.startswith("redis: ") for r in readiness.degraded), readiness.degraded
+    assert any(r.startswith("features: ") for r in readiness.degraded), readiness.degraded
+    events = core.stats()["events"]
+    assert events["scored"] == 120 and events["defaulted_share"] == 1.0  # type: ignore[index]
+    assert readiness.as_dict()["degraded"] == readiness.degraded
+
+
+async def test_a_healthy_core_lists_nothing_degraded(service: ScoringService) -> None:
+    for i in range(120):
+        await service.score(decode_event(body(amount=float(i))))
+    assert service.readiness().degraded == [] and service.stats()["events"]["defaulted_share"] == 0.0  # type: ignore[index]
+
+
+async def test_unservable_models_are_accepted_no_more(service: ScoringService) -> None:
+    """A model whose features resolve to nothing is rejected with their names; the current version serves on."""
+    from shared.errors import ModelInvalid
+    from shared.models import FeatureDef
+
+    alien = (FeatureDef("txn_value_usd", 0.0), FeatureDef("colour=red", 0.0), FeatureDef("user_avg_amount_30d", 1.0))
+    with pytest.raises(ModelInvalid, match=r"resolve to nothing .*: txn_value_usd, colour=red$"):
+        await service.install_model(ModelRef("fraud", "2"), make_model(features=alien))
+    assert service.active().version == "1"
+
+
+async def test_the_redis_feature_store_publishes_the_names_it_serves(
+    settings: Settings, services: Services, redis_url: str, redis_prefix: str, redis_client
+) -> None:
+    from shared.errors import ModelInvalid
+    from shared.feature_store import seed_redis
+    from shared.models import FeatureDef
+
+    await seed_redis(redis_url, {"u1": {"user_avg_amount_30d": 5.0, "user_txn_count_24h": 1.0}}, prefix=redis_prefix)
+    core = await services(replace(settings, redis_url=redis_url, redis_prefix=redis_prefix))
+    with pytest.raises(ModelInvalid, match="user_age_days"):
+        await core.install_model(ModelRef("fraud", "2"), make_model(features=(FeatureDef("user_age_days", 0.0),)))
+    await core.install_model(ModelRef("fraud", "3"), make_model(features=(FeatureDef("user_txn_count_24h", 0.0),)))
+    assert core.active().version == "3"
