@@ -208,3 +208,15 @@ async def test_the_redis_feature_store_publishes_the_names_it_serves(
         await core.install_model(ModelRef("fraud", "2"), make_model(features=(FeatureDef("user_age_days", 0.0),)))
     await core.install_model(ModelRef("fraud", "3"), make_model(features=(FeatureDef("user_txn_count_24h", 0.0),)))
     assert core.active().version == "3"
+
+
+async def test_stats_are_wrong_no_more(settings: Settings, services: Services, redis_url: str, redis_prefix: str) -> None:
+    """Rows that ran the model count as misses whether or not predictions go through Redis."""
+    for policy in ("never", "always"):
+        cache = replace(settings.cache, prediction_l2=policy)
+        core = await services(replace(settings, redis_url=redis_url, redis_prefix=redis_prefix + policy, cache=cache))
+        for i in range(5):
+            await core.score(decode_event(body(amount=float(i))))
+        await core.score(decode_event(body(amount=0.0)))
+        predictions = core.stats()["predictions"]
+        assert predictions == {"l1_hits": 1, "l2_hits": 0, "misses": 5}, (policy, predictions)
