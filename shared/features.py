@@ -16,8 +16,8 @@ one row). A model that needs local time gets it as a user or merchant feature.
 from __future__ import annotations
 
 import math
-from datetime import UTC
 from collections.abc import Collection, Mapping
+from datetime import UTC
 from typing import NamedTuple
 
 import numpy as np

@@ -10,11 +10,14 @@ Routes (the same paths locally and in Azure, where host.json's routePrefix is "a
     GET  /api/health/live           the process answers
     GET  /api/health/ready          200 only once every model is loaded and warmed
 
+Each path answers the same with a trailing slash (the Functions host routes `score/` as
+`score`); nothing redirects. A body must arrive whole within BODY_TIMEOUT_MS (else 408).
 Every error is JSON `{"error": code, "detail": message}` with the status its class carries.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -30,7 +33,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shared.build import ServiceHolder
-from shared.errors import PayloadTooLarge, ScoringError, UnsupportedMediaType, error_body
+from shared.errors import BadRequest, BodyTimeout, PayloadTooLarge, ScoringError, UnsupportedMediaType, error_body
 
 if TYPE_CHECKING:
     from shared.service import ScoringService
@@ -44,8 +47,9 @@ def json_response(body: object, status: int = 200) -> Response:
     return Response(orjson.dumps(body), status_code=status, media_type="application/json")
 
 
-async def read_json_body(request: Request, cap: int) -> bytes:
-    """The body of a JSON request, refusing other media types and bodies over `cap` bytes."""
+async def read_json_body(request: Request, cap: int, timeout_s: float) -> bytes:
+    """The body of a JSON request, refusing other media types, bodies over `cap` bytes, and
+    bodies not arrived whole within `timeout_s` (a stalled client must not hold a connection)."""
     headers = request.headers
     media_type = headers.get("content-type", "").partition(";")[0].strip().lower()
     if media_type != "application/json" and not media_type.endswith("+json"):
@@ -53,12 +57,22 @@ async def read_json_body(request: Request, cap: int) -> bytes:
     declared = headers.get("content-length", "")
     if declared.isdigit() and int(declared) > cap:
         raise PayloadTooLarge(f"body of {declared} bytes exceeds the {cap}-byte limit")
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await _receive_body(request.receive, cap)
+    except TimeoutError as exc:
+        raise BodyTimeout(f"the body did not arrive whole within {timeout_s * 1000:.0f} ms") from exc
+
+
+async def _receive_body(receive: Receive, cap: int) -> bytes:
     chunks: list[bytes] = []
     size = 0
     while True:  # NOTE: straight from receive(): the per-request path, no async generator
-        message = await request.receive()
+        message = await receive()
         if message["type"] == "http.disconnect":
-            raise ClientDisconnect()
+            # NOTE: Granian sends this for a body it cannot parse (a bad chunk) while the client
+            # still waits, so it is the client's fault; to a client that did leave, no one answers.
+            raise BadRequest("the request body was cut off or is malformed")
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > cap:
@@ -108,13 +122,15 @@ def create_app(holder: ServiceHolder) -> ASGIApp:
 
     async def score(request: Request) -> Response:
         started = time.perf_counter()
-        body = await read_json_body(request, holder.settings.max_body_bytes)
+        settings = holder.settings
+        body = await read_json_body(request, settings.max_body_bytes, settings.body_timeout_ms / 1000)
         core = await service()
         scored = await core.score_json(body, request.path_params.get("name"), started=started)
         return json_response(scored.as_dict())
 
     async def score_batch(request: Request) -> Response:
-        body = await read_json_body(request, holder.settings.max_body_bytes * 16)
+        settings = holder.settings
+        body = await read_json_body(request, settings.max_body_bytes * 16, settings.body_timeout_ms / 1000)
         results = await (await service()).score_batch_json(body)
         return json_response(
             {
@@ -147,20 +163,27 @@ def create_app(holder: ServiceHolder) -> ASGIApp:
         yield
         await holder.aclose()
 
+    routes = [
+        Route("/api/score", score, methods=["POST"]),
+        Route("/api/score/batch", score_batch, methods=["POST"]),
+        Route("/api/models/{name}/score", score, methods=["POST"]),
+        Route("/api/models", models, methods=["GET"]),
+        Route("/api/stats", stats, methods=["GET"]),
+        Route("/api/health/live", live, methods=["GET"]),
+        Route("/api/health/ready", ready, methods=["GET"]),
+    ]
     app = Starlette(
-        routes=[
-            Route("/api/score", score, methods=["POST"]),
-            Route("/api/score/batch", score_batch, methods=["POST"]),
-            Route("/api/models/{name}/score", score, methods=["POST"]),
-            Route("/api/models", models, methods=["GET"]),
-            Route("/api/stats", stats, methods=["GET"]),
-            Route("/api/health/live", live, methods=["GET"]),
-            Route("/api/health/ready", ready, methods=["GET"]),
-        ],
+        routes=routes + [_slashed(route) for route in routes],  # NOTE: after the originals: the hot path matches first
         exception_handlers={ScoringError: _scoring_error, HTTPException: _http_error, Exception: _internal_error},
         lifespan=lifespan,
     )
+    app.router.redirect_slashes = False  # NOTE: its 307 builds Location from the client's Host header
     return CatchAll(app)
+
+
+def _slashed(route: Route) -> Route:
+    """The same endpoint at `path/`: the Functions host routes `score/` as `score`."""
+    return Route(route.path + "/", route.endpoint, methods=route.methods)
 
 
 async def _scoring_error(request: Request, exc: Exception) -> Response:

@@ -138,8 +138,11 @@ class ModelRegistry:
             shown = ", ".join(unknown[:10]) + (f" (+{len(unknown) - 10} more)" if len(unknown) > 10 else "")
             raise ModelInvalid(f"features resolve to nothing (no event field, indicator or user feature): {shown}")
         if known is None and loaded.mapper.uses_user_features:
-            log.warning("%s/%s: the feature store does not publish its names; user features unchecked",
-                        loaded.name, loaded.version)
+            log.warning(
+                "%s/%s: the feature store does not publish its names; user features unchecked",
+                loaded.name,
+                loaded.version,
+            )
 
     def _load(self, name: str, version: str, data: bytes, digest: str) -> LoadedModel:
         started = time.perf_counter()

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
+from starlette.types import ASGIApp, Message
 
 from shared.build import ServiceHolder
 from shared.http import create_app
@@ -167,3 +172,61 @@ async def test_an_unexpected_error_is_a_json_500_that_goes_no_further() -> None:
     await app(scope, receive, send)  # no exception escapes (as Functions' AsgiMiddleware needs)
     assert sent[0]["status"] == 500
     assert b"Traceback" not in sent[-1]["body"]  # type: ignore[operator]
+
+
+async def call_with_body(app: ASGIApp, messages: list[Message], path: str = "/api/score") -> tuple[int, Any]:
+    """POST through the ASGI interface, receiving `messages` and then nothing more, ever."""
+    pending = list(messages)
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        if pending:
+            return pending.pop(0)
+        await asyncio.Event().wait()  # a client that stalls
+        raise AssertionError("unreachable")
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"100")]
+    scope = {"type": "http", "method": "POST", "path": path, "headers": headers, "query_string": b"", "root_path": ""}
+    await asyncio.wait_for(app(scope, receive, send), 5)
+    return sent[0]["status"], json.loads(sent[-1]["body"])
+
+
+async def test_stalled_body_is_a_json_408(settings: Settings) -> None:
+    quick = dataclasses.replace(settings, body_timeout_ms=100)
+    app = create_app(ServiceHolder(lambda: quick))
+    for path in ("/api/score", "/api/score/batch"):
+        started = time.monotonic()
+        status, body = await call_with_body(app, [{"type": "http.request", "body": b"{", "more_body": True}], path)
+        assert status == 408 and body["error"] == "body_timeout" and body["detail"]
+        assert time.monotonic() - started < 2
+        status, body = await call_with_body(app, [], path)  # headers, then no body at all
+        assert status == 408 and body["error"] == "body_timeout"
+
+
+async def test_body_cut_off_is_a_json_400_not_500(settings: Settings) -> None:
+    """Granian sends http.disconnect for a malformed chunked body while the client still waits."""
+    app = create_app(ServiceHolder(lambda: settings))
+    for messages in (
+        [{"type": "http.disconnect"}],
+        [{"type": "http.request", "body": b"{", "more_body": True}, {"type": "http.disconnect"}],
+    ):
+        status, body = await call_with_body(app, messages)
+        assert status == 400 and body["error"] == "bad_request" and body["detail"]
+
+
+def test_trailing_slash_is_served_not_redirected(client: TestClient) -> None:
+    """The Functions host routes `score/` as `score`; no redirect is built from the client's Host header."""
+    r = client.post("/api/score/", json=event(), headers={"host": "evil.example"}, follow_redirects=False)
+    assert r.status_code == 200 and r.json()["event_id"] == "evt-1" and "location" not in r.headers
+    assert client.post("/api/models/fraud/score/", json=event()).json()["model"] == "fraud"
+    assert client.post("/api/score/batch/", json={"events": [event()]}).status_code == 200
+    for path in ("/api/models/", "/api/stats/", "/api/health/live/", "/api/health/ready/"):
+        assert client.get(path).status_code == 200, path
+    r = client.get("/api/score/")
+    assert r.status_code == 405 and r.json()["error"] == "method_not_allowed"
+    for path in ("/api/score//", "/api/health/live//", "/api/nope/"):
+        r = client.post(path, json=event(), follow_redirects=False) if "score" in path else client.get(path)
+        assert r.status_code == 404 and r.json()["error"] == "not_found" and "location" not in r.headers, path

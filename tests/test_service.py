@@ -210,7 +210,9 @@ async def test_the_redis_feature_store_publishes_the_names_it_serves(
     assert core.active().version == "3"
 
 
-async def test_stats_are_wrong_no_more(settings: Settings, services: Services, redis_url: str, redis_prefix: str) -> None:
+async def test_stats_are_wrong_no_more(
+    settings: Settings, services: Services, redis_url: str, redis_prefix: str
+) -> None:
     """Rows that ran the model count as misses whether or not predictions go through Redis."""
     for policy in ("never", "always"):
         cache = replace(settings.cache, prediction_l2=policy)
