@@ -6,6 +6,7 @@ fields are ignored. Errors are translated into the service's error tree.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Annotated, Literal
 
@@ -16,10 +17,14 @@ from shared.errors import InvalidEvent, MalformedJson, ScoringError, TooManyItem
 __all__ = ["PaymentEvent", "decode_batch", "decode_event", "decode_event_raw", "decode_events"]
 
 # NOTE: patterns are searched (`re.search`), and `$` also matches before a final newline:
-# every pattern is anchored with \A ... \Z, and no text field admits a control character
-# (C0, DEL, C1), so "NG\n" is not "NG" and a log line cannot be forged through a field.
-TEXT = r"\A[^\x00-\x1f\x7f-\x9f]*\Z"
-Id = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=TEXT)]
+# every pattern is anchored with \A ... \Z. No text field admits a control character (C0,
+# DEL, C1), so "NG\n" is not "NG" and a log line cannot be forged through a field. JSON
+# carries C0 only as escapes, and DEL and C1 as themselves: an ASCII body with no backslash
+# and no DEL cannot hold one, so only the bodies that might are searched field by field
+# (a pattern per field cost 5 µs on every event; these three byte checks cost well under 1).
+Id = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+TEXT_FIELDS = ("event_id", "user_id", "merchant_id", "merchant_category", "note")
 
 
 class PaymentEvent(msgspec.Struct, frozen=True):
@@ -30,11 +35,11 @@ class PaymentEvent(msgspec.Struct, frozen=True):
     amount: Annotated[float, msgspec.Meta(ge=0, le=1e12)]
     currency: Annotated[str, msgspec.Meta(pattern=r"\A[A-Z]{3}\Z")]
     merchant_id: Id
-    merchant_category: Annotated[str, msgspec.Meta(min_length=1, max_length=64, pattern=TEXT)]
+    merchant_category: Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
     country: Annotated[str, msgspec.Meta(pattern=r"\A[A-Z]{2}\Z")]
     channel: Literal["web", "app", "pos"]
     timestamp: Annotated[datetime, msgspec.Meta(tz=True)]
-    note: Annotated[str, msgspec.Meta(max_length=1000, pattern=TEXT)] | None = None
+    note: Annotated[str, msgspec.Meta(max_length=1000)] | None = None
 
 
 class _Batch(msgspec.Struct):
@@ -60,11 +65,21 @@ _batch_decoder = msgspec.json.Decoder(_Batch)
 def decode_event(body: bytes) -> PaymentEvent:
     """A validated event from a JSON body, or `MalformedJson` / `InvalidEvent`."""
     try:
-        return _event_decoder.decode(body)
+        event = _event_decoder.decode(body)
     except msgspec.ValidationError as exc:
         raise InvalidEvent(str(exc)) from None
     except _UNREADABLE as exc:
         raise MalformedJson(_unreadable(exc)) from None
+    if b"\\" in body or b"\x7f" in body or not body.isascii():
+        _check_text(event)
+    return event
+
+
+def _check_text(event: PaymentEvent) -> None:
+    for field in TEXT_FIELDS:
+        value = getattr(event, field)
+        if value is not None and _CONTROL.search(value):
+            raise InvalidEvent(f"Expected `str` without control characters - at `$.{field}`")
 
 
 def decode_event_raw(raw: msgspec.Raw) -> PaymentEvent:
