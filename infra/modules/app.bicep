@@ -1,7 +1,9 @@
 // The scoring service: an Azure Functions (Python v2) container on Azure Container Apps
-// (kind 'functionapp'). Scaling is ours, not the platform's trigger mapping:
-// `allowScalingRuleOverride` (API 2026-03-02-preview and later) turns off the
-// auto-generated KEDA rules so the two rules below are the only ones in force.
+// (kind 'functionapp'). Scaling is ours, not the platform's trigger mapping, but the
+// documented way to say so is a PATCH on the existing app: this template creates the app
+// with replica bounds only, and outputs `scale` (allowScalingRuleOverride + the two KEDA
+// rules below), which infra/hooks/keda-scale-rules.sh PATCHes in after provision and
+// after every deploy (idempotent; order in docs/deploy.md).
 //
 // Every setting the code reads (shared/settings.py APP_SETTING_NAMES) is set here;
 // tests/infra checks that. Connections are identity-based; no secret is stored.
@@ -248,7 +250,7 @@ var scaleRules = [
   }
 ]
 
-resource app 'Microsoft.App/containerApps@2026-03-02-preview' = {
+resource app 'Microsoft.App/containerApps@2026-07-01' = {
   name: name
   location: location
   tags: union(tags, { 'azd-service-name': serviceName })
@@ -303,11 +305,11 @@ resource app 'Microsoft.App/containerApps@2026-03-02-preview' = {
           }
         }
       ]
+      // NOTE: no allowScalingRuleOverride and no rules on create: a create that sets the
+      // override is rejected; the post-provision hook PATCHes `scale` (output below).
       scale: {
-        allowScalingRuleOverride: true
         minReplicas: minReplicas
         maxReplicas: maxReplicas
-        rules: scaleRules
       }
     }
   }
@@ -316,3 +318,11 @@ resource app 'Microsoft.App/containerApps@2026-03-02-preview' = {
 output id string = app.id
 output name string = app.name
 output fqdn string = app.properties.configuration.ingress.fqdn
+
+@description('The scale block infra/hooks/keda-scale-rules.sh PATCHes onto the app.')
+output scale object = {
+  allowScalingRuleOverride: true
+  minReplicas: minReplicas
+  maxReplicas: maxReplicas
+  rules: scaleRules
+}
