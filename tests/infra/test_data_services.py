@@ -116,4 +116,7 @@ def test_alerts_cover_the_named_signals(modules: dict[str, Module]) -> None:
         for r in alerts.resources("Microsoft.Insights/metricAlerts")
         for c in r["properties"]["criteria"]["allOf"]
     }
-    assert {"DeadletteredMessages", "ActiveMessages", "Size", "Replicas"} <= metrics
+    assert {"ActiveMessages", "Size", "Replicas"} <= metrics
+    # new dead letters: a log query over the namespace metrics, not a metric alert on the count
+    query = alerts.var("newDeadLettersQuery")
+    assert "DeadletteredMessages" in query and "prev(" in query

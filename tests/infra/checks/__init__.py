@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pycep import BicepParser
-
 from .arm_models import check_resource
 from .bicep_lang import check_language
 from .contract import check_function_app, check_lock_budget, check_logging_feeds_alerts, check_metrics, check_roles
+from .parsing import parse
 
 __all__ = ["check_schemas", "run_all"]
 
@@ -22,7 +21,7 @@ def check_schemas(root: Path) -> list[str]:
     """API versions and resource bodies against the azure-mgmt-* REST models."""
     findings: list[str] = []
     for path in sorted((root / "infra").rglob("*.bicep")):
-        tree = BicepParser().parse(file_path=path)
+        tree = parse(path)
         symbols = {name: var["value"] for name, var in tree.get("variables", {}).items()}
         symbols.update({name: None for name in tree.get("parameters", {})})
         for name, resource in tree.get("resources", {}).items():

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import enum
 import importlib
+import inspect
 import re
 from dataclasses import dataclass
 from functools import cache
@@ -104,8 +105,7 @@ def _annotation_kind(text: str) -> str:
 
 
 def _init_enum(cls: type, attr: str) -> str | None:
-    import inspect
-
+    """The enum an msrest model names for `attr` in its __init__ annotation, if any."""
     try:
         ann = inspect.signature(cls.__init__).parameters[attr].annotation
     except (KeyError, ValueError):
@@ -132,7 +132,7 @@ def fields(models: ModuleType, class_name: str) -> dict[str, Field]:
             _insert(out, path, Field(type_text, bool(validation.get(attr, {}).get("readonly"))))
     else:
         for klass in reversed(cls.__mro__):
-            notes = klass.__dict__.get("__annotations__", {})
+            notes = inspect.get_annotations(klass)
             for attr, value in klass.__dict__.items():
                 if attr.startswith("_") or not hasattr(value, "_rest_name_input"):
                     continue

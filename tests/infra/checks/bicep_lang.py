@@ -271,9 +271,21 @@ def literal_type(f: BicepFile, expr: list[Token], depth: int = 0) -> str | None:
         return "string"
     first = expr[0]
     if first.kind == "id" and len(expr) > 2 and expr[1].text == "(" and expr[-1].text == ")" and _one_call(expr):
-        return {"int": "int", "string": "string", "bool": "bool", "length": "int", "empty": "bool",
-                "toLower": "string", "toUpper": "string", "uniqueString": "string", "guid": "string",
-                "format": "string", "concat": None, "min": "int", "max": "int"}.get(first.text)
+        return {
+            "int": "int",
+            "string": "string",
+            "bool": "bool",
+            "length": "int",
+            "empty": "bool",
+            "toLower": "string",
+            "toUpper": "string",
+            "uniqueString": "string",
+            "guid": "string",
+            "format": "string",
+            "concat": None,
+            "min": "int",
+            "max": "int",
+        }.get(first.text)
     if first.kind == "punct" and first.text == "[":
         return "array"
     if first.kind == "punct" and first.text == "{":
@@ -348,7 +360,9 @@ def int_conversions(f: BicepFile) -> list[str]:
             elif arg.text in f.variables:
                 values = f.variables[arg.text]
             if len(values) == 1 and values[0].kind == "str" and not re.fullmatch(r"-?\d+", values[0].text):
-                findings.append(f"{f.path.name}:{tok.line}: int({arg.text}) of {values[0].text!r}: ARM int() takes integer strings only")
+                findings.append(
+                    f"{f.path.name}:{tok.line}: int({arg.text}) of {values[0].text!r}: ARM int() takes integer strings only"
+                )
     return findings
 
 

@@ -11,9 +11,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pycep import BicepParser
-
 from .bicep_lang import load_all, resource_type_of
+from .parsing import parse
 from .tables import BUILT_IN_ROLES, EXPECTED_GRANTS, METRICS
 
 GUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
@@ -23,10 +22,6 @@ LOG_LEVELS = {"trace": 0, "debug": 1, "information": 2, "warning": 3, "error": 4
 # the `requests` telemetry is the Host.Results category, logged at Information).
 TABLE_CATEGORY = {"requests": "Host.Results"}
 SERVICE_BUS_MAX_LOCK_S = 300  # Service Bus caps a message lock at 5 minutes
-
-
-def parse(path: Path) -> dict[str, Any]:
-    return BicepParser().parse(file_path=path)
 
 
 def _body(resource: dict[str, Any]) -> dict[str, Any]:
@@ -44,9 +39,11 @@ def _var_text(tree: dict[str, Any], value: Any, depth: int = 0) -> Any:
             return _var_text(tree, variables[value]["value"], depth + 1)
         return re.sub(
             r"\$\{(\w+)\}",
-            lambda m: str(_var_text(tree, variables[m.group(1)]["value"], depth + 1))
-            if m.group(1) in variables and isinstance(variables[m.group(1)]["value"], str)
-            else m.group(0),
+            lambda m: (
+                str(_var_text(tree, variables[m.group(1)]["value"], depth + 1))
+                if m.group(1) in variables and isinstance(variables[m.group(1)]["value"], str)
+                else m.group(0)
+            ),
             value,
         )
     return value
@@ -80,7 +77,9 @@ def check_roles(root: Path) -> list[str]:
             fn = ref.get("function", {}) if isinstance(ref, dict) else {}
             guid = _var_text(tree, fn.get("parameters", {}).get("resource_name_1"))
             if fn.get("type") != "subscription_resource_id" or not isinstance(guid, str) or not GUID.match(guid):
-                findings.append(f"{path.name}: {name}: roleDefinitionId is not subscriptionResourceId(roleDefinitions, '<guid>')")
+                findings.append(
+                    f"{path.name}: {name}: roleDefinitionId is not subscriptionResourceId(roleDefinitions, '<guid>')"
+                )
                 continue
             if guid not in BUILT_IN_ROLES:
                 findings.append(f"{path.name}: {name}: role {guid} is not in tables.BUILT_IN_ROLES")
@@ -131,13 +130,15 @@ def check_metrics(root: Path) -> list[str]:
                 for criterion in body["properties"]["criteria"]["allOf"]:
                     metric = _param_default(tree, criterion["metricName"])
                     if allowed is None:
-                        findings.append(f"{path.name}: {name}: no metrics table for scope {scope} ({scope_type or '?'})")
+                        findings.append(
+                            f"{path.name}: {name}: no metrics table for scope {scope} ({scope_type or '?'})"
+                        )
                     elif metric not in allowed:
                         findings.append(f"{path.name}: {name}: {scope_type} has no metric {metric!r}")
             if kind == "microsoft.insights/scheduledqueryrules":
                 for criterion in body["properties"]["criteria"]["allOf"]:
                     query = str(_var_text(tree, criterion["query"]))
-                    for metric in re.findall(r"MetricName\s*==\s*'(\w+)'", query):
+                    for metric in re.findall(r"MetricName\s*==\s*\\?'(\w+)", query):
                         if metric not in known:
                             findings.append(f"{path.name}: {name}: query names unknown metric {metric!r}")
     return findings
@@ -205,7 +206,10 @@ def check_lock_budget(root: Path, trigger_queue: str) -> list[str]:
     lock = None
     for res in tree["resources"].values():
         body = _body(res)
-        if res["type"].lower() == "microsoft.servicebus/namespaces/queues" and _param_default(tree, body["name"]) == trigger_queue:
+        if (
+            res["type"].lower() == "microsoft.servicebus/namespaces/queues"
+            and _param_default(tree, body["name"]) == trigger_queue
+        ):
             lock = _iso(_param_default(tree, body["properties"]["lockDuration"]))
     if lock is None:
         return [f"servicebus.bicep: no queue {trigger_queue!r}"]
@@ -216,7 +220,9 @@ def check_lock_budget(root: Path, trigger_queue: str) -> list[str]:
     if not 5 <= lock <= SERVICE_BUS_MAX_LOCK_S:
         findings.append(f"servicebus.bicep: {trigger_queue} lockDuration {lock}s outside 5..{SERVICE_BUS_MAX_LOCK_S}s")
     if lock > renewal:
-        findings.append(f"servicebus.bicep: {trigger_queue} lockDuration {lock}s > maxAutoLockRenewalDuration {renewal}s")
+        findings.append(
+            f"servicebus.bicep: {trigger_queue} lockDuration {lock}s > maxAutoLockRenewalDuration {renewal}s"
+        )
     return findings
 
 
@@ -267,7 +273,11 @@ def app_env(root: Path) -> dict[str, Any]:
     env: dict[str, Any] = {}
     for var in tree.get("variables", {}).values():
         value = var["value"]
-        if isinstance(value, list) and value and all(isinstance(i, dict) and set(i) == {"name", "value"} for i in value):
+        if (
+            isinstance(value, list)
+            and value
+            and all(isinstance(i, dict) and set(i) == {"name", "value"} for i in value)
+        ):
             env.update({item["name"]: item["value"] for item in value})
     return env
 
@@ -303,7 +313,9 @@ def check_function_app(root: Path, setting_names: tuple[str, ...]) -> list[str]:
     outputs = set(sb["parameters"]["outputQueueNames"].get("default", []))
     for fn, out in _one(bindings, "service_bus_queue_output"):
         if out["queue_name"] not in outputs:
-            findings.append(f"function {fn} writes queue {out['queue_name']!r}, not in servicebus.bicep outputQueueNames")
+            findings.append(
+                f"function {fn} writes queue {out['queue_name']!r}, not in servicebus.bicep outputQueueNames"
+            )
         findings += _connection(env, fn, out["connection"], "__fullyQualifiedNamespace")
 
     for fn, blob in _one(bindings, "blob_trigger"):
@@ -324,10 +336,7 @@ def check_function_app(root: Path, setting_names: tuple[str, ...]) -> list[str]:
     probes = _var_text(app, "probes")
     for probe in probes:
         path = probe["httpGet"]["path"]
-        served = [
-            (fn, kw) for fn, kw in routes
-            if re.fullmatch(_route_regex(prefix, kw.get("route", fn)), path)
-        ]
+        served = [(fn, kw) for fn, kw in routes if re.fullmatch(_route_regex(prefix, kw.get("route", fn)), path)]
         # NOTE: which of several matching routes answers depends on the host's ordering of
         # function names; that is function_app.py's own test. Here: one serves it anonymously.
         if not any("ANONYMOUS" in str(kw.get("auth_level")) for _, kw in served):

@@ -24,7 +24,10 @@ BUILT_IN_ROLES: dict[str, tuple[str, str]] = {
         "Azure Service Bus Data Owner",
         f"{LEARN_ROLES}/integration#azure-service-bus-data-owner",
     ),
-    "b7e6dc6d-f1e8-4753-8033-0f276bb0955b": ("Storage Blob Data Owner", f"{LEARN_ROLES}/storage#storage-blob-data-owner"),
+    "b7e6dc6d-f1e8-4753-8033-0f276bb0955b": (
+        "Storage Blob Data Owner",
+        f"{LEARN_ROLES}/storage#storage-blob-data-owner",
+    ),
     "974c5e8b-45b9-4653-ba55-5f855dd0fb88": (
         "Storage Queue Data Contributor",
         f"{LEARN_ROLES}/storage#storage-queue-data-contributor",
@@ -162,25 +165,133 @@ METRICS: dict[str, frozenset[str]] = {
 # Bicep built-in functions and namespaces an identifier may name without a declaration.
 # Source: https://learn.microsoft.com/azure/azure-resource-manager/bicep/bicep-functions
 BICEP_FUNCTIONS = frozenset(
-    """
-    any array bool concat contains dataUri dataUriToString deployer deployment empty endsWith environment
-    filter first flatten format guid indexOf int intersection items join json last lastIndexOf length
-    lambda listKeys loadFileAsBase64 loadJsonContent loadTextContent loadYamlContent managementGroup
-    managementGroupResourceId map max min newGuid objectKeys padLeft pickZones range readEnvironmentVariable
-    reduce reference replace resourceGroup resourceId shallowMerge skip sort split startsWith string
-    subscription subscriptionResourceId substring take tenant tenantResourceId toLower toObject toUpper trim
-    union uniqueString uri uriComponent uriComponentToString utcNow extensionResourceId groupBy mapValues
-    base64 base64ToJson base64ToString dateTimeAdd dateTimeFromEpoch dateTimeToEpoch parseCidr cidrHost
-    cidrSubnet tryGet
-    """.split()
+    [
+        "any",
+        "array",
+        "bool",
+        "concat",
+        "contains",
+        "dataUri",
+        "dataUriToString",
+        "deployer",
+        "deployment",
+        "empty",
+        "endsWith",
+        "environment",
+        "filter",
+        "first",
+        "flatten",
+        "format",
+        "guid",
+        "indexOf",
+        "int",
+        "intersection",
+        "items",
+        "join",
+        "json",
+        "last",
+        "lastIndexOf",
+        "length",
+        "lambda",
+        "listKeys",
+        "loadFileAsBase64",
+        "loadJsonContent",
+        "loadTextContent",
+        "loadYamlContent",
+        "managementGroup",
+        "managementGroupResourceId",
+        "map",
+        "max",
+        "min",
+        "newGuid",
+        "objectKeys",
+        "padLeft",
+        "pickZones",
+        "range",
+        "readEnvironmentVariable",
+        "reduce",
+        "reference",
+        "replace",
+        "resourceGroup",
+        "resourceId",
+        "shallowMerge",
+        "skip",
+        "sort",
+        "split",
+        "startsWith",
+        "string",
+        "subscription",
+        "subscriptionResourceId",
+        "substring",
+        "take",
+        "tenant",
+        "tenantResourceId",
+        "toLower",
+        "toObject",
+        "toUpper",
+        "trim",
+        "union",
+        "uniqueString",
+        "uri",
+        "uriComponent",
+        "uriComponentToString",
+        "utcNow",
+        "extensionResourceId",
+        "groupBy",
+        "mapValues",
+        "base64",
+        "base64ToJson",
+        "base64ToString",
+        "dateTimeAdd",
+        "dateTimeFromEpoch",
+        "dateTimeToEpoch",
+        "parseCidr",
+        "cidrHost",
+        "cidrSubnet",
+        "tryGet",
+    ]
 )
 BICEP_DECORATORS = frozenset(
-    "description minLength maxLength minValue maxValue allowed secure metadata batchSize export sealed "
-    "discriminator onlyIfNotExists".split()
+    [
+        "description",
+        "minLength",
+        "maxLength",
+        "minValue",
+        "maxValue",
+        "allowed",
+        "secure",
+        "metadata",
+        "batchSize",
+        "export",
+        "sealed",
+        "discriminator",
+        "onlyIfNotExists",
+    ]
 )
 BICEP_NAMESPACES = frozenset({"sys", "az"})
 BICEP_TYPES = frozenset({"string", "int", "bool", "object", "array", "resourceInput", "resourceOutput"})
 BICEP_KEYWORDS = frozenset(
-    "param var resource module output existing if for in true false null targetScope import type func "
-    "metadata with as using extends".split()
+    [
+        "param",
+        "var",
+        "resource",
+        "module",
+        "output",
+        "existing",
+        "if",
+        "for",
+        "in",
+        "true",
+        "false",
+        "null",
+        "targetScope",
+        "import",
+        "type",
+        "func",
+        "metadata",
+        "with",
+        "as",
+        "using",
+        "extends",
+    ]
 )
