@@ -83,6 +83,7 @@ MUTATIONS = [
         "    serviceBusFqdn: serviceBus",
         "    serviceBusFqdns: serviceBus",
     ),
+    ("unknown-module-output", "language", "infra/main.bicep", "app.outputs.scale", "app.outputs.scales"),
     (
         "int-of-decimal-string",
         "language",

@@ -348,6 +348,22 @@ def module_arguments(files: dict[Path, BicepFile]) -> list[str]:
     return findings
 
 
+def module_outputs(files: dict[Path, BicepFile]) -> list[str]:
+    """`mod.outputs.x` names an output the module declares."""
+    findings = []
+    for path, f in files.items():
+        t = f.tokens
+        for i, tok in enumerate(t[:-4]):
+            if tok.kind == "id" and tok.text in f.modules and t[i + 1].text == "." and t[i + 2].text == "outputs":
+                if i and t[i - 1].text in (".", "?."):
+                    continue
+                callee = files.get((path.parent / f.modules[tok.text][0]).resolve())
+                name = t[i + 4].text
+                if callee is not None and name not in callee.outputs:
+                    findings.append(f"{path.name}:{tok.line}: module {tok.text} has no output {name!r}")
+    return findings
+
+
 def int_conversions(f: BicepFile) -> list[str]:
     """`int(x)` where x is (or defaults to) a string literal that is not an integer: ARM fails."""
     findings, t = [], f.tokens
@@ -391,7 +407,7 @@ def load_all(infra: Path) -> dict[Path, BicepFile]:
 
 def check_language(infra: Path) -> list[str]:
     files = load_all(infra)
-    findings = module_arguments(files)
+    findings = module_arguments(files) + module_outputs(files)
     for f in files.values():
         findings += undefined_symbols(f) + int_conversions(f)
     return findings
