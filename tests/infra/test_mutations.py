@@ -39,6 +39,20 @@ MUTATIONS = [
     ("wrong-api-version", "schema", "infra/modules/app.bicep", "containerApps@2026-07-01", "containerApps@2026-07-15"),
     ("misspelled-property", "schema", "infra/modules/app.bicep", "targetPort: port", "targetPrt: port"),
     (
+        "misspelled-patch-property",
+        "schema",
+        "infra/modules/app.bicep",
+        "type: 'azure-servicebus'",
+        "tpye: 'azure-servicebus'",
+    ),
+    (
+        "misspelled-keda-metadata",
+        "schema",
+        "infra/modules/app.bicep",
+        "messageCount: string(",
+        "messagesCount: string(",
+    ),
+    (
         "bad-enum-value",
         "schema",
         "infra/modules/app.bicep",

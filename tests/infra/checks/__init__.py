@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .arm_models import check_resource
+from .arm_models import Walker, check_resource, fields, models_module
 from .bicep_lang import check_language
 from .contract import check_function_app, check_lock_budget, check_logging_feeds_alerts, check_metrics, check_roles
 from .parsing import parse
+from .tables import KEDA_METADATA, OPERATION_GROUPS, PATCH_BODIES, RESOURCE_MODELS
 
 __all__ = ["check_schemas", "run_all"]
 
@@ -26,6 +27,49 @@ def check_schemas(root: Path) -> list[str]:
         symbols.update({name: None for name in tree.get("parameters", {})})
         for name, resource in tree.get("resources", {}).items():
             findings += check_resource(path.name, name, resource, symbols)
+        findings += _patch_bodies(path, tree, symbols)
+    return findings
+
+
+def _patch_bodies(path: Path, tree: dict, symbols: dict) -> list[str]:
+    """Outputs a hook sends as a PATCH body: checked like a resource body, plus KEDA metadata."""
+    findings: list[str] = []
+    for (file, output), (type_, model) in PATCH_BODIES.items():
+        if file != path.name:
+            continue
+        if output not in tree.get("outputs", {}):
+            findings.append(f"{file}: output {output} (a PATCH body) is missing")
+            continue
+        versions = {r["api_version"] for r in tree["resources"].values() if r["type"].lower() == type_}
+        package = RESOURCE_MODELS[type_][0]
+        for version in sorted(versions):
+            models = models_module(package, version, OPERATION_GROUPS.get(type_)) if package else None
+            if models is None:
+                continue  # the resource's own check reports the version
+            walker = Walker(models, f"{file}: output {output} ({model}@{version})", symbols)
+            walker.object(tree["outputs"][output]["value"], fields(models, model), output, model)
+            findings += walker.findings
+        findings += _keda_metadata(file, tree["outputs"][output]["value"], symbols)
+    return findings
+
+
+def _keda_metadata(file: str, scale: dict, symbols: dict) -> list[str]:
+    rules = scale.get("rules")
+    rules = symbols.get(rules, rules) if isinstance(rules, str) else rules
+    findings = []
+    for rule in rules if isinstance(rules, list) else []:
+        for kind, body in rule.items():
+            scaler = body.get("type", kind) if isinstance(body, dict) else None
+            metadata = body.get("metadata") if isinstance(body, dict) else None
+            if not isinstance(metadata, dict):
+                continue
+            allowed = KEDA_METADATA.get(scaler)
+            if allowed is None:
+                findings.append(f"{file}: scale rule {rule.get('name')}: no KEDA_METADATA for scaler {scaler!r}")
+                continue
+            for key in metadata:
+                if key.strip("'") not in allowed:
+                    findings.append(f"{file}: scale rule {rule.get('name')}: {scaler} has no metadata {key!r}")
     return findings
 
 

@@ -99,6 +99,35 @@ RESOURCE_MODELS: dict[str, tuple[str | None, str]] = {
     ),
 }
 
+# Bodies that reach a resource provider outside a resource declaration: an output that a
+# hook PATCHes. (file, output) -> (resource type whose API version and package apply, model).
+PATCH_BODIES: dict[tuple[str, str], tuple[str, str]] = {
+    ("app.bicep", "scale"): ("microsoft.app/containerapps", "Scale"),  # infra/hooks/keda-scale-rules.sh
+}
+
+# KEDA scale-rule metadata keys: the models type `metadata` as a free dict, so a misspelt
+# key is silently ignored by the scaler. Sources:
+#   https://keda.sh/docs/2.17/scalers/azure-service-bus/
+#   https://learn.microsoft.com/azure/container-apps/scale-app#http
+KEDA_METADATA: dict[str, frozenset[str]] = {
+    "azure-servicebus": frozenset(
+        {
+            "queueName",
+            "topicName",
+            "subscriptionName",
+            "namespace",
+            "messageCount",
+            "activationMessageCount",
+            "cloud",
+            "endpointSuffix",
+            "useRegex",
+            "operation",
+            "connectionFromEnv",
+        }
+    ),
+    "http": frozenset({"concurrentRequests"}),
+}
+
 # Some resource types span several operation groups of one package (azure-mgmt-monitor 7
 # carries one API version per operation group): the version must be that group's.
 OPERATION_GROUPS: dict[str, str] = {
