@@ -18,6 +18,7 @@ from checks.contract import (
     check_lock_budget,
     check_logging_feeds_alerts,
     check_metrics,
+    check_override_api_version,
     check_roles,
 )
 from conftest import REPO, TRIGGER_QUEUE, app_setting_names
@@ -32,6 +33,7 @@ CHECKS: dict[str, Callable[[Path], list[str]]] = {
     "logging": check_logging_feeds_alerts,
     "locks": lambda root: check_lock_budget(root, TRIGGER_QUEUE),
     "function_app": lambda root: check_function_app(root, app_setting_names()),
+    "override_version": check_override_api_version,
 }
 
 # (id, check that must catch it, file, text, replacement)
@@ -134,6 +136,20 @@ MUTATIONS = [
         "infra/modules/servicebus.bicep",
         "lockDuration string = 'PT30S'",
         "lockDuration string = 'PT10M'",
+    ),
+    (
+        "azd-api-version-drifts",
+        "override_version",
+        "azure.yaml",
+        'apiVersion: "2026-07-01"',
+        'apiVersion: "2025-01-01"',
+    ),
+    (
+        "hook-api-version-drifts",
+        "override_version",
+        "infra/hooks/keda-scale-rules.sh",
+        'API_VERSION="2026-07-01"',
+        'API_VERSION="2025-01-01"',
     ),
     (
         "wrong-queue-name",

@@ -226,6 +226,38 @@ def check_lock_budget(root: Path, trigger_queue: str) -> list[str]:
     return findings
 
 
+# --- the KEDA override: one Microsoft.App API version for Bicep, azd and the hook --------
+
+
+def check_override_api_version(root: Path) -> list[str]:
+    """app.bicep, azure.yaml's service apiVersion and the PATCH hook use one API version,
+    and that version's Scale model knows allowScalingRuleOverride."""
+    import yaml
+
+    from .arm_models import fields, models_module
+
+    tree = parse(root / "infra" / "modules" / "app.bicep")
+    versions = {r["api_version"] for r in tree["resources"].values() if r["type"] == "Microsoft.App/containerApps"}
+    if len(versions) != 1:
+        return [f"app.bicep: expected one containerApps API version, found {sorted(versions)}"]
+    version = versions.pop()
+    findings = []
+    services = yaml.safe_load((root / "azure.yaml").read_text()).get("services", {})
+    for name, service in services.items():
+        if service.get("host") == "containerapp" and service.get("apiVersion") != version:
+            findings.append(
+                f"azure.yaml: service {name} apiVersion {service.get('apiVersion')!r} != app.bicep's {version}"
+            )
+    hook = (root / "infra" / "hooks" / "keda-scale-rules.sh").read_text()
+    hook_version = re.search(r'^API_VERSION="([^"]+)"', hook, re.M)
+    if not hook_version or hook_version.group(1) != version:
+        findings.append(f"keda-scale-rules.sh: API_VERSION is not app.bicep's {version}")
+    models = models_module("azure.mgmt.appcontainers", version)
+    if models is None or "allowScalingRuleOverride" not in fields(models, "Scale"):
+        findings.append(f"Microsoft.App {version} has no allowScalingRuleOverride")
+    return findings
+
+
 # --- function_app.py ----------------------------------------------------------------------
 
 
