@@ -45,15 +45,18 @@ def test_dockerfile_copies_only_what_is_sent() -> None:
         assert source == "." or _included(source), f"COPY {source}: excluded by .dockerignore"
 
 
-def test_default_data_files_of_the_settings_are_in_the_image() -> None:
-    # Any relative default path in shared/settings.py (e.g. data/demo_users.json) must ship.
-    tree = ast.parse((REPO / "shared" / "settings.py").read_text())
+def test_repo_files_the_package_names_are_in_the_image() -> None:
+    # Any string in shared/ that is a path into a top-level folder of the repo (e.g. the
+    # settings default data/demo_users.json) is read at run time, so it must ship.
+    folders = {p.name for p in REPO.iterdir() if p.is_dir() and not p.name.startswith(".")}
     paths = {
         node.value
-        for node in ast.walk(tree)
+        for source in sorted((REPO / "shared").rglob("*.py"))
+        for node in ast.walk(ast.parse(source.read_text()))
         if isinstance(node, ast.Constant)
         and isinstance(node.value, str)
         and re.fullmatch(r"[\w.-]+/[\w./-]+", node.value)
+        and node.value.split("/", 1)[0] in folders
     }
-    for path in paths:
-        assert _included(path), f"settings default {path} is excluded from the image"
+    for path in sorted(paths):
+        assert _included(path), f"shared/ reads {path}, which .dockerignore leaves out of the image"
