@@ -10,7 +10,7 @@
 //   registry     Azure Container Registry (AcrPull for the platform identity)
 //   storage      host storage + `models` container + Event Grid system topic
 //   servicebus   namespace + payments / risk-completed / risk-rejected
-//   redis        Azure Managed Redis (allkeys-lru, TLS, Entra auth)
+//   redis        Azure Managed Redis (volatile-lru, TLS, Entra auth)
 //   openai       optional Azure OpenAI account + deployment
 //   environment  Container Apps environment with workload profiles (GPU optional)
 //   app          the Functions container app, probes, KEDA rules, app settings

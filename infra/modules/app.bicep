@@ -164,7 +164,7 @@ var serviceSettings = [
   { name: 'BATCH_MAX_SIZE', value: '8' }
   { name: 'CACHE_L1_SIZE', value: '50000' }
   { name: 'CACHE_L1_TTL_S', value: '30' }
-  { name: 'CACHE_L2_TTL_S', value: '0' }
+  { name: 'CACHE_L2_TTL_S', value: '3600' } // > 0: under volatile-lru only predictions are evictable, never features
   { name: 'FEATURES_L1_TTL_S', value: '5' }
   { name: 'REDIS_TIMEOUT_MS', value: '50' }
   { name: 'PREDICTION_L2', value: 'auto' }
@@ -176,6 +176,9 @@ var serviceSettings = [
   { name: 'ORT_INLINE', value: useGpu ? 'false' : 'true' } // on a GPU the run leaves the event loop; a second batch forms meanwhile
   { name: 'MAX_BODY_BYTES', value: '65536' }
   { name: 'MAX_BATCH_ITEMS', value: '256' }
+  { name: 'MAX_MESSAGE_BYTES', value: '262144' }
+  { name: 'MAX_MODEL_BYTES', value: '268435456' }
+  { name: 'BODY_TIMEOUT_MS', value: '5000' }
   { name: 'MODELS_KEEP_VERSIONS', value: '2' }
   { name: 'GC_GEN0_THRESHOLD', value: '50000' }
   { name: 'LOG_LEVEL', value: logLevel }

@@ -51,6 +51,11 @@ def app_setting_names() -> tuple[str, ...]:
     return settings_tuple("APP_SETTING_NAMES")
 
 
+def local_setting_names() -> tuple[str, ...]:
+    """Settings only a local run reads (never set on the Container App); same owner as above."""
+    return settings_tuple("LOCAL_SETTING_NAMES")
+
+
 TRIGGER_QUEUE = "payments"  # function_app.py `payments`; tests/infra/checks re-read it with ast
 
 

@@ -6,7 +6,7 @@ import json
 import re
 from typing import Any
 
-from conftest import INFRA, Module, app_setting_names, settings_tuple
+from conftest import INFRA, Module, app_setting_names, local_setting_names
 
 TRIGGER_QUEUE = "payments"
 IDENTITY_CONNECTIONS = ("AzureWebJobsStorage", "ServiceBusConnection", "ModelStorage")
@@ -137,7 +137,7 @@ def test_every_setting_the_code_reads_is_set(app_env: dict[str, Any]) -> None:
 
 
 def test_local_only_settings_are_not_set(app_env: dict[str, Any]) -> None:
-    leaked = [name for name in settings_tuple("LOCAL_SETTING_NAMES") if name in app_env]
+    leaked = [name for name in local_setting_names() if name in app_env]
     assert not leaked, f"local-only settings set on the Container App: {leaked}"
 
 
