@@ -62,6 +62,13 @@ MUTATIONS = [
         "activeRevisionsMode: 'Singel'",
     ),
     (
+        "word-for-bool-property",
+        "schema",
+        "infra/modules/servicebus.bicep",
+        "requiresSession: false",
+        "requiresSession: 'no'",
+    ),
+    (
         "string-for-int-property",
         "schema",
         "infra/modules/servicebus.bicep",

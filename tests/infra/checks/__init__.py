@@ -24,11 +24,28 @@ def check_schemas(root: Path) -> list[str]:
     for path in sorted((root / "infra").rglob("*.bicep")):
         tree = parse(path)
         symbols = {name: var["value"] for name, var in tree.get("variables", {}).items()}
+        # pycep gives identifiers and string literals alike as str: every name the file
+        # declares is a symbol (params, resources, modules, loop variables), the rest literals.
         symbols.update({name: None for name in tree.get("parameters", {})})
+        symbols.update({name: None for section in ("resources", "modules") for name in tree.get(section, {})})
+        symbols.update({name: None for name in _loop_names(tree)})
         for name, resource in tree.get("resources", {}).items():
             findings += check_resource(path.name, name, resource, symbols)
         findings += _patch_bodies(path, tree, symbols)
     return findings
+
+
+def _loop_names(node: object) -> set[str]:
+    names: set[str] = set()
+    if isinstance(node, dict):
+        detail = node.get("loop_type", {}).get("detail", {}) if isinstance(node.get("loop_type"), dict) else {}
+        names |= {detail[k] for k in ("item_name", "index_name") if isinstance(detail.get(k), str)}
+        for value in node.values():
+            names |= _loop_names(value)
+    elif isinstance(node, list):
+        for value in node:
+            names |= _loop_names(value)
+    return names
 
 
 def _patch_bodies(path: Path, tree: dict, symbols: dict) -> list[str]:

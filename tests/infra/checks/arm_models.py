@@ -254,17 +254,12 @@ class Walker:
         expected = {"int": (int,), "long": (int,), "float": (int, float), "bool": (bool,)}.get(type_text)
         if expected is None or (isinstance(value, str) and value in self.symbols):
             return
-        if isinstance(value, str) and not value.startswith("${") and " " not in value and _looks_literal(value):
+        if isinstance(value, str) and "${" not in value:  # not a symbol (checked above): a string literal
             self.findings.append(f"{self.where}: {path}: string {value!r} where the model wants {type_text}")
         elif isinstance(value, bool) and bool not in expected:
             self.findings.append(f"{self.where}: {path}: bool where the model wants {type_text}")
         elif isinstance(value, (list, dict)):
             self.findings.append(f"{self.where}: {path}: {type(value).__name__} where the model wants {type_text}")
-
-
-def _looks_literal(value: str) -> bool:
-    # pycep gives identifiers and string literals alike as str; only obvious literals count.
-    return not re.fullmatch(r"[A-Za-z_]\w*", value)
 
 
 def check_resource(file: str, name: str, resource: dict[str, Any], symbols: dict[str, Any]) -> list[str]:
