@@ -10,7 +10,7 @@
 //   registry     Azure Container Registry (AcrPull for the platform identity)
 //   storage      host storage + `models` container + Event Grid system topic
 //   servicebus   namespace + payments / risk-completed / risk-rejected
-//   redis        Azure Managed Redis (allkeys-lru, TLS, Entra auth)
+//   redis        Azure Managed Redis (volatile-lru, TLS, Entra auth)
 //   openai       optional Azure OpenAI account + deployment
 //   environment  Container Apps environment with workload profiles (GPU optional)
 //   app          the Functions container app, probes, KEDA rules, app settings
@@ -115,6 +115,7 @@ module monitoring 'modules/monitoring.bicep' = {
     tags: tags
     logAnalyticsName: 'log-${prefix}-${token}'
     appInsightsName: 'appi-${prefix}-${token}'
+    appPrincipalId: identity.outputs.appPrincipalId
   }
 }
 
@@ -160,6 +161,7 @@ module serviceBus 'modules/servicebus.bicep' = {
     messagingUnits: serviceBusMessagingUnits
     inputQueueName: inputQueueName
     maxSizeInMegabytes: queueMaxSizeInMegabytes
+    workspaceId: monitoring.outputs.workspaceId
     appPrincipalId: identity.outputs.appPrincipalId
     scalerPrincipalId: identity.outputs.platformPrincipalId
   }
@@ -235,7 +237,8 @@ module app 'modules/app.bicep' = {
     cpu: enableGpu ? gpuCpu : replicaCpu
     memory: enableGpu ? gpuMemory : replicaMemory
     useGpu: enableGpu
-    ortIntraOpThreads: enableGpu ? 1 : int(replicaCpu)
+    // NOTE: ARM's int() takes integer strings only ('2.0' fails): whole cores, at least 1.
+    ortIntraOpThreads: enableGpu ? 1 : max(1, int(first(split(replicaCpu, '.'))))
   }
 }
 
@@ -247,6 +250,7 @@ module alerts 'modules/alerts.bicep' = {
     location: location
     alertEmail: alertEmail
     appInsightsId: monitoring.outputs.appInsightsId
+    workspaceId: monitoring.outputs.workspaceId
     serviceBusId: serviceBus.outputs.id
     inputQueueName: inputQueueName
     queueMaxSizeInMegabytes: queueMaxSizeInMegabytes
@@ -262,6 +266,10 @@ output AZURE_CONTAINER_REGISTRY_ENDPOINT string = registry.outputs.loginServer
 output AZURE_CONTAINER_REGISTRY_NAME string = registry.outputs.name
 output AZURE_APP_IDENTITY_CLIENT_ID string = identity.outputs.appClientId
 output SERVICE_SCORING_NAME string = app.outputs.name
+output SERVICE_SCORING_RESOURCE_ID string = app.outputs.id
+// The KEDA scale block (no secret: names, counts and the platform identity's id) that
+// infra/hooks/keda-scale-rules.sh PATCHes onto the app with allowScalingRuleOverride.
+output SCORING_SCALE object = app.outputs.scale
 output SERVICE_SCORING_URI string = 'https://${app.outputs.fqdn}'
 output STORAGE_ACCOUNT_NAME string = storage.outputs.name
 output MODELS_CONTAINER string = storage.outputs.modelsContainerName

@@ -9,8 +9,9 @@
 #   BLOB_TRIGGER_FUNCTION=model_blob  infra/hooks/eventgrid-subscription.sh
 #
 # The webhook needs the Functions `blobs_extension` system key, created by the host at
-# start-up. The key is read into a variable and handed to az only: never echoed,
-# never written to disk, never an output.
+# start-up. The key is read into a variable and reaches az through a private temporary
+# file (az's `@file` argument syntax), never a command line (`ps` shows those): never
+# echoed, never an output; the file is mode 600 and removed on exit.
 set -eu
 
 : "${AZURE_RESOURCE_GROUP:?set by azd (main.bicep output)}"
@@ -38,7 +39,11 @@ if [ -z "$key" ]; then
   exit 1
 fi
 
-endpoint="https://${fqdn}/runtime/webhooks/blobs?functionName=Host.Functions.${BLOB_TRIGGER_FUNCTION}&code=${key}"
+# NOTE: printf is a shell builtin: no process is started, so no argv carries the key.
+umask 077
+endpoint_file="$(mktemp)"
+trap 'rm -f "$endpoint_file"' EXIT
+printf '%s' "https://${fqdn}/runtime/webhooks/blobs?functionName=Host.Functions.${BLOB_TRIGGER_FUNCTION}&code=${key}" >"$endpoint_file"
 
 # Only model files, only in the models container; Event Grid retries for 24 h.
 # `create` is idempotent for the same name and updates the endpoint (key rotation).
@@ -47,7 +52,7 @@ az eventgrid system-topic event-subscription create \
   --system-topic-name "$EVENTGRID_SYSTEM_TOPIC_NAME" \
   --name "$SUBSCRIPTION_NAME" \
   --endpoint-type webhook \
-  --endpoint "$endpoint" \
+  --endpoint "@$endpoint_file" \
   --included-event-types Microsoft.Storage.BlobCreated \
   --subject-begins-with "/blobServices/default/containers/${MODELS_CONTAINER}/blobs/" \
   --subject-ends-with "/model.onnx" \

@@ -1,5 +1,6 @@
 // Azure Monitor alerts for the latency budget and the queue path:
-// p99 latency and 5xx rate (App Insights log queries), dead letters, queue depth,
+// p99 latency and 5xx rate (App Insights log queries over `requests`, which host.json
+// keeps at Information: tests/infra checks both), new dead letters, queue depth,
 // queue size (the partition-exhaustion symptom), throttling, message age, and
 // replicas pinned at maxReplicas.
 
@@ -17,6 +18,9 @@ param alertEmail string = ''
 
 @description('Application Insights component id.')
 param appInsightsId string
+
+@description('Log Analytics workspace id (the Service Bus metrics land in its AzureMetrics table).')
+param workspaceId string
 
 @description('Service Bus namespace id.')
 param serviceBusId string
@@ -79,7 +83,7 @@ resource actionGroup 'Microsoft.Insights/actionGroups@2023-01-01' = if (!empty(a
   }
 }
 
-resource p99Latency 'Microsoft.Insights/scheduledQueryRules@2023-03-15-preview' = {
+resource p99Latency 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = {
   name: '${prefix}-p99-latency'
   location: location
   tags: tags
@@ -113,7 +117,7 @@ resource p99Latency 'Microsoft.Insights/scheduledQueryRules@2023-03-15-preview' 
   }
 }
 
-resource errorRate 'Microsoft.Insights/scheduledQueryRules@2023-03-15-preview' = {
+resource errorRate 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = {
   name: '${prefix}-5xx-rate'
   location: location
   tags: tags
@@ -147,7 +151,7 @@ resource errorRate 'Microsoft.Insights/scheduledQueryRules@2023-03-15-preview' =
   }
 }
 
-resource queueAge 'Microsoft.Insights/scheduledQueryRules@2023-03-15-preview' = {
+resource queueAge 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = {
   name: '${prefix}-queue-age'
   location: location
   tags: tags
@@ -181,34 +185,46 @@ resource queueAge 'Microsoft.Insights/scheduledQueryRules@2023-03-15-preview' = 
   }
 }
 
-resource deadLetters 'Microsoft.Insights/metricAlerts@2018-03-01' = {
-  name: '${prefix}-dead-letters'
-  location: 'global'
+// NOTE: DeadletteredMessages is a count of what sits in the dead-letter queues; an alert
+// on `count > 0` stays fired until someone drains them. This one fires when the count
+// GROWS within the window (new dead letters) and resolves by itself otherwise. Azure
+// Monitor metric alerts cannot take a difference, so it reads the namespace metrics that
+// servicebus.bicep sends to Log Analytics (AzureMetrics carries no queue dimension: it
+// counts every queue of the namespace, which is what on-call wants anyway).
+var newDeadLettersQuery = 'AzureMetrics | where ResourceId =~ \'${serviceBusId}\' and MetricName == \'DeadletteredMessages\' | summarize dead = max(Maximum) by bin(TimeGenerated, 1m) | order by TimeGenerated asc | extend grew = dead - prev(dead) | summarize new_dead_letters = sumif(grew, grew > 0)'
+
+resource deadLetters 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = {
+  name: '${prefix}-new-dead-letters'
+  location: location
   tags: tags
   properties: {
-    description: 'Messages were dead-lettered on the input queue (poison or expired).'
+    description: 'New messages were dead-lettered (poison or expired) in the last 10 minutes.'
     severity: 1
     enabled: true
+    autoMitigate: true
     scopes: [
-      serviceBusId
+      workspaceId
     ]
-    evaluationFrequency: 'PT1M'
-    windowSize: 'PT5M'
+    evaluationFrequency: 'PT5M'
+    windowSize: 'PT10M'
     criteria: {
-      'odata.type': 'Microsoft.Azure.Monitor.SingleResourceMultipleMetricCriteria'
       allOf: [
         {
-          criterionType: 'StaticThresholdCriterion'
-          name: 'deadlettered'
-          metricName: 'DeadletteredMessages'
-          dimensions: queueDimension
+          query: newDeadLettersQuery
+          timeAggregation: 'Maximum'
+          metricMeasureColumn: 'new_dead_letters'
           operator: 'GreaterThan'
           threshold: 0
-          timeAggregation: 'Maximum'
+          failingPeriods: {
+            numberOfEvaluationPeriods: 1
+            minFailingPeriodsToAlert: 1
+          }
         }
       ]
     }
-    actions: metricActions
+    actions: {
+      actionGroups: actionGroups
+    }
   }
 }
 

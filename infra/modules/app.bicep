@@ -1,7 +1,9 @@
 // The scoring service: an Azure Functions (Python v2) container on Azure Container Apps
-// (kind 'functionapp'). Scaling is ours, not the platform's trigger mapping:
-// `allowScalingRuleOverride` (API 2026-03-02-preview and later) turns off the
-// auto-generated KEDA rules so the two rules below are the only ones in force.
+// (kind 'functionapp'). Scaling is ours, not the platform's trigger mapping, but the
+// documented way to say so is a PATCH on the existing app: this template creates the app
+// with replica bounds only, and outputs `scale` (allowScalingRuleOverride + the two KEDA
+// rules below), which infra/hooks/keda-scale-rules.sh PATCHes in after provision and
+// after every deploy (idempotent; order in docs/deploy.md).
 //
 // Every setting the code reads (shared/settings.py APP_SETTING_NAMES) is set here;
 // tests/infra checks that. Connections are identity-based; no secret is stored.
@@ -162,7 +164,7 @@ var serviceSettings = [
   { name: 'BATCH_MAX_SIZE', value: '8' }
   { name: 'CACHE_L1_SIZE', value: '50000' }
   { name: 'CACHE_L1_TTL_S', value: '30' }
-  { name: 'CACHE_L2_TTL_S', value: '0' }
+  { name: 'CACHE_L2_TTL_S', value: '3600' } // > 0: under volatile-lru only predictions are evictable, never features
   { name: 'FEATURES_L1_TTL_S', value: '5' }
   { name: 'REDIS_TIMEOUT_MS', value: '50' }
   { name: 'PREDICTION_L2', value: 'auto' }
@@ -174,6 +176,9 @@ var serviceSettings = [
   { name: 'ORT_INLINE', value: useGpu ? 'false' : 'true' } // on a GPU the run leaves the event loop; a second batch forms meanwhile
   { name: 'MAX_BODY_BYTES', value: '65536' }
   { name: 'MAX_BATCH_ITEMS', value: '256' }
+  { name: 'MAX_MESSAGE_BYTES', value: '262144' }
+  { name: 'MAX_MODEL_BYTES', value: '268435456' }
+  { name: 'BODY_TIMEOUT_MS', value: '5000' }
   { name: 'MODELS_KEEP_VERSIONS', value: '2' }
   { name: 'GC_GEN0_THRESHOLD', value: '50000' }
   { name: 'LOG_LEVEL', value: logLevel }
@@ -248,7 +253,7 @@ var scaleRules = [
   }
 ]
 
-resource app 'Microsoft.App/containerApps@2026-03-02-preview' = {
+resource app 'Microsoft.App/containerApps@2026-07-01' = {
   name: name
   location: location
   tags: union(tags, { 'azd-service-name': serviceName })
@@ -303,11 +308,11 @@ resource app 'Microsoft.App/containerApps@2026-03-02-preview' = {
           }
         }
       ]
+      // NOTE: no allowScalingRuleOverride and no rules on create: a create that sets the
+      // override is rejected; the post-provision hook PATCHes `scale` (output below).
       scale: {
-        allowScalingRuleOverride: true
         minReplicas: minReplicas
         maxReplicas: maxReplicas
-        rules: scaleRules
       }
     }
   }
@@ -316,3 +321,11 @@ resource app 'Microsoft.App/containerApps@2026-03-02-preview' = {
 output id string = app.id
 output name string = app.name
 output fqdn string = app.properties.configuration.ingress.fqdn
+
+@description('The scale block infra/hooks/keda-scale-rules.sh PATCHes onto the app.')
+output scale object = {
+  allowScalingRuleOverride: true
+  minReplicas: minReplicas
+  maxReplicas: maxReplicas
+  rules: scaleRules
+}

@@ -1,8 +1,11 @@
 // Container Apps environment with workload profiles:
 // - 'Consumption' (always present),
-// - 'scoring': a Dedicated general-purpose pool for steady, noisy-neighbour-free latency,
-// - 'gpu' (optional): a serverless GPU profile. GPU profiles can only be added when the
-//   environment is created, so decide `enableGpu` up front (see docs/gpu.md).
+// - 'scoring': a Dedicated general-purpose pool for steady, noisy-neighbour-free latency
+//   (CPU only: with `enableGpu` the app runs on the GPU profile, and an idle dedicated
+//   pool would bill its minimum nodes for nothing),
+// - 'gpu' (with `enableGpu`): a serverless GPU profile. Serverless GPU profiles can be
+//   added to an existing environment (only dedicated GPU profiles are creation-time),
+//   so turning `enableGpu` on later is a redeploy, not a new environment (docs/gpu.md).
 // Logs go to Azure Monitor and on to Log Analytics through a diagnostic setting, so
 // the template never handles the workspace shared key.
 
@@ -39,25 +42,34 @@ param enableGpu bool = false
 ])
 param gpuProfileType string = 'Consumption-GPU-NC8as-T4'
 
-var baseProfiles = [
-  {
-    name: 'Consumption'
-    workloadProfileType: 'Consumption'
-  }
-  {
-    name: 'scoring'
-    workloadProfileType: dedicatedProfileType
-    minimumCount: dedicatedMinNodes
-    maximumCount: dedicatedMaxNodes
-  }
-]
+var consumptionProfile = {
+  name: 'Consumption'
+  workloadProfileType: 'Consumption'
+}
+
+var dedicatedProfile = {
+  name: 'scoring'
+  workloadProfileType: dedicatedProfileType
+  minimumCount: dedicatedMinNodes
+  maximumCount: dedicatedMaxNodes
+}
 
 var gpuProfile = {
   name: 'gpu'
   workloadProfileType: gpuProfileType
 }
 
-resource environment 'Microsoft.App/managedEnvironments@2025-01-01' = {
+var cpuProfiles = [
+  consumptionProfile
+  dedicatedProfile
+]
+
+var gpuProfiles = [
+  consumptionProfile
+  gpuProfile
+]
+
+resource environment 'Microsoft.App/managedEnvironments@2026-07-01' = {
   name: name
   location: location
   tags: tags
@@ -65,7 +77,7 @@ resource environment 'Microsoft.App/managedEnvironments@2025-01-01' = {
     appLogsConfiguration: {
       destination: 'azure-monitor'
     }
-    workloadProfiles: enableGpu ? concat(baseProfiles, [gpuProfile]) : baseProfiles
+    workloadProfiles: enableGpu ? gpuProfiles : cpuProfiles
   }
 }
 
@@ -92,4 +104,4 @@ resource diagnostics 'Microsoft.Insights/diagnosticSettings@2021-05-01-preview' 
 output id string = environment.id
 output name string = environment.name
 output defaultDomain string = environment.properties.defaultDomain
-output appProfileName string = enableGpu ? gpuProfile.name : 'scoring'
+output appProfileName string = enableGpu ? gpuProfile.name : dedicatedProfile.name

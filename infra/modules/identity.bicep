@@ -16,13 +16,13 @@ param appIdentityName string
 @description('Name of the platform (image pull + scaler) identity.')
 param platformIdentityName string
 
-resource appIdentity 'Microsoft.ManagedIdentity/userAssignedIdentities@2023-01-31' = {
+resource appIdentity 'Microsoft.ManagedIdentity/userAssignedIdentities@2024-11-30' = {
   name: appIdentityName
   location: location
   tags: tags
 }
 
-resource platformIdentity 'Microsoft.ManagedIdentity/userAssignedIdentities@2023-01-31' = {
+resource platformIdentity 'Microsoft.ManagedIdentity/userAssignedIdentities@2024-11-30' = {
   name: platformIdentityName
   location: location
   tags: tags

@@ -1,6 +1,7 @@
 // Azure Managed Redis (redisEnterprise) as the cross-replica cache and online feature
 // store. TLS only, access keys disabled (Entra ID auth via an access-policy assignment
-// for the runtime identity), eviction allkeys-lru so a full cache evicts instead of
+// for the runtime identity), eviction volatile-lru: only keys with a TTL (predictions,
+// CACHE_L2_TTL_S > 0) are evicted, never the feature store (no TTL), and a full cache evicts instead of
 // failing writes (a miss then costs one round-trip, never an error).
 
 @description('Azure region.')
@@ -41,7 +42,7 @@ resource database 'Microsoft.Cache/redisEnterprise/databases@2025-07-01' = {
     // NOTE: EnterpriseCluster exposes one endpoint, so the plain (non-cluster) redis-py
     // client works; the proxy spreads keys over shards.
     clusteringPolicy: 'EnterpriseCluster'
-    evictionPolicy: 'AllKeysLRU'
+    evictionPolicy: 'VolatileLRU'
     accessKeysAuthentication: 'Disabled'
   }
 }

@@ -21,9 +21,9 @@ param sku string = 'Standard'
 @description('Principal that pulls images (the platform identity).')
 param pullPrincipalId string
 
-var acrPullRoleId = '7f951dff-4ed1-466b-ab4c-45d7cd81f3da'
+var acrPullRoleId = '7f951dda-4ed3-4680-a7ca-43fe172d538d'
 
-resource registry 'Microsoft.ContainerRegistry/registries@2023-07-01' = {
+resource registry 'Microsoft.ContainerRegistry/registries@2025-04-01' = {
   name: name
   location: location
   tags: tags

@@ -51,7 +51,7 @@ param outputQueueNames array = [
   'risk-rejected'
 ]
 
-@description('Peek-lock duration of the input queue: >= 10x the worst-case processing time (Azure OpenAI review timeout included), so a lock never expires mid-message; short enough that a crashed replica\'s messages return quickly.')
+@description('Peek-lock duration of the input queue. The Functions host renews the lock for up to host.json maxAutoLockRenewalDuration, which must cover functionTimeout (tests/infra checks both); short, so a crashed replica\'s messages return quickly.')
 param lockDuration string = 'PT30S'
 
 @description('Deliveries before a message is dead-lettered.')
@@ -65,6 +65,9 @@ param duplicateDetectionWindow string = 'PT10M'
 @description('Maximum queue size in MB (Standard: up to 5120).')
 param maxSizeInMegabytes int = 5120
 
+@description('Log Analytics workspace id: the namespace metrics go there (AzureMetrics), for the new-dead-letters alert.')
+param workspaceId string
+
 @description('Principal of the runtime identity (receives payments, sends results).')
 param appPrincipalId string
 
@@ -76,7 +79,7 @@ var receiverRoleId = '4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0'
 var senderRoleId = '69a216fc-b8fb-44d8-bc22-1f3c2cd27a39'
 var ownerRoleId = '090c5cfd-751d-490a-894a-3ce6f1109419'
 
-resource namespace 'Microsoft.ServiceBus/namespaces@2024-01-01' = {
+resource namespace 'Microsoft.ServiceBus/namespaces@2026-01-01' = {
   name: name
   location: location
   tags: tags
@@ -93,7 +96,23 @@ resource namespace 'Microsoft.ServiceBus/namespaces@2024-01-01' = {
   }
 }
 
-resource inputQueue 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' = {
+// Metrics to Log Analytics (AzureMetrics): the dead-letter alert compares successive
+// DeadletteredMessages values there, so it fires on new dead letters, not on a backlog.
+resource diagnostics 'Microsoft.Insights/diagnosticSettings@2021-05-01-preview' = {
+  name: 'to-log-analytics'
+  scope: namespace
+  properties: {
+    workspaceId: workspaceId
+    metrics: [
+      {
+        category: 'AllMetrics'
+        enabled: true
+      }
+    ]
+  }
+}
+
+resource inputQueue 'Microsoft.ServiceBus/namespaces/queues@2026-01-01' = {
   parent: namespace
   name: inputQueueName
   properties: {
@@ -110,7 +129,7 @@ resource inputQueue 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' = {
   }
 }
 
-resource outputQueues 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' = [for queueName in outputQueueNames: {
+resource outputQueues 'Microsoft.ServiceBus/namespaces/queues@2026-01-01' = [for queueName in outputQueueNames: {
   parent: namespace
   name: queueName
   properties: {

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pycep import BicepParser
+from checks.parsing import parse
 
 REPO = Path(__file__).resolve().parents[2]
 INFRA = REPO / "infra"
@@ -20,8 +20,8 @@ BICEP_FILES = sorted(INFRA.rglob("*.bicep"))
 
 
 def parse_bicep(path: Path) -> dict[str, Any]:
-    """Parse one Bicep file; any syntax error raises."""
-    return BicepParser().parse(file_path=path)
+    """Parse one Bicep file; any syntax error raises (cached by content: checks/parsing.py)."""
+    return parse(path)
 
 
 def settings_tuple(name: str) -> tuple[str, ...]:
@@ -40,6 +40,31 @@ def settings_tuple(name: str) -> tuple[str, ...]:
             assert isinstance(result, tuple) and all(isinstance(v, str) for v in result), name
             return result
     raise AssertionError(f"{name} not found in shared/settings.py")
+
+
+def app_setting_names() -> tuple[str, ...]:
+    """The app-setting names the code reads: the ONE source for every infra check.
+
+    NOTE: the app package owner replaces this body when shared/settings.py changes shape;
+    every test and checker gets the names through here.
+    """
+    return settings_tuple("APP_SETTING_NAMES")
+
+
+def local_setting_names() -> tuple[str, ...]:
+    """Settings only a local run reads (never set on the Container App); same owner as above."""
+    return settings_tuple("LOCAL_SETTING_NAMES")
+
+
+TRIGGER_QUEUE = "payments"  # function_app.py `payments`; tests/infra/checks re-read it with ast
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Show the mutation score in every run (with or without -s)."""
+    from test_mutations import SCORE
+
+    if SCORE["total"]:
+        terminalreporter.write_line(f"mutations caught {SCORE['caught']}/{SCORE['total']}")
 
 
 class Module:

@@ -6,7 +6,7 @@ import json
 import re
 from typing import Any
 
-from conftest import INFRA, Module, settings_tuple
+from conftest import INFRA, Module, app_setting_names, local_setting_names
 
 TRIGGER_QUEUE = "payments"
 IDENTITY_CONNECTIONS = ("AzureWebJobsStorage", "ServiceBusConnection", "ModelStorage")
@@ -16,17 +16,41 @@ def _scale(container_app: dict[str, Any]) -> dict[str, Any]:
     return container_app["properties"]["template"]["scale"]
 
 
+def _patched_scale(app: Module) -> dict[str, Any]:
+    """The scale block the post-provision hook PATCHes onto the app (app.bicep output)."""
+    return app.tree["outputs"]["scale"]["value"]
+
+
 def _rules(app: Module, container_app: dict[str, Any]) -> list[dict[str, Any]]:
-    rules = app.resolve(_scale(container_app)["rules"])
+    rules = app.resolve(_patched_scale(app)["rules"])
     assert isinstance(rules, list) and rules, "the app has no scale rules"
     return rules
 
 
-def test_is_a_functions_container_app_with_our_scale_rules(container_app: dict[str, Any]) -> None:
+def test_is_a_functions_container_app_with_our_scale_rules(app: Module, container_app: dict[str, Any]) -> None:
     assert container_app["kind"] == "functionapp"
-    # Without the override the platform generates its own rules from the triggers and
-    # rejects ours.
-    assert _scale(container_app)["allowScalingRuleOverride"] is True
+    # Learn documents the override only as a PATCH on an existing app: the create carries
+    # neither the override nor rules; the hook PATCHes the `scale` output in.
+    assert "allowScalingRuleOverride" not in _scale(container_app)
+    assert "rules" not in _scale(container_app)
+    patched = _patched_scale(app)
+    assert patched["allowScalingRuleOverride"] is True
+    assert patched["rules"] == "scaleRules"
+    assert patched["minReplicas"] == _scale(container_app)["minReplicas"]
+    assert patched["maxReplicas"] == _scale(container_app)["maxReplicas"]
+
+
+def test_override_hook_and_azd_use_the_app_api_version() -> None:
+    from checks.contract import check_override_api_version
+
+    assert check_override_api_version(INFRA.parent) == []
+    yaml = (INFRA.parent / "azure.yaml").read_text()
+    hook = (INFRA / "hooks" / "keda-scale-rules.sh").read_text()
+    assert "--method patch" in hook and "allowScalingRuleOverride" in hook
+    hooks = re.findall(r"^  (post\w+):\n(?:.*\n)*?\s+run: (\S+)", yaml, re.M)
+    runs = dict(hooks)
+    assert runs.get("postprovision") == "./infra/hooks/keda-scale-rules.sh", runs
+    assert "keda-scale-rules.sh" in (INFRA.parent / runs["postdeploy"]).read_text()
 
 
 def test_min_replicas_is_at_least_two_everywhere(modules: dict[str, Module], container_app: dict[str, Any]) -> None:
@@ -108,12 +132,12 @@ def test_container_uses_all_setting_lists(app: Module, container_app: dict[str, 
 
 
 def test_every_setting_the_code_reads_is_set(app_env: dict[str, Any]) -> None:
-    missing = [name for name in settings_tuple("APP_SETTING_NAMES") if name not in app_env]
+    missing = [name for name in app_setting_names() if name not in app_env]
     assert not missing, f"settings the code reads but infra/modules/app.bicep does not set: {missing}"
 
 
 def test_local_only_settings_are_not_set(app_env: dict[str, Any]) -> None:
-    leaked = [name for name in settings_tuple("LOCAL_SETTING_NAMES") if name in app_env]
+    leaked = [name for name in local_setting_names() if name in app_env]
     assert not leaked, f"local-only settings set on the Container App: {leaked}"
 
 

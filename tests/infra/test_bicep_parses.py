@@ -76,3 +76,15 @@ def test_dockerfile_uses_the_functions_python_base() -> None:
     text = (REPO / "Dockerfile").read_text()
     assert re.search(r"^FROM mcr\.microsoft\.com/azure-functions/python:4-python3\.11\b", text, re.M)
     assert "AzureWebJobsScriptRoot=/home/site/wwwroot" in text
+
+
+def test_azure_yaml_follows_the_azd_schema() -> None:
+    # schemas/azure.yaml.json: Azure/azure-dev schemas/v1.0/azure.yaml.json at commit
+    # ae35809f496491989273d0edefdeb70f245f399b (2026-08-21), vendored unchanged.
+    import jsonschema
+    import yaml
+
+    schema = json.loads((Path(__file__).parent / "schemas" / "azure.yaml.json").read_text())
+    doc = yaml.safe_load((REPO / "azure.yaml").read_text())
+    errors = [f"{list(e.path)}: {e.message}" for e in jsonschema.Draft201909Validator(schema).iter_errors(doc)]
+    assert not errors, errors

@@ -64,16 +64,24 @@ def test_service_bus_roles_are_scoped_to_queues(modules: dict[str, Module]) -> N
     assert roles and all(r["scope"] != "namespace" for r in roles), "no namespace-wide data roles"
 
 
-def test_redis_is_tls_allkeys_lru_and_entra_only(modules: dict[str, Module]) -> None:
+def test_redis_is_tls_volatile_lru_and_entra_only(modules: dict[str, Module]) -> None:
     redis = modules["redis"]
     cluster = redis.resource("Microsoft.Cache/redisEnterprise")
     db = redis.resource("Microsoft.Cache/redisEnterprise/databases")["properties"]
     assert cluster["properties"]["minimumTlsVersion"] == "1.2"
     assert db["clientProtocol"] == "Encrypted"
-    assert db["evictionPolicy"] == "AllKeysLRU"
+    # volatile-lru evicts only keys with a TTL: predictions (CACHE_L2_TTL_S > 0), never features
+    assert db["evictionPolicy"] == "VolatileLRU"
     assert db["accessKeysAuthentication"] == "Disabled"
     policy = redis.resource("Microsoft.Cache/redisEnterprise/databases/accessPolicyAssignments")
     assert policy["properties"]["user"]["objectId"] == "appPrincipalId"
+
+
+def test_predictions_carry_a_ttl_under_volatile_lru(modules: dict[str, Module], app_env: dict[str, Any]) -> None:
+    # Under a volatile-* policy a key without TTL is never evicted: predictions must carry one.
+    db = modules["redis"].resource("Microsoft.Cache/redisEnterprise/databases")["properties"]
+    if str(db["evictionPolicy"]).startswith("Volatile"):
+        assert float(app_env["CACHE_L2_TTL_S"]) > 0, app_env["CACHE_L2_TTL_S"]
 
 
 def test_storage_is_identity_only(modules: dict[str, Module]) -> None:
@@ -105,6 +113,17 @@ def test_gpu_profile_is_optional(modules: dict[str, Module]) -> None:
     assert env.params["enableGpu"]["default"] is False
     allowed = next(d["argument"] for d in env.params["gpuProfileType"]["decorators"] if d["type"] == "allowed")
     assert all(t.startswith("Consumption-GPU-") for t in allowed)
+    # With the GPU on, the app runs on the serverless GPU profile; no idle dedicated pool stays.
+    profiles = env.resource("Microsoft.App/managedEnvironments")["properties"]["workloadProfiles"]
+    branches = profiles["operator"]["operands"]
+    assert branches["condition"] == "enableGpu"
+    on, off = (env.var(branches[k]) for k in ("true_value", "false_value"))
+    types = {
+        name: env.var(name)["workloadProfileType"] for name in ("consumptionProfile", "dedicatedProfile", "gpuProfile")
+    }
+    assert set(on) == {"consumptionProfile", "gpuProfile"}, on
+    assert set(off) == {"consumptionProfile", "dedicatedProfile"}, off
+    assert types["gpuProfile"] == "gpuProfileType" and types["consumptionProfile"] == "Consumption"
 
 
 def test_alerts_cover_the_named_signals(modules: dict[str, Module]) -> None:
@@ -116,4 +135,7 @@ def test_alerts_cover_the_named_signals(modules: dict[str, Module]) -> None:
         for r in alerts.resources("Microsoft.Insights/metricAlerts")
         for c in r["properties"]["criteria"]["allOf"]
     }
-    assert {"DeadletteredMessages", "ActiveMessages", "Size", "Replicas"} <= metrics
+    assert {"ActiveMessages", "Size", "Replicas"} <= metrics
+    # new dead letters: a log query over the namespace metrics, not a metric alert on the count
+    query = alerts.var("newDeadLettersQuery")
+    assert "DeadletteredMessages" in query and "prev(" in query

@@ -1,0 +1,394 @@
+"""Checks across files: roles, metrics, host.json against the alerts and the queue, and
+infra/ against function_app.py and the app settings. Each takes the repository root (or a
+scratch copy of it) and returns findings; an empty list means consistent.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from .bicep_lang import load_all, resource_type_of
+from .parsing import parse
+from .tables import BUILT_IN_ROLES, EXPECTED_GRANTS, METRICS
+
+GUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+INFORMATION = 2
+LOG_LEVELS = {"trace": 0, "debug": 1, "information": 2, "warning": 3, "error": 4, "critical": 5, "none": 6}
+# App Insights table -> host.json log category that writes it (Functions host sources:
+# the `requests` telemetry is the Host.Results category, logged at Information).
+TABLE_CATEGORY = {"requests": "Host.Results"}
+SERVICE_BUS_MAX_LOCK_S = 300  # Service Bus caps a message lock at 5 minutes
+
+
+def _body(resource: dict[str, Any]) -> dict[str, Any]:
+    config = resource["config"]
+    while isinstance(config.get("config"), dict) and ("loop_type" in config or "condition" in config):
+        config = config["config"]
+    return config
+
+
+def _var_text(tree: dict[str, Any], value: Any, depth: int = 0) -> Any:
+    """Resolve an identifier to its var value and `${var}` inside strings (string vars only)."""
+    variables = tree.get("variables", {})
+    if depth < 5 and isinstance(value, str):
+        if value in variables:
+            return _var_text(tree, variables[value]["value"], depth + 1)
+        return re.sub(
+            r"\$\{(\w+)\}",
+            lambda m: (
+                str(_var_text(tree, variables[m.group(1)]["value"], depth + 1))
+                if m.group(1) in variables and isinstance(variables[m.group(1)]["value"], str)
+                else m.group(0)
+            ),
+            value,
+        )
+    return value
+
+
+def _param_default(tree: dict[str, Any], value: Any) -> Any:
+    params = tree.get("parameters", {})
+    if isinstance(value, str) and value in params:
+        return params[value].get("default")
+    return _var_text(tree, value)
+
+
+# --- roles ------------------------------------------------------------------------------
+
+
+def check_roles(root: Path) -> list[str]:
+    """Every roleDefinitionId is a reviewed built-in role; each identity gets exactly its grants."""
+    infra = root / "infra"
+    files = load_all(infra)
+    main = files[(infra / "main.bicep").resolve()]
+    findings: list[str] = []
+    grants: dict[str, set[tuple[str, str]]] = {}
+    for path in sorted(infra.rglob("*.bicep")):
+        tree = parse(path)
+        resources = tree.get("resources", {})
+        for name, res in resources.items():
+            if res["type"].lower() != "microsoft.authorization/roleassignments":
+                continue
+            props = _body(res)["properties"]
+            ref = props["roleDefinitionId"]
+            fn = ref.get("function", {}) if isinstance(ref, dict) else {}
+            guid = _var_text(tree, fn.get("parameters", {}).get("resource_name_1"))
+            if fn.get("type") != "subscription_resource_id" or not isinstance(guid, str) or not GUID.match(guid):
+                findings.append(
+                    f"{path.name}: {name}: roleDefinitionId is not subscriptionResourceId(roleDefinitions, '<guid>')"
+                )
+                continue
+            if guid not in BUILT_IN_ROLES:
+                findings.append(f"{path.name}: {name}: role {guid} is not in tables.BUILT_IN_ROLES")
+                continue
+            role = BUILT_IN_ROLES[guid][0]
+            scope = _body(res).get("scope")
+            if isinstance(scope, dict):  # outputQueues[i]
+                scope = scope.get("operator", {}).get("operands", {}).get("operand_1")
+            scope_type = resources.get(scope, {}).get("type", f"<{scope}>")
+            identity = _identity(main, path, props["principalId"])
+            grants.setdefault(identity, set()).add((role, scope_type))
+    for identity in sorted(set(grants) | set(EXPECTED_GRANTS)):
+        got, want = grants.get(identity, set()), EXPECTED_GRANTS.get(identity, set())
+        for extra in sorted(got - want):
+            findings.append(f"identity {identity}: granted {extra[0]} on {extra[1]}, which the design does not need")
+        for missing in sorted(want - got):
+            findings.append(f"identity {identity}: lacks {missing[0]} on {missing[1]}")
+    return findings
+
+
+def _identity(main: Any, module_path: Path, principal_param: Any) -> str:
+    """Which identity (app/platform) main.bicep passes into a module's principal parameter."""
+    for _, (rel, args) in main.modules.items():
+        if (main.path.parent / rel).resolve() == module_path.resolve() and principal_param in args:
+            text = "".join(t.text for t in args[principal_param])
+            m = re.fullmatch(r"identity\.outputs\.(\w+?)PrincipalId", text)
+            return m.group(1) if m else text
+    return f"<{principal_param}>"
+
+
+# --- metrics ----------------------------------------------------------------------------
+
+
+def check_metrics(root: Path) -> list[str]:
+    """Metric alerts and AzureMetrics queries name metrics their resource type emits."""
+    infra = root / "infra"
+    files = load_all(infra)
+    findings: list[str] = []
+    known = frozenset().union(*METRICS.values())
+    for path in sorted(infra.rglob("*.bicep")):
+        tree = parse(path)
+        for name, res in tree.get("resources", {}).items():
+            body, kind = _body(res), res["type"].lower()
+            if kind == "microsoft.insights/metricalerts":
+                scope = body["properties"]["scopes"][0]
+                scope_type = (resource_type_of(files, path, scope) or "").lower()
+                allowed = METRICS.get(scope_type)
+                for criterion in body["properties"]["criteria"]["allOf"]:
+                    metric = _param_default(tree, criterion["metricName"])
+                    if allowed is None:
+                        findings.append(
+                            f"{path.name}: {name}: no metrics table for scope {scope} ({scope_type or '?'})"
+                        )
+                    elif metric not in allowed:
+                        findings.append(f"{path.name}: {name}: {scope_type} has no metric {metric!r}")
+            if kind == "microsoft.insights/scheduledqueryrules":
+                for criterion in body["properties"]["criteria"]["allOf"]:
+                    query = str(_var_text(tree, criterion["query"]))
+                    for metric in re.findall(r"MetricName\s*==\s*\\?'(\w+)", query):
+                        if metric not in known:
+                            findings.append(f"{path.name}: {name}: query names unknown metric {metric!r}")
+    return findings
+
+
+# --- host.json against the alerts and the queue ------------------------------------------
+
+
+def _level(host: dict[str, Any], category: str) -> int:
+    """Effective log level of a category: the longest matching prefix, else `default`."""
+    levels = {k.lower(): v for k, v in host.get("logging", {}).get("logLevel", {}).items()}
+    parts = category.lower().split(".")
+    for n in range(len(parts), 0, -1):
+        key = ".".join(parts[:n])
+        if key in levels:
+            return LOG_LEVELS[levels[key].lower()]
+    return LOG_LEVELS[levels.get("default", "Information").lower()]
+
+
+def check_logging_feeds_alerts(root: Path) -> list[str]:
+    """Every App Insights table a log alert reads is written at the level host.json keeps."""
+    host = json.loads((root / "host.json").read_text())
+    findings: list[str] = []
+    sampling = host.get("logging", {}).get("applicationInsights", {}).get("samplingSettings", {})
+    for path in sorted((root / "infra").rglob("*.bicep")):
+        tree = parse(path)
+        for name, res in tree.get("resources", {}).items():
+            if res["type"].lower() != "microsoft.insights/scheduledqueryrules":
+                continue
+            for criterion in _body(res)["properties"]["criteria"]["allOf"]:
+                query = str(_var_text(tree, criterion["query"]))
+                table = re.match(r"\s*(\w+)", query)
+                category = TABLE_CATEGORY.get(table.group(1) if table else "")
+                if category is None:
+                    continue
+                if _level(host, category) > INFORMATION:
+                    findings.append(
+                        f"{path.name}: {name} reads `{table.group(1)}`, but host.json logs {category} above Information"
+                    )
+                excluded = {t.strip().lower() for t in str(sampling.get("excludedTypes", "")).split(";")}
+                if sampling.get("isEnabled", True) and "request" not in excluded:
+                    findings.append(f"{path.name}: {name} counts `requests`, which host.json samples")
+    return findings
+
+
+def _hms(value: str) -> int:
+    h, m, s = (int(float(x)) for x in value.split(":"))
+    return h * 3600 + m * 60 + s
+
+
+def _iso(value: str) -> int:
+    m = re.fullmatch(r"PT(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)S)?", value)
+    assert m, value
+    h, mi, s = (int(g or 0) for g in m.groups())
+    return h * 3600 + mi * 60 + s
+
+
+def check_lock_budget(root: Path, trigger_queue: str) -> list[str]:
+    """A message stays locked for as long as its invocation may run (functionTimeout)."""
+    host = json.loads((root / "host.json").read_text())
+    findings: list[str] = []
+    timeout = _hms(host["functionTimeout"])
+    renewal = _hms(host["extensions"]["serviceBus"].get("maxAutoLockRenewalDuration", "00:05:00"))
+    tree = parse(root / "infra" / "modules" / "servicebus.bicep")
+    lock = None
+    for res in tree["resources"].values():
+        body = _body(res)
+        if (
+            res["type"].lower() == "microsoft.servicebus/namespaces/queues"
+            and _param_default(tree, body["name"]) == trigger_queue
+        ):
+            lock = _iso(_param_default(tree, body["properties"]["lockDuration"]))
+    if lock is None:
+        return [f"servicebus.bicep: no queue {trigger_queue!r}"]
+    if renewal < timeout:
+        findings.append(
+            f"host.json: maxAutoLockRenewalDuration {renewal}s < functionTimeout {timeout}s: a long invocation loses its lock"
+        )
+    if not 5 <= lock <= SERVICE_BUS_MAX_LOCK_S:
+        findings.append(f"servicebus.bicep: {trigger_queue} lockDuration {lock}s outside 5..{SERVICE_BUS_MAX_LOCK_S}s")
+    if lock > renewal:
+        findings.append(
+            f"servicebus.bicep: {trigger_queue} lockDuration {lock}s > maxAutoLockRenewalDuration {renewal}s"
+        )
+    return findings
+
+
+# --- the KEDA override: one Microsoft.App API version for Bicep, azd and the hook --------
+
+
+def check_override_api_version(root: Path) -> list[str]:
+    """app.bicep, azure.yaml's service apiVersion and the PATCH hook use one API version,
+    and that version's Scale model knows allowScalingRuleOverride."""
+    import yaml
+
+    from .arm_models import fields, models_module
+
+    tree = parse(root / "infra" / "modules" / "app.bicep")
+    versions = {r["api_version"] for r in tree["resources"].values() if r["type"] == "Microsoft.App/containerApps"}
+    if len(versions) != 1:
+        return [f"app.bicep: expected one containerApps API version, found {sorted(versions)}"]
+    version = versions.pop()
+    findings = []
+    services = yaml.safe_load((root / "azure.yaml").read_text()).get("services", {})
+    for name, service in services.items():
+        if service.get("host") == "containerapp" and service.get("apiVersion") != version:
+            findings.append(
+                f"azure.yaml: service {name} apiVersion {service.get('apiVersion')!r} != app.bicep's {version}"
+            )
+    hook = (root / "infra" / "hooks" / "keda-scale-rules.sh").read_text()
+    hook_version = re.search(r'^API_VERSION="([^"]+)"', hook, re.M)
+    if not hook_version or hook_version.group(1) != version:
+        findings.append(f"keda-scale-rules.sh: API_VERSION is not app.bicep's {version}")
+    models = models_module("azure.mgmt.appcontainers", version)
+    if models is None or "allowScalingRuleOverride" not in fields(models, "Scale"):
+        findings.append(f"Microsoft.App {version} has no allowScalingRuleOverride")
+    return findings
+
+
+# --- function_app.py ----------------------------------------------------------------------
+
+
+def function_app_bindings(root: Path) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """Decorators of each function in function_app.py: {function: {decorator: [kwargs, ...]}}.
+
+    Read with `ast` (no import): literal keyword values, module-level string constants resolved.
+    """
+    tree = ast.parse((root / "function_app.py").read_text())
+    constants = {
+        t.id: n.value.value
+        for n in tree.body
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    }
+
+    def literal(node: ast.expr) -> Any:
+        if isinstance(node, ast.Name) and node.id in constants:
+            return constants[node.id]
+        try:
+            return ast.literal_eval(node)
+        except ValueError:
+            return ast.unparse(node)
+
+    functions: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        decorators: dict[str, list[dict[str, Any]]] = {}
+        name = node.name
+        for deco in node.decorator_list:
+            if isinstance(deco, ast.Call) and isinstance(deco.func, ast.Attribute):
+                kwargs = {k.arg: literal(k.value) for k in deco.keywords if k.arg}
+                if deco.func.attr == "function_name" and deco.args:
+                    name = literal(deco.args[0])
+                decorators.setdefault(deco.func.attr, []).append(kwargs)
+        functions[name] = decorators
+    return functions
+
+
+def app_env(root: Path) -> dict[str, Any]:
+    """Every env var app.bicep can set: name -> value (pycep expression)."""
+    tree = parse(root / "infra" / "modules" / "app.bicep")
+    env: dict[str, Any] = {}
+    for var in tree.get("variables", {}).values():
+        value = var["value"]
+        if (
+            isinstance(value, list)
+            and value
+            and all(isinstance(i, dict) and set(i) == {"name", "value"} for i in value)
+        ):
+            env.update({item["name"]: item["value"] for item in value})
+    return env
+
+
+def _one(bindings: dict[str, Any], decorator: str) -> list[tuple[str, dict[str, Any]]]:
+    return [(fn, kw) for fn, decos in bindings.items() for kw in decos.get(decorator, [])]
+
+
+def check_function_app(root: Path, setting_names: tuple[str, ...]) -> list[str]:
+    """Queues, connections, the blob webhook, probes and settings agree with function_app.py."""
+    bindings = function_app_bindings(root)
+    infra = root / "infra"
+    sb, app, main = (parse(infra / p) for p in ("modules/servicebus.bicep", "modules/app.bicep", "main.bicep"))
+    env = app_env(root)
+    host = json.loads((root / "host.json").read_text())
+    findings: list[str] = []
+
+    for fn, trig in _one(bindings, "service_bus_queue_trigger"):
+        queue = trig["queue_name"]
+        declared = {
+            "servicebus.bicep inputQueueName": sb["parameters"]["inputQueueName"].get("default"),
+            "app.bicep inputQueueName": app["parameters"]["inputQueueName"].get("default"),
+            "main.bicep var inputQueueName": main["variables"]["inputQueueName"]["value"],
+        }
+        for where, value in declared.items():
+            if value != queue:
+                findings.append(f"{where} is {value!r}; function {fn} reads queue {queue!r}")
+        rules = _var_text(app, "scaleRules")
+        keda = [r["custom"]["metadata"] for r in rules if r.get("custom", {}).get("type") == "azure-servicebus"]
+        if [_param_default(app, m["queueName"]) for m in keda] != [queue]:
+            findings.append(f"app.bicep: the azure-servicebus KEDA rule does not watch {queue!r}")
+        findings += _connection(env, fn, trig["connection"], "__fullyQualifiedNamespace")
+    outputs = set(sb["parameters"]["outputQueueNames"].get("default", []))
+    for fn, out in _one(bindings, "service_bus_queue_output"):
+        if out["queue_name"] not in outputs:
+            findings.append(
+                f"function {fn} writes queue {out['queue_name']!r}, not in servicebus.bicep outputQueueNames"
+            )
+        findings += _connection(env, fn, out["connection"], "__fullyQualifiedNamespace")
+
+    for fn, blob in _one(bindings, "blob_trigger"):
+        findings += _connection(env, fn, blob["connection"], "__blobServiceUri")
+        container = blob["path"].split("/", 1)[0]
+        if container.startswith("%") and container.strip("%") not in env:
+            findings.append(f"function {fn}: app setting {container.strip('%')} (blob path) is not set")
+        hook = (infra / "hooks" / "eventgrid-subscription.sh").read_text()
+        default = re.search(r'BLOB_TRIGGER_FUNCTION="\$\{BLOB_TRIGGER_FUNCTION:-(\w+)\}"', hook)
+        if not default or default.group(1) != fn:
+            findings.append(f"eventgrid-subscription.sh: webhook function is not {fn!r}")
+        suffix = "/" + blob["path"].rsplit("/", 1)[-1]
+        if f'--subject-ends-with "{suffix}"' not in hook:
+            findings.append(f"eventgrid-subscription.sh: subscription does not end with {suffix!r}")
+
+    prefix = host.get("extensions", {}).get("http", {}).get("routePrefix", "api")
+    routes = [(fn, kw) for fn, kw in _one(bindings, "route")]
+    probes = _var_text(app, "probes")
+    for probe in probes:
+        path = probe["httpGet"]["path"]
+        served = [(fn, kw) for fn, kw in routes if re.fullmatch(_route_regex(prefix, kw.get("route", fn)), path)]
+        # NOTE: which of several matching routes answers depends on the host's ordering of
+        # function names; that is function_app.py's own test. Here: one serves it anonymously.
+        if not any("ANONYMOUS" in str(kw.get("auth_level")) for _, kw in served):
+            findings.append(f"app.bicep: probe {path} is not served anonymously by function_app.py")
+
+    missing = [n for n in setting_names if n not in env]
+    if missing:
+        findings.append(f"app.bicep does not set the app settings {missing}")
+    return findings
+
+
+def _route_regex(prefix: str, route: str) -> str:
+    pattern = re.sub(r"\{\*\w+\}", ".*", route)
+    pattern = re.sub(r"\{\w+(:[^}]*)?\}", "[^/]+", pattern)
+    return f"/{prefix}/{pattern}" if prefix else f"/{pattern}"
+
+
+def _connection(env: dict[str, Any], fn: str, connection: str, suffix: str) -> list[str]:
+    out = []
+    for key in (f"{connection}{suffix}", f"{connection}__credential", f"{connection}__clientId"):
+        if key not in env:
+            out.append(f"function {fn}: connection {connection!r} needs app setting {key}")
+    return out

@@ -1,0 +1,62 @@
+"""The checkers in tests/infra/checks find nothing wrong with the real tree.
+
+Each checker is proved to catch its class of mistake in test_mutations.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+from checks import check_schemas
+from checks.bicep_lang import check_language
+from checks.contract import (
+    check_function_app,
+    check_lock_budget,
+    check_logging_feeds_alerts,
+    check_metrics,
+    check_roles,
+)
+from checks.tables import BUILT_IN_ROLES, EXPECTED_GRANTS, UNMODELLED_API_VERSIONS
+from conftest import REPO, TRIGGER_QUEUE, app_setting_names
+
+
+def test_every_resource_matches_its_rest_model_at_its_api_version() -> None:
+    assert check_schemas(REPO) == []
+
+
+def test_every_symbol_module_argument_and_literal_type_resolves() -> None:
+    assert check_language(REPO / "infra") == []
+
+
+def test_roles_are_reviewed_built_ins_and_least_privilege() -> None:
+    assert check_roles(REPO) == []
+
+
+def test_metric_names_exist_for_their_resource_type() -> None:
+    assert check_metrics(REPO) == []
+
+
+def test_host_json_logs_what_the_alerts_query() -> None:
+    assert check_logging_feeds_alerts(REPO) == []
+
+
+def test_message_lock_outlasts_the_invocation() -> None:
+    assert check_lock_budget(REPO, TRIGGER_QUEUE) == []
+
+
+def test_infra_agrees_with_function_app_and_settings() -> None:
+    assert check_function_app(REPO, app_setting_names()) == []
+
+
+@pytest.mark.parametrize("guid", sorted(BUILT_IN_ROLES))
+def test_role_table_entries_cite_learn(guid: str) -> None:
+    name, source = BUILT_IN_ROLES[guid]
+    assert source.startswith("https://learn.microsoft.com/azure/role-based-access-control/built-in-roles/"), name
+
+
+def test_expected_grants_name_only_reviewed_roles() -> None:
+    names = {name for name, _ in BUILT_IN_ROLES.values()}
+    assert {role for grants in EXPECTED_GRANTS.values() for role, _ in grants} <= names
+
+
+def test_unmodelled_api_versions_say_where_they_come_from() -> None:
+    assert all(len(source) > 40 for source in UNMODELLED_API_VERSIONS.values())
