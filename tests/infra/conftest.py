@@ -1,13 +1,15 @@
 """Shared fixtures for the offline infrastructure checks.
 
 Everything here is read from files: the Bicep modules (parsed with pycep, the parser
-checkov itself uses), shared/settings.py (read with `ast`, so this venv needs none of
-the app's packages) and the azd parameter file.
+checkov itself uses), shared/settings.py (imported: it needs only the standard library,
+so this venv needs none of the app's packages) and the azd parameter file.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,36 +26,24 @@ def parse_bicep(path: Path) -> dict[str, Any]:
     return parse(path)
 
 
-def settings_tuple(name: str) -> tuple[str, ...]:
-    """Read a module-level tuple of strings from shared/settings.py without importing it."""
-    tree = ast.parse((REPO / "shared" / "settings.py").read_text())
-    for node in tree.body:
-        targets: list[ast.expr]
-        if isinstance(node, ast.AnnAssign):
-            targets, value = [node.target], node.value
-        elif isinstance(node, ast.Assign):
-            targets, value = list(node.targets), node.value
-        else:
-            continue
-        if value is not None and any(isinstance(t, ast.Name) and t.id == name for t in targets):
-            result = ast.literal_eval(value)
-            assert isinstance(result, tuple) and all(isinstance(v, str) for v in result), name
-            return result
-    raise AssertionError(f"{name} not found in shared/settings.py")
-
-
 def app_setting_names() -> tuple[str, ...]:
     """The app-setting names the code reads: the ONE source for every infra check.
 
-    NOTE: the app package owner replaces this body when shared/settings.py changes shape;
-    every test and checker gets the names through here.
+    Derived from the declarations in shared/settings.py, which imports only the standard
+    library (and shared.errors), so this venv imports it as it is: no restated list.
     """
-    return settings_tuple("APP_SETTING_NAMES")
+    return tuple(_settings_module().APP_SETTING_NAMES)
 
 
 def local_setting_names() -> tuple[str, ...]:
-    """Settings only a local run reads (never set on the Container App); same owner as above."""
-    return settings_tuple("LOCAL_SETTING_NAMES")
+    """Settings only a local run reads (never set on the Container App)."""
+    return tuple(_settings_module().LOCAL_SETTING_NAMES)
+
+
+def _settings_module() -> Any:
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    return importlib.import_module("shared.settings")
 
 
 TRIGGER_QUEUE = "payments"  # function_app.py `payments`; tests/infra/checks re-read it with ast
