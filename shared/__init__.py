@@ -4,7 +4,7 @@ Layers (imports run one way, down this list; tests/test_layers.py fails on an up
 
     settings, errors                 configuration and the one error tree
     events                           the payment event schema and its decoding
-    cache, batching, background      tiers and prediction cache · micro-batcher · job supervisor
+    cache, batching, background, deadlines  tiers, prediction cache · micro-batcher · jobs · deadlines
     models                           spec (metadata contract) · runtime (ONNX Runtime) · source
     features, feature_store          event + user context → the model's row
     serving, registry, decision      one served version · versions and lifecycle · score → decision

@@ -9,17 +9,17 @@ named score and say why, and the local answer stays there for it to fall back on
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol, get_args
 
 from shared.events import PaymentEvent
 from shared.models.spec import Decision, Thresholds
 
 __all__ = ["Decider", "ThresholdDecider", "Verdict"]
 
+DECISIONS: tuple[Decision, ...] = get_args(Decision)
 
-@dataclass(frozen=True, slots=True)
-class Verdict:
+
+class Verdict(NamedTuple):
     """A decision, why it was taken, and every score that went into it (by source)."""
 
     decision: Decision
@@ -36,12 +36,13 @@ class Decider(Protocol):
 class ThresholdDecider:
     """The model's own thresholds: below `review` approve, from `decline` up decline."""
 
+    def __init__(self) -> None:
+        # NOTE: the reasons of each thresholds object, worked out once (an f-string per event cost more)
+        self._reasons: dict[int, tuple[Thresholds, dict[str, str]]] = {}
+
     async def decide(self, event: PaymentEvent, score: float, thresholds: Thresholds) -> Verdict:
         decision = thresholds.decide(score)
-        if decision == "decline":
-            reason = f"score >= decline threshold {thresholds.decline}"
-        elif decision == "review":
-            reason = f"score >= review threshold {thresholds.review}"
-        else:
-            reason = f"score < review threshold {thresholds.review}"
-        return Verdict(decision, reason, {"model": score})
+        known = self._reasons.get(id(thresholds))
+        if known is None or known[0] is not thresholds:  # NOTE: an id may be reused once a spec is gone
+            known = self._reasons[id(thresholds)] = (thresholds, {d: thresholds.reason(d) for d in DECISIONS})
+        return Verdict(decision, known[1][decision], {"model": score})

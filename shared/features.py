@@ -40,7 +40,9 @@ class FeatureRow(NamedTuple):
 
 def event_features(event: PaymentEvent) -> dict[str, float]:
     """The numeric features an event carries by itself."""
-    ts = event.timestamp.astimezone(UTC)
+    ts = event.timestamp
+    if ts.tzinfo is not UTC:  # NOTE: "Z" decodes to UTC itself: most events skip the conversion
+        ts = ts.astimezone(UTC)
     return {
         "amount": event.amount,
         "log_amount": math.log1p(event.amount),

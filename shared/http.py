@@ -33,6 +33,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shared.build import ServiceHolder
+from shared.deadlines import Deadlines
 from shared.errors import BadRequest, BodyTimeout, PayloadTooLarge, ScoringError, UnsupportedMediaType, error_body
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ def json_response(body: object, status: int = 200) -> Response:
     return Response(orjson.dumps(body), status_code=status, media_type="application/json")
 
 
-async def read_json_body(request: Request, cap: int, timeout_s: float) -> bytes:
+async def read_json_body(request: Request, cap: int, timeout_s: float, deadlines: Deadlines) -> bytes:
     """The body of a JSON request, refusing other media types, bodies over `cap` bytes, and
     bodies not arrived whole within `timeout_s` (a stalled client must not hold a connection)."""
     headers = request.headers
@@ -57,29 +58,29 @@ async def read_json_body(request: Request, cap: int, timeout_s: float) -> bytes:
     declared = headers.get("content-length", "")
     if declared.isdigit() and int(declared) > cap:
         raise PayloadTooLarge(f"body of {declared} bytes exceeds the {cap}-byte limit")
-    try:
-        async with asyncio.timeout(timeout_s):
-            return await _receive_body(request.receive, cap)
-    except TimeoutError as exc:
-        raise BodyTimeout(f"the body did not arrive whole within {timeout_s * 1000:.0f} ms") from exc
-
-
-async def _receive_body(receive: Receive, cap: int) -> bytes:
+    task = deadlines.arm(timeout_s)
     chunks: list[bytes] = []
     size = 0
-    while True:  # NOTE: straight from receive(): the per-request path, no async generator
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            # NOTE: Granian sends this for a body it cannot parse (a bad chunk) while the client
-            # still waits, so it is the client's fault; to a client that did leave, no one answers.
-            raise BadRequest("the request body was cut off or is malformed")
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > cap:
-            raise PayloadTooLarge(f"body exceeds the {cap}-byte limit")
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    try:
+        while True:  # NOTE: straight from receive(): the per-request path, no async generator
+            message = await request.receive()
+            if message["type"] == "http.disconnect":
+                # NOTE: Granian sends this for a body it cannot parse (a bad chunk) while the client
+                # still waits, so it is the client's fault; to a client that did leave, no one answers.
+                raise BadRequest("the request body was cut off or is malformed")
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > cap:
+                raise PayloadTooLarge(f"body exceeds the {cap}-byte limit")
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    except asyncio.CancelledError:
+        if deadlines.expired(task):
+            raise BodyTimeout(f"the body did not arrive whole within {timeout_s * 1000:.0f} ms") from None
+        raise
+    finally:
+        deadlines.disarm(task)
 
 
 class CatchAll:
@@ -116,6 +117,7 @@ def create_app(holder: ServiceHolder) -> ASGIApp:
     Nothing is read or built here: settings and the service come on first use, so a bad
     setting shows on /api/health/ready instead of breaking the Functions import.
     """
+    deadlines = Deadlines()  # NOTE: its sweeper task starts inside the running loop, on first use
 
     async def service() -> ScoringService:
         return await holder.get()
@@ -123,14 +125,14 @@ def create_app(holder: ServiceHolder) -> ASGIApp:
     async def score(request: Request) -> Response:
         started = time.perf_counter()
         settings = holder.settings
-        body = await read_json_body(request, settings.max_body_bytes, settings.body_timeout_ms / 1000)
+        body = await read_json_body(request, settings.max_body_bytes, settings.body_timeout_ms / 1000, deadlines)
         core = await service()
         scored = await core.score_json(body, request.path_params.get("name"), started=started)
         return json_response(scored.as_dict())
 
     async def score_batch(request: Request) -> Response:
         settings = holder.settings
-        body = await read_json_body(request, settings.max_body_bytes * 16, settings.body_timeout_ms / 1000)
+        body = await read_json_body(request, settings.max_body_bytes * 16, settings.body_timeout_ms / 1000, deadlines)
         results = await (await service()).score_batch_json(body)
         return json_response(
             {

@@ -22,7 +22,6 @@ from typing import Literal
 
 from shared.background import Background
 from shared.cache import L2Tier, PredictionCache
-from shared.cache.tier import ewma
 from shared.decision import Decider, ThresholdDecider
 from shared.errors import BatcherClosed, ModelNotFound, NotReady, ScoringError
 from shared.events import PaymentEvent, decode_event, decode_events
@@ -36,9 +35,10 @@ __all__ = ["Inferred", "Readiness", "Scored", "ScoringService"]
 
 Source = Literal["model", "cache"]
 DEGRADED_SHARE = 0.5  # readiness lists the features as degraded past this recent defaulted share
+WINDOW = 100  # events per window of the recent defaulted share
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # NOTE: not frozen: a frozen init costs a setattr call per field, per event
 class Scored:
     """The answer for one event."""
 
@@ -121,7 +121,8 @@ class ScoringService:
         self._default = settings.default_model
         self._events = 0
         self._defaulted = 0  # events scored with at least one user feature on its model default
-        self._recent_defaulted: float | None = None  # moving share over roughly the last 100 events
+        self._window_defaulted = 0
+        self._recent_defaulted: float | None = None  # the share in the last full window of events
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -162,7 +163,7 @@ class ScoringService:
         """What the core serves with less than it should: it keeps serving, and says so."""
         reasons = [self._l2.problem()] if self._l2 is not None else []
         share = self._recent_defaulted
-        if share is not None and share >= DEGRADED_SHARE and self._events >= 100:
+        if share is not None and share >= DEGRADED_SHARE:
             reasons.append(f"features: {share:.0%} of recent events scored on model defaults for user features")
         return [r for r in reasons if r]
 
@@ -233,11 +234,6 @@ class ScoringService:
         done = await asyncio.gather(*(loaded.score(row) for row in rows))
         return Inferred(loaded.name, loaded.version, [d.value.score for d in done])
 
-    def _count(self, defaulted: bool) -> None:
-        self._events += 1
-        self._defaulted += defaulted
-        self._recent_defaulted = ewma(self._recent_defaulted, 1.0 if defaulted else 0.0, 0.01)
-
     async def _score(self, event: PaymentEvent, name: str, parse_s: float) -> Scored:
         t0 = time.perf_counter()
         loaded = self._registry.active(name)
@@ -249,7 +245,12 @@ class ScoringService:
         done = await loaded.score(row.values)
         prediction = done.value
         verdict = await self._decider.decide(event, prediction.score, loaded.spec.thresholds)
-        self._count(bool(row.defaulted))
+        self._events += 1
+        if row.defaulted:
+            self._defaulted += 1
+            self._window_defaulted += 1
+        if self._events % WINDOW == 0:  # NOTE: a share per window of events, not a float op per event
+            self._recent_defaulted, self._window_defaulted = self._window_defaulted / WINDOW, 0
         t2 = time.perf_counter()
         timings = {
             "parse": parse_s * 1000,

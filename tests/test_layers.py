@@ -21,7 +21,7 @@ SHARED = REPO / "shared"
 LAYERS: list[set[str]] = [
     {"shared.settings", "shared.errors"},
     {"shared.events"},
-    {"shared.cache", "shared.batching", "shared.background"},
+    {"shared.cache", "shared.batching", "shared.background", "shared.deadlines"},
     {"shared.models"},
     {"shared.features", "shared.feature_store"},
     {"shared.serving", "shared.registry", "shared.decision"},

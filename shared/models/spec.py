@@ -54,6 +54,14 @@ class Thresholds:
             return "review"
         return "approve"
 
+    def reason(self, decision: Decision) -> str:
+        """Why a score got `decision` under these thresholds."""
+        if decision == "decline":
+            return f"score >= decline threshold {self.decline}"
+        if decision == "review":
+            return f"score >= review threshold {self.review}"
+        return f"score < review threshold {self.review}"
+
 
 @dataclass(frozen=True, slots=True)
 class ModelSpec:
