@@ -252,13 +252,13 @@ class ScoringService:
         if self._events % WINDOW == 0:  # NOTE: a share per window of events, not a float op per event
             self._recent_defaulted, self._window_defaulted = self._window_defaulted / WINDOW, 0
         t2 = time.perf_counter()
-        timings = {
-            "parse": parse_s * 1000,
-            "features": (t1 - t0) * 1000,
-            "cache": prediction.cache_s * 1000,
-            "queue": done.queued_s * 1000,
-            "inference": prediction.inference_s * 1000,
-            "total": (t2 - t0 + parse_s) * 1000,
+        timings = {  # NOTE: rounded as built: no second dict per event
+            "parse": round(parse_s * 1000, 3),
+            "features": round((t1 - t0) * 1000, 3),
+            "cache": round(prediction.cache_s * 1000, 3),
+            "queue": round(done.queued_s * 1000, 3),
+            "inference": round(prediction.inference_s * 1000, 3),
+            "total": round((t2 - t0 + parse_s) * 1000, 3),
         }
         return Scored(
             event_id=event.event_id,
@@ -268,7 +268,7 @@ class ScoringService:
             model_version=loaded.version,
             source="model" if prediction.source == "model" else "cache",
             defaulted=row.defaulted,
-            timings_ms={k: round(v, 3) for k, v in timings.items()},
+            timings_ms=timings,
             reason=verdict.reason,
             scores=verdict.scores,
         )
