@@ -6,7 +6,7 @@ PORT ?= 7071
 PY := $(VENV)/bin/python
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: help run test test-unit test-infra lint bench gpu-bench seed model clean
+.PHONY: readme help run test test-unit test-infra lint bench gpu-bench seed model clean
 .DEFAULT_GOAL := help
 
 LINTED := shared tests function_app.py scripts bench
@@ -75,6 +75,10 @@ seed: $(VENV)/.runtime
 ## model: retrain the demo model (reproducible) into models/fraud/1
 model: $(VENV)/.dev
 	$(PY) scripts/train_demo_model.py
+
+## readme: rewrite the README's settings table from shared/settings.py
+readme: $(VENV)/.runtime
+	@$(PY) scripts/readme_settings.py
 
 ## clean: remove the virtual environments, node_modules and caches
 clean:

@@ -2,6 +2,7 @@
 
     function     route (prefix /api)        methods  auth        what
     health       health/{probe}             GET      anonymous   live / ready (Container Apps probes)
+    model_activate  models/{name}/activate  POST, DELETE  function  pin a version everywhere / release it
     model_score  models/{name}/score        POST     function    one event, a named model
     models       models                     GET      function    loaded models and versions
     score        score                      POST     function    one event, the default model
@@ -51,6 +52,12 @@ async def score_batch(req: func.HttpRequest, context: func.Context) -> func.Http
 @app.function_name("model_score")
 @app.route(route="models/{name}/score", methods=["POST"], auth_level=KEYED)
 async def model_score(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
+    return await handlers.http(req, context)
+
+
+@app.function_name("model_activate")
+@app.route(route="models/{name}/activate", methods=["POST", "DELETE"], auth_level=KEYED)
+async def model_activate(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
     return await handlers.http(req, context)
 
 

@@ -72,10 +72,13 @@ async def build_service(settings: Settings) -> ScoringService:
         l2_ttl_s=policy.l2_ttl_s,
         l2_policy=policy.prediction_l2,
     )
+    from shared.rollout import Rollout
+
     registry = ModelRegistry(
         source, settings.ort, settings.batch, settings.models_keep_versions, predictions, catalogue=features.catalogue
     )
-    service = ScoringService(settings, registry, features, predictions, redis)
+    rollout = Rollout(registry, source, redis, poll_s=settings.model_poll_s)
+    service = ScoringService(settings, registry, features, predictions, redis, rollout=rollout)
     try:
         await service.start()
     except BaseException:

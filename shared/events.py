@@ -14,7 +14,15 @@ import msgspec
 
 from shared.errors import InvalidEvent, MalformedJson, ScoringError, TooManyItems
 
-__all__ = ["PaymentEvent", "decode_batch", "decode_event", "decode_event_raw", "decode_events"]
+__all__ = [
+    "Activation",
+    "PaymentEvent",
+    "decode_activation",
+    "decode_batch",
+    "decode_event",
+    "decode_event_raw",
+    "decode_events",
+]
 
 # NOTE: patterns are searched (`re.search`), and `$` also matches before a final newline:
 # every pattern is anchored with \A ... \Z. No text field admits a control character (C0,
@@ -44,6 +52,12 @@ class PaymentEvent(msgspec.Struct, frozen=True):
 
 class _Batch(msgspec.Struct):
     events: list[msgspec.Raw]
+
+
+class Activation(msgspec.Struct, frozen=True):
+    """`POST /api/models/{name}/activate`: the version to pin."""
+
+    version: Annotated[str, msgspec.Meta(pattern=r"\A[1-9][0-9]{0,8}\Z")]
 
 
 # NOTE: msgspec raises UnicodeDecodeError for invalid UTF-8 and RecursionError for absurd nesting.
@@ -114,3 +128,16 @@ def decode_events(body: bytes, max_items: int) -> list[PaymentEvent | ScoringErr
         except ScoringError as exc:
             items.append(exc)
     return items
+
+
+_activation_decoder = msgspec.json.Decoder(Activation)
+
+
+def decode_activation(body: bytes) -> Activation:
+    """`{"version": "3"}`, or `MalformedJson` / `InvalidEvent` naming what is wrong."""
+    try:
+        return _activation_decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        raise InvalidEvent(str(exc)) from None
+    except _UNREADABLE as exc:
+        raise MalformedJson(_unreadable(exc)) from None

@@ -5,7 +5,9 @@ Routes (the same paths locally and in Azure, where host.json's routePrefix is "a
     POST /api/score                 one payment event
     POST /api/models/{name}/score   one event, a named model
     POST /api/score/batch           {"events": [...]}: up to MAX_BATCH_ITEMS, answers in order
-    GET  /api/models                loaded models and versions
+    GET  /api/models                loaded models and versions (pin, last rejected version)
+    POST /api/models/{name}/activate  {"version": "3"}: pin it on every replica (rollback)
+    DELETE /api/models/{name}/activate  release the pin: the newest version serves again
     GET  /api/stats                 cache and batch counters
     GET  /api/health/live           the process answers
     GET  /api/health/ready          200 only once every model is loaded and warmed
@@ -35,6 +37,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from shared.build import ServiceHolder
 from shared.deadlines import Deadlines
 from shared.errors import BadRequest, BodyTimeout, PayloadTooLarge, ScoringError, UnsupportedMediaType, error_body
+from shared.events import decode_activation
 
 if TYPE_CHECKING:
     from shared.service import ScoringService
@@ -143,6 +146,14 @@ def create_app(holder: ServiceHolder) -> ASGIApp:
             }
         )
 
+    async def activate(request: Request) -> Response:
+        core = await service()
+        name = request.path_params["name"]
+        if request.method == "DELETE":
+            return json_response(await core.unpin(name))
+        body = await read_json_body(request, 1024, holder.settings.body_timeout_ms / 1000, deadlines)
+        return json_response(await core.pin(name, decode_activation(body).version))
+
     async def models(request: Request) -> Response:
         return json_response({"models": (await service()).models()})
 
@@ -170,6 +181,7 @@ def create_app(holder: ServiceHolder) -> ASGIApp:
         Route("/api/score/batch", score_batch, methods=["POST"]),
         Route("/api/models/{name}/score", score, methods=["POST"]),
         Route("/api/models", models, methods=["GET"]),
+        Route("/api/models/{name}/activate", activate, methods=["POST", "DELETE"]),
         Route("/api/stats", stats, methods=["GET"]),
         Route("/api/health/live", live, methods=["GET"]),
         Route("/api/health/ready", ready, methods=["GET"]),

@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from shared.cache import PredictionCache
 from shared.errors import ModelInvalid, ModelNotFound, NotReady
@@ -28,7 +28,7 @@ from shared.models.source import ModelRef, ModelSource, check_ref, version_key
 from shared.serving import LoadedModel
 from shared.settings import BatchPolicy, OrtOptions
 
-__all__ = ["ModelRegistry", "RegistryEvent", "fingerprint"]
+__all__ = ["LoadError", "ModelRegistry", "RegistryEvent", "fingerprint"]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +47,17 @@ class RegistryEvent:
 
 
 Hook = Callable[[RegistryEvent], None]
+
+
+class LoadError(NamedTuple):
+    """The last version of a model that was rejected, why, when, and which file (its stamp)."""
+
+    version: str
+    reason: str
+    at: float
+    stamp: str
+
+
 Catalogue = Callable[[], Awaitable[Collection[str] | None]]
 
 
@@ -78,13 +89,15 @@ class ModelRegistry:
         self._hooks: dict[EventKind, list[Hook]] = {"loaded": [], "activated": [], "retired": [], "failed": []}
         self._lock: asyncio.Lock | None = None
         self.ready = False
+        self.pins: dict[str, str] = {}  # name -> the version pinned to serve
+        self.last_error: dict[str, LoadError] = {}  # name -> the last version rejected
 
     def on(self, kind: EventKind, hook: Hook) -> None:
         """Call `hook` at each `kind` step. Hooks run on the event loop: hand slow work off."""
         self._hooks[kind].append(hook)
 
     async def load_all(self) -> None:
-        """Load the newest `keep_versions` versions of every model in the source."""
+        """Load the newest `keep_versions` valid versions of every model in the source (and any pinned one)."""
         refs = await asyncio.to_thread(self.source.list)
         if not refs:
             raise NotReady(f"no models found in the model source ({self.source.setting})")
@@ -96,20 +109,32 @@ class ModelRegistry:
             for version in sorted(versions, key=version_key, reverse=True):  # newest first
                 if loaded == self._keep:
                     break
-                data = await asyncio.to_thread(self.source.read, ModelRef(name, version))
-                try:
-                    await self.install(name, version, data)
-                except ModelInvalid as exc:
-                    # NOTE: a bad file left in the source must not keep every new replica down
-                    log.error("skipping %s/%s: %s", name, version, exc.detail)
-                    continue
-                loaded += 1
+                if await self.load(ModelRef(name, version)):
+                    loaded += 1  # NOTE: a bad file left in the source must not keep a new replica down
+            pinned = self.pins.get(name)
+            if pinned is not None and pinned in versions:
+                await self.load(ModelRef(name, pinned))
         if not self._active:
             raise NotReady(f"no valid model in the model source ({self.source.setting})")
         self.ready = True
 
-    async def install(self, name: str, version: str, data: bytes) -> LoadedModel:
-        """Load, validate and warm a version, then activate it if it is the newest."""
+    async def load(self, ref: ModelRef) -> LoadedModel | None:
+        """Read `ref` from the source and install it; None when the file is rejected (or was already)."""
+        stamp = await asyncio.to_thread(self.source.stamp, ref)
+        if self.rejected(ref.name, ref.version, stamp):
+            return None
+        data = await asyncio.to_thread(self.source.read, ref)
+        try:
+            return await self.install(ref.name, ref.version, data, stamp=stamp)
+        except ModelInvalid:
+            return None
+
+    async def install(self, name: str, version: str, data: bytes, *, stamp: str = "") -> LoadedModel:
+        """Load, validate and warm a version, then activate it if it is the newest (or pinned).
+
+        A rejected file is remembered (`last_error`, with the source's `stamp` of the file) and
+        logged once: the current version keeps serving.
+        """
         check_ref(name, version)
         digest = fingerprint(data)
         current = self._models.get(name, {}).get(version)
@@ -119,15 +144,43 @@ class ModelRegistry:
             loaded = await asyncio.to_thread(self._load, name, version, data, digest)
             await self._validate(loaded)
         except ModelInvalid as exc:
+            self.last_error[name] = LoadError(version, exc.detail, time.time(), stamp or digest)
+            log.error("model %s/%s rejected: %s", name, version, exc.detail)
             self._emit(RegistryEvent("failed", name, version, digest, exc.detail))
             raise
+        if self.last_error.get(name, LoadError("", "", 0.0, "")).version == version:
+            del self.last_error[name]
         self._emit(RegistryEvent("loaded", name, version, digest))
-        retired = await self._activate(loaded)
+        await self._retire(await self._activate(loaded))
+        return loaded
+
+    def rejected(self, name: str, version: str, stamp: str) -> bool:
+        """Whether this very file (same source stamp) was already rejected: not retried."""
+        error = self.last_error.get(name)
+        return error is not None and (error.version, error.stamp) == (version, stamp)
+
+    async def pin(self, name: str, version: str) -> LoadedModel:
+        """Serve `version` (loaded) until `unpin`, whatever newer versions arrive."""
+        if version not in self._models.get(name, {}):
+            raise ModelNotFound(f"model {name!r} has no loaded version {version!r}")
+        self.pins[name] = version
+        await self._retire(await self._activate(self._models[name][version]))
+        return self._active[name]
+
+    async def unpin(self, name: str) -> LoadedModel:
+        """Back to the newest loaded version."""
+        self.pins.pop(name, None)
+        if name not in self._active:
+            raise ModelNotFound(f"no model named {name!r}")
+        newest = self._models[name][max(self._models[name], key=version_key)]
+        await self._retire(await self._activate(newest))
+        return self._active[name]
+
+    async def _retire(self, retired: list[LoadedModel]) -> None:
         for old in retired:
             await old.retire()
             self._emit(RegistryEvent("retired", old.name, old.version, old.fingerprint))
             log.info("model %s/%s released", old.name, old.version)
-        return loaded
 
     async def _validate(self, loaded: LoadedModel) -> None:
         """A model must be servable: every feature it names resolves to something."""
@@ -169,9 +222,12 @@ class ModelRegistry:
             replaced = versions.get(loaded.version)
             versions[loaded.version] = loaded
             previous = self._active.get(name)
-            self._active[name] = versions[max(versions, key=version_key)]
-            retired = [versions.pop(v) for v in sorted(versions, key=version_key)[: -self._keep]]
-        if replaced is not None:
+            pinned = self.pins.get(name)
+            chosen = pinned if pinned in versions else max(versions, key=version_key)
+            self._active[name] = versions[chosen]
+            keep = set(sorted(versions, key=version_key)[-self._keep :]) | {chosen}  # NOTE: never the pinned one
+            retired = [versions.pop(v) for v in list(versions) if v not in keep]
+        if replaced is not None and replaced is not loaded:
             retired.append(replaced)
         active = self._active[name]
         log.info(
@@ -220,6 +276,8 @@ class ModelRegistry:
                 "versions": self.loaded_versions(name),
                 "providers": active.model.providers,
                 "loaded_at": active.loaded_at,
+                "pinned": self.pins.get(name),
+                "last_error": self.last_error[name]._asdict() if name in self.last_error else None,
                 "loaded": [m.describe() for m in self._models[name].values()],
             }
             for name, active in sorted(self._active.items())

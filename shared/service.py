@@ -28,6 +28,7 @@ from shared.events import PaymentEvent, decode_event, decode_events
 from shared.feature_store import FeatureStore
 from shared.models.source import ModelRef
 from shared.registry import EventKind, Hook, ModelRegistry
+from shared.rollout import Rollout
 from shared.serving import LoadedModel, Row
 from shared.settings import Settings
 
@@ -110,6 +111,7 @@ class ScoringService:
         l2: L2Tier | None,
         *,
         decider: Decider | None = None,
+        rollout: Rollout | None = None,
     ) -> None:
         self.settings = settings
         self.background = Background()
@@ -118,6 +120,7 @@ class ScoringService:
         self._predictions = predictions
         self._l2 = l2
         self._decider: Decider = decider or ThresholdDecider()
+        self._rollout = rollout
         self._default = settings.default_model
         self._events = 0
         self._defaulted = 0  # events scored with at least one user feature on its model default
@@ -127,8 +130,12 @@ class ScoringService:
     # -- lifecycle ---------------------------------------------------------------
 
     async def start(self) -> None:
-        """Load every model, then start the background jobs."""
+        """Load every model (honouring the fleet's pins), then start the background jobs."""
+        if self._rollout is not None:
+            await self._rollout.restore_pins()
         await self._registry.load_all()
+        if self._rollout is not None:
+            self.background.add("rollout", self._rollout.run)
         self.background.start()
 
     async def aclose(self) -> None:
@@ -138,8 +145,30 @@ class ScoringService:
             await self._l2.aclose()
 
     async def install_model(self, ref: ModelRef, data: bytes) -> LoadedModel:
-        """Load, validate, warm and activate a model version (the Blob trigger's path)."""
-        return await self._registry.install(ref.name, ref.version, data)
+        """Load, validate, warm and activate a model version (the Blob trigger's path); tell the fleet."""
+        loaded = await self._registry.install(ref.name, ref.version, data)
+        if self._rollout is not None:
+            await self._rollout.installed(loaded)
+        return loaded
+
+    async def pin(self, name: str, version: str) -> dict[str, object]:
+        """Serve `version` of `name` on every replica until `unpin` (rollback, or a hold on uploads)."""
+        if self._rollout is not None:
+            await self._rollout.pin(name, version)
+        else:
+            await self._registry.pin(name, version)
+        return self._describe(name)
+
+    async def unpin(self, name: str) -> dict[str, object]:
+        """Release the pin: the newest version serves again, everywhere."""
+        if self._rollout is not None:
+            await self._rollout.unpin(name)
+        else:
+            await self._registry.unpin(name)
+        return self._describe(name)
+
+    def _describe(self, name: str) -> dict[str, object]:
+        return next(m for m in self._registry.describe() if m["name"] == name)
 
     def on_model(self, kind: EventKind, hook: Hook) -> None:
         """Follow the models' lifecycle: `loaded`, `activated`, `retired`, `failed`."""

@@ -185,6 +185,9 @@ class Settings:
         "ModelStorage__blobServiceUri", None, "the same with managed identity (Azure)"
     )
     models_container: str = setting("MODELS_CONTAINER", "models", "the blob container of models")
+    model_poll_s: float = setting(
+        "MODEL_POLL_SECONDS", 5.0, "how often each replica checks its model source for new versions; `0` = never"
+    )
     default_model: str = setting("DEFAULT_MODEL", "fraud", "the model `/api/score` and the queue use")
     features_file: str | None = setting(
         "FEATURES_FILE", "data/demo_users.json", "demo user features when Redis is not configured"
@@ -241,6 +244,7 @@ class Settings:
         if self.redis_url is not None:
             _check(_is_redis_url(self.redis_url), "REDIS_URL", "a redis://, rediss:// or unix:// URL with a host")
         _check(bool(self.default_model), "DEFAULT_MODEL", "a model name")
+        _check(0 <= self.model_poll_s <= 3600, "MODEL_POLL_SECONDS", "a number of seconds within 0..3600")
 
     @property
     def uses_blob_models(self) -> bool:

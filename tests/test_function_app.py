@@ -112,6 +112,7 @@ def test_route_templates_match_as_the_host_does() -> None:
 def test_function_names() -> None:
     assert sorted(FUNCTIONS) == [
         "health",
+        "model_activate",
         "model_blob",
         "model_score",
         "models",

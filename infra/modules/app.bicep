@@ -158,6 +158,7 @@ var serviceSettings = [
   { name: 'REDIS_KEY_PREFIX', value: redisKeyPrefix }
   { name: 'MODELS_DIR', value: '/home/site/wwwroot/models' }
   { name: 'MODELS_CONTAINER', value: modelsContainerName }
+  { name: 'MODEL_POLL_SECONDS', value: '5' } // the safety net behind the Redis announcement of a new version
   { name: 'DEFAULT_MODEL', value: 'fraud' }
   { name: 'FEATURES_FILE', value: featuresFile }
   { name: 'BATCH_WINDOW_MS', value: '5' }

@@ -7,8 +7,9 @@ is for tests of *other* code. Redis itself is always tested against a real Redis
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -55,6 +56,12 @@ class L2Tier(Protocol):
         """Why the tier serves less than it should now (readiness shows it), or None."""
         ...
 
+    async def delete(self, key: str) -> None: ...
+
+    async def publish(self, channel: str, payload: bytes) -> bool: ...
+
+    def listen(self, channel: str) -> AsyncIterator[bytes]: ...
+
     async def flush(self) -> None: ...
 
     async def aclose(self) -> None: ...
@@ -65,6 +72,7 @@ class MemoryTier:
 
     def __init__(self) -> None:
         self._data: dict[str, tuple[bytes, float | None]] = {}
+        self._channels: dict[str, list[asyncio.Queue[bytes]]] = {}
         self.down = False
         self.rtt_s: float | None = 0.0
         self.stats = TierStats()
@@ -102,6 +110,25 @@ class MemoryTier:
 
     def problem(self) -> str | None:
         return "memory tier: down" if self.down else None
+
+    async def delete(self, key: str) -> None:
+        self._data.pop(key, None)
+
+    async def publish(self, channel: str, payload: bytes) -> bool:
+        if self.down:
+            return False
+        for queue in self._channels.get(channel, []):
+            queue.put_nowait(payload)
+        return True
+
+    async def listen(self, channel: str) -> AsyncIterator[bytes]:
+        queue: asyncio.Queue[bytes] = asyncio.Queue()
+        self._channels.setdefault(channel, []).append(queue)
+        try:
+            while True:
+                yield await queue.get()
+        finally:
+            self._channels[channel].remove(queue)
 
     async def flush(self) -> None:
         return None

@@ -85,6 +85,14 @@ class ModelSource(Protocol):
 
     def read(self, ref: ModelRef) -> bytes: ...
 
+    def stamp(self, ref: ModelRef) -> str:
+        """A cheap token that changes when the file does (no body read)."""
+        ...
+
+    def publish(self, ref: ModelRef, data: bytes) -> None:
+        """Put a model file in place whole (readers never see half a file)."""
+        ...
+
 
 class DirectorySource:
     """Models under a local directory (the repo's `models/` by default)."""
@@ -109,6 +117,21 @@ class DirectorySource:
             return path.read_bytes()
         except OSError as exc:
             raise ModelSourceError(f"cannot read {ref.name}/{ref.version}: {exc.strerror}") from exc
+
+    def stamp(self, ref: ModelRef) -> str:
+        try:
+            st = (self.root / ref.name / ref.version / "model.onnx").stat()
+        except OSError as exc:
+            raise ModelSourceError(f"cannot read {ref.name}/{ref.version}: {exc.strerror}") from exc
+        return f"{st.st_mtime_ns}-{st.st_size}"
+
+    def publish(self, ref: ModelRef, data: bytes) -> None:
+        check_ref(*ref)
+        folder = self.root / ref.name / ref.version
+        folder.mkdir(parents=True, exist_ok=True)
+        partial = folder / ".model.onnx.partial"
+        partial.write_bytes(data)
+        partial.replace(folder / "model.onnx")  # NOTE: atomic: a poller never reads half a file
 
 
 class BlobSource:
@@ -153,8 +176,29 @@ class BlobSource:
         from azure.core.exceptions import AzureError
 
         try:
-            blob = self._container.get_blob_client(f"{ref.name}/{ref.version}/model.onnx")
+            blob = self._container.get_blob_client(_blob_name(ref))
             check_size(blob.get_blob_properties().size, self._max_bytes, ref)  # NOTE: before any byte of the body
             return blob.download_blob().readall()
         except AzureError as exc:
             raise ModelSourceError(f"cannot read {ref.name}/{ref.version}: {type(exc).__name__}") from exc
+
+    def stamp(self, ref: ModelRef) -> str:
+        from azure.core.exceptions import AzureError
+
+        try:
+            return str(self._container.get_blob_client(_blob_name(ref)).get_blob_properties().etag)
+        except AzureError as exc:
+            raise ModelSourceError(f"cannot read {ref.name}/{ref.version}: {type(exc).__name__}") from exc
+
+    def publish(self, ref: ModelRef, data: bytes) -> None:
+        from azure.core.exceptions import AzureError
+
+        check_ref(*ref)
+        try:
+            self._container.upload_blob(_blob_name(ref), data, overwrite=True)  # NOTE: committed whole
+        except AzureError as exc:
+            raise ModelSourceError(f"cannot write {ref.name}/{ref.version}: {type(exc).__name__}") from exc
+
+
+def _blob_name(ref: ModelRef) -> str:
+    return f"{ref.name}/{ref.version}/model.onnx"
