@@ -23,7 +23,8 @@ Job = Callable[[], Awaitable[None]]
 class Background:
     """A supervisor of named jobs."""
 
-    def __init__(self, *, restart_s: float = 1.0) -> None:
+    def __init__(self, *, restart_s: float = 1.0, stop_s: float = 2.0) -> None:
+        self._stop_s = stop_s
         self._jobs: dict[str, Job] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._restart_s = restart_s
@@ -50,13 +51,16 @@ class Background:
         return sorted(name for name, task in self._tasks.items() if not task.done())
 
     async def aclose(self) -> None:
-        """Cancel every job and wait for it to end."""
+        """Cancel every job and wait for it to end (at most `stop_s`: a stuck job never blocks shutdown)."""
         self._running = False
         tasks = list(self._tasks.values())
         self._tasks.clear()
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        if tasks:
+            _, stuck = await asyncio.wait(tasks, timeout=self._stop_s)
+            for task in stuck:
+                log.warning("background job %s did not stop within %.1f s", task.get_name(), self._stop_s)
 
     def _spawn(self, name: str) -> None:
         self._tasks[name] = asyncio.get_running_loop().create_task(self._supervise(name), name=f"background:{name}")

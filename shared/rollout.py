@@ -1,10 +1,15 @@
 """Rollout: every replica serves the same model versions within seconds of an upload.
 
 A Blob trigger fires on ONE replica. So the replica that installs a new version (from its
-trigger or its poll) announces `{name, version, fingerprint}` on a Redis channel (instant)
-and keeps a durable record of it (`models:latest:{name}`) for replicas that were away; every
-replica also polls its model source every MODEL_POLL_SECONDS: the safety net, and with no
-Redis the only mechanism. Each replica reads the file from its own source and runs it
+trigger or its poll) records `{name, version, fingerprint}` in Redis (`models:latest:{name}`),
+and every replica reads those records every WATCH_S (one MGET of a few bytes per model):
+a new version reaches every replica within about a second plus its load time, and a
+replica that was away or disconnected catches up by construction. Every replica also polls
+its model source every MODEL_POLL_SECONDS: the safety net, and with no Redis the only way.
+
+NOTE: a pub/sub channel was built first and dropped: redis-py's subscriber connection did
+not always honour cancellation at shutdown (the process hung on close, reproduced in
+tests), and a one-second record read converges as fast as the load it triggers allows. Each replica reads the file from its own source and runs it
 through its registry (validate, warm, swap); an echo of a version it already serves is a
 no-op. Pins (`models:pin:{name}`) are kept in Redis too, so they survive restarts and hold
 on every replica until released.
@@ -18,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from typing import Any
 
 import orjson
@@ -29,12 +33,11 @@ from shared.models.source import ModelRef, ModelSource, check_ref, version_key
 from shared.registry import ModelRegistry
 from shared.serving import LoadedModel
 
-__all__ = ["CHANNEL", "Rollout", "latest_key", "pin_key"]
+__all__ = ["WATCH_S", "Rollout", "latest_key", "pin_key"]
 
 log = logging.getLogger(__name__)
 
-CHANNEL = "models:events"
-RELISTEN_S = 2.0
+WATCH_S = 1.0  # how often a replica reads the fleet's model records
 
 
 def latest_key(name: str) -> str:
@@ -48,12 +51,20 @@ def pin_key(name: str) -> str:
 class Rollout:
     """Keeps this replica on the fleet's versions: announcements, polling and pins."""
 
-    def __init__(self, registry: ModelRegistry, source: ModelSource, l2: L2Tier | None, *, poll_s: float) -> None:
+    def __init__(
+        self,
+        registry: ModelRegistry,
+        source: ModelSource,
+        l2: L2Tier | None,
+        *,
+        poll_s: float,
+        watch_s: float = WATCH_S,
+    ) -> None:
         self._registry = registry
         self._source = source
         self._l2 = l2
         self._poll_s = poll_s
-        self.origin = uuid.uuid4().hex[:12]  # this replica, so it ignores its own announcements
+        self._watch_s = watch_s
         self.converged_at: dict[str, float] = {}  # name -> when this replica last changed what it serves
 
     # -- what the core calls ---------------------------------------------------------
@@ -94,10 +105,10 @@ class Rollout:
     # -- the background job -------------------------------------------------------------
 
     async def run(self) -> None:
-        """Listen for announcements and poll the source, until cancelled."""
+        """Follow the fleet's records and poll the source, until cancelled."""
         async with asyncio.TaskGroup() as group:
             if self._l2 is not None:
-                group.create_task(self._listen())
+                group.create_task(self._watch_forever())
             if self._poll_s > 0:
                 group.create_task(self._poll_forever())
 
@@ -125,17 +136,14 @@ class Rollout:
             except Exception:  # NOTE: a source hiccup must not end polling; the next tick retries
                 log.warning("model poll failed", exc_info=True)
 
-    async def _listen(self) -> None:
-        assert self._l2 is not None
-        while True:  # NOTE: the stream ends when Redis fails; polling covers the gap, then listen again
-            async for payload in self._l2.listen(CHANNEL):
+    async def _watch_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self._watch_s)
+            for name in self._registry.names():
                 try:
-                    event = orjson.loads(payload)
-                    if event.get("origin") != self.origin:
-                        await self._apply(event)
-                except (orjson.JSONDecodeError, KeyError, TypeError, ScoringError) as exc:
-                    log.warning("model announcement not applied: %s", exc)
-            await asyncio.sleep(RELISTEN_S)
+                    await self._reconcile(name)
+                except ScoringError as exc:  # NOTE: a bad record or file is logged; the next read retries
+                    log.warning("model record for %s not applied: %s", name, exc.detail)
 
     async def _apply(self, event: dict[str, Any]) -> None:
         name, version, kind = str(event["name"]), str(event["version"]), event["kind"]
@@ -195,10 +203,10 @@ class Rollout:
     async def _announce(self, kind: str, name: str, version: str, fingerprint: str) -> None:
         if self._l2 is None:
             return
-        event = {"kind": kind, "name": name, "version": version, "fingerprint": fingerprint}
         if kind == "activated":
-            self._l2.put(latest_key(name), orjson.dumps({**event, "at": time.time()}), None)
-        await self._l2.publish(CHANNEL, orjson.dumps({**event, "origin": self.origin}))
+            record = {"name": name, "version": version, "fingerprint": fingerprint, "at": time.time()}
+            self._l2.put(latest_key(name), orjson.dumps(record), None)
+            await self._l2.flush()
 
     async def _record(self, key: str) -> dict[str, Any] | None:
         assert self._l2 is not None

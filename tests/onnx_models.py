@@ -22,6 +22,7 @@ def make_model(
     features: tuple[FeatureDef, ...] = DEFAULT_FEATURES,
     thresholds: tuple[float, float] = (0.5, 0.85),
     metadata: dict[str, str] | None = None,
+    extra: dict[str, str] | None = None,
 ) -> bytes:
     """sigmoid(x · w + bias) as a [batch, 2] probability output, with serving metadata."""
     width = len(features)
@@ -47,7 +48,7 @@ def make_model(
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     spec = ModelSpec(features, "features", "probabilities", 1, Thresholds(*thresholds), "tiny test model")
-    props = spec.to_metadata() if metadata is None else metadata
+    props = {**(spec.to_metadata() if metadata is None else metadata), **(extra or {})}
     helper.set_model_props(model, props)
     onnx.checker.check_model(model)
     return model.SerializeToString()

@@ -61,3 +61,22 @@ def test_names_are_unique() -> None:
     background.add("a", job)
     with pytest.raises(ValueError, match="exists"):
         background.add("a", job)
+
+
+async def test_a_job_that_ignores_cancellation_does_not_block_shutdown(caplog: pytest.LogCaptureFixture) -> None:
+    release = asyncio.Event()
+
+    async def stubborn() -> None:
+        while not release.is_set():
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                continue  # swallows the cancellation, as a misbehaving client library might
+
+    background = Background(stop_s=0.1)
+    background.add("stubborn", stubborn)
+    background.start()
+    await asyncio.sleep(0.01)
+    await asyncio.wait_for(background.aclose(), 2)
+    assert "did not stop within" in caplog.text
+    release.set()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
@@ -45,10 +45,8 @@ class RedisTier:
         prefix: str = "",
         backoff_s: float = 1.0,
         write_delay_s: float = 0.005,
-        listener: Redis | None = None,
     ) -> None:
         self._client = client
-        self._listener = listener or client  # NOTE: pub/sub blocks on reads: its client has no read deadline
         self._write_delay = write_delay_s
         self._timeout = timeout_s
         self._prefix = prefix
@@ -80,10 +78,7 @@ class RedisTier:
             health_check_interval=30,
             credential_provider=credentials,
         )
-        listener = Redis.from_url(
-            url, socket_connect_timeout=max(timeout_s, 0.5), health_check_interval=30, credential_provider=credentials
-        )
-        return cls(client, timeout_s=timeout_s, prefix=prefix, listener=listener)
+        return cls(client, timeout_s=timeout_s, prefix=prefix)
 
     @property
     def available(self) -> bool:
@@ -131,8 +126,6 @@ class RedisTier:
             await asyncio.gather(self._flushing, return_exceptions=True)
         await self._reader.drain()
         await self._client.aclose()
-        if self._listener is not self._client:
-            await self._listener.aclose()
 
     async def _mget(self, keys: list[str]) -> list[bytes | None]:
         if not self.available:
@@ -194,29 +187,6 @@ class RedisTier:
                 await self._client.delete(self._prefix + key)
         except _FAILURES as exc:
             self._trip(exc)
-
-    async def publish(self, channel: str, payload: bytes) -> bool:
-        """Send `payload` to every replica listening on `channel`; False when Redis failed."""
-        try:
-            async with asyncio.timeout(self._timeout * 4):
-                await self._client.publish(self._prefix + channel, payload)
-            return True
-        except _FAILURES as exc:
-            self._trip(exc)
-            return False
-
-    async def listen(self, channel: str) -> AsyncIterator[bytes]:
-        """The payloads published on `channel` from now on; ends when the connection fails."""
-        pubsub = self._listener.pubsub(ignore_subscribe_messages=True)
-        try:
-            await pubsub.subscribe(self._prefix + channel)
-            async for message in pubsub.listen():
-                if message.get("type") == "message":
-                    yield bytes(message["data"])
-        except _FAILURES as exc:
-            self._trip(exc)
-        finally:
-            await pubsub.aclose()  # type: ignore[no-untyped-call]
 
     def problem(self) -> str | None:
         """Why this tier serves less than it should now (a failure in the last RECENT_S), or None."""

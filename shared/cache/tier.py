@@ -7,9 +7,8 @@ is for tests of *other* code. Redis itself is always tested against a real Redis
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -58,10 +57,6 @@ class L2Tier(Protocol):
 
     async def delete(self, key: str) -> None: ...
 
-    async def publish(self, channel: str, payload: bytes) -> bool: ...
-
-    def listen(self, channel: str) -> AsyncIterator[bytes]: ...
-
     async def flush(self) -> None: ...
 
     async def aclose(self) -> None: ...
@@ -72,7 +67,6 @@ class MemoryTier:
 
     def __init__(self) -> None:
         self._data: dict[str, tuple[bytes, float | None]] = {}
-        self._channels: dict[str, list[asyncio.Queue[bytes]]] = {}
         self.down = False
         self.rtt_s: float | None = 0.0
         self.stats = TierStats()
@@ -113,22 +107,6 @@ class MemoryTier:
 
     async def delete(self, key: str) -> None:
         self._data.pop(key, None)
-
-    async def publish(self, channel: str, payload: bytes) -> bool:
-        if self.down:
-            return False
-        for queue in self._channels.get(channel, []):
-            queue.put_nowait(payload)
-        return True
-
-    async def listen(self, channel: str) -> AsyncIterator[bytes]:
-        queue: asyncio.Queue[bytes] = asyncio.Queue()
-        self._channels.setdefault(channel, []).append(queue)
-        try:
-            while True:
-                yield await queue.get()
-        finally:
-            self._channels[channel].remove(queue)
 
     async def flush(self) -> None:
         return None

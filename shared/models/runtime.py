@@ -124,8 +124,21 @@ class OnnxModel:
                 raise ModelInvalid(f"warm-up failed: {exc.detail}") from exc
             if scores.shape != (n,):
                 raise ModelInvalid(f"model returned {scores.shape[0]} scores for {n} rows")
-            if not np.all((scores >= 0.0) & (scores <= 1.0)):
-                raise ModelInvalid("model scores fall outside [0, 1]")
+            if not np.all(np.isfinite(scores)) or not np.all((scores >= 0.0) & (scores <= 1.0)):
+                raise ModelInvalid("warm-up scores are not finite values within [0, 1]")
+        self._check_golden()
+
+    def _check_golden(self) -> None:
+        golden = self.spec.golden
+        if golden is None:
+            return
+        try:
+            scores = self.predict(np.array(golden.rows, dtype=np.float32))
+        except InferenceFailed as exc:
+            raise ModelInvalid(f"golden rows failed: {exc.detail}") from exc
+        worst = float(np.max(np.abs(scores - np.array(golden.scores))))
+        if not worst <= golden.tolerance:  # NOTE: a NaN fails too
+            raise ModelInvalid(f"golden scores differ by {worst:.6g} (tolerance {golden.tolerance:g})")
 
     def release(self) -> None:
         """Drop the session so ONNX Runtime frees its memory."""

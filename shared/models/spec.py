@@ -6,6 +6,8 @@
     serving.score_column column of a 2-D score output (default 1: the positive class)
     serving.thresholds   JSON {"review": r, "decline": d} with 0 <= r <= d <= 1
     serving.description  free text (optional)
+    serving.golden       JSON {"rows": [[...], ...], "scores": [...], "tolerance": 1e-4} (optional):
+                         the scores these rows must get; checked before a version serves
 
 The service hard-codes no feature list: any model carrying this metadata is served.
 `ModelSpec.to_metadata()` writes the same keys, so the training script and the
@@ -18,11 +20,11 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from shared.errors import ModelInvalid
 
-__all__ = ["Decision", "FeatureDef", "ModelSpec", "Thresholds"]
+__all__ = ["Decision", "FeatureDef", "Golden", "ModelSpec", "Thresholds"]
 
 Decision = Literal["approve", "review", "decline"]
 PREFIX = "serving."
@@ -63,6 +65,14 @@ class Thresholds:
         return f"score < review threshold {self.review}"
 
 
+class Golden(NamedTuple):
+    """Rows and the scores the model must give them (within `tolerance`) before it serves."""
+
+    rows: list[list[float]]
+    scores: list[float]
+    tolerance: float = 1e-4
+
+
 @dataclass(frozen=True, slots=True)
 class ModelSpec:
     """How to feed a model and read its answer, parsed from its metadata."""
@@ -73,6 +83,7 @@ class ModelSpec:
     score_column: int
     thresholds: Thresholds
     description: str = ""
+    golden: Golden | None = None
 
     @property
     def width(self) -> int:
@@ -98,7 +109,10 @@ class ModelSpec:
             score_column = int(props.get(PREFIX + "score_column", "1"))
         except (KeyError, TypeError, ValueError) as exc:
             raise ModelInvalid(f"bad serving metadata: {exc}") from exc
-        return cls(features, input_name, score_output, score_column, thresholds, props.get(PREFIX + "description", ""))
+        golden = _parse_golden(_json(props, "golden", required=False), len(features))
+        return cls(
+            features, input_name, score_output, score_column, thresholds, props.get(PREFIX + "description", ""), golden
+        )
 
     def to_metadata(self) -> dict[str, str]:
         """The `metadata_props` entries that declare this spec."""
@@ -109,6 +123,7 @@ class ModelSpec:
             PREFIX + "score_column": str(self.score_column),
             PREFIX + "thresholds": json.dumps({"review": self.thresholds.review, "decline": self.thresholds.decline}),
             PREFIX + "description": self.description,
+            **({PREFIX + "golden": json.dumps(self.golden._asdict())} if self.golden else {}),
         }
 
 
@@ -139,3 +154,16 @@ def _parse_features(raw: Any) -> tuple[FeatureDef, ...]:
     if len(set(names)) != len(names):
         raise ModelInvalid("serving.features has duplicate names")
     return tuple(features)
+
+
+def _parse_golden(raw: Any, width: int) -> Golden | None:
+    if raw is None:
+        return None
+    try:
+        golden = Golden([[float(v) for v in row] for row in raw["rows"]], [float(s) for s in raw["scores"]],
+                        float(raw.get("tolerance", 1e-4)))  # fmt: skip
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ModelInvalid(f"serving.golden needs rows, scores and an optional tolerance: {exc}") from exc
+    if not golden.rows or len(golden.rows) != len(golden.scores) or any(len(r) != width for r in golden.rows):
+        raise ModelInvalid(f"serving.golden needs as many rows as scores, each of {width} features")
+    return golden
