@@ -80,7 +80,10 @@ def by_queue(messages: Sequence[Outbound]) -> dict[str, list[Outbound]]:
 class ServiceBusPublisher:
     """The SDK sender: a connection string locally, managed identity (namespace) in Azure."""
 
-    def __init__(self, *, connection_string: str | None = None, namespace: str | None = None) -> None:
+    def __init__(
+        self, *, connection_string: str | None = None, namespace: str | None = None, **client_options: Any
+    ) -> None:
+        self._options = client_options  # e.g. retry_total; the SDK's defaults otherwise
         self._connection_string = connection_string
         self._namespace = namespace
         self._client: Any = None
@@ -93,11 +96,11 @@ class ServiceBusPublisher:
         if not self._connection_string and not self._namespace:
             raise PublishFailed("neither ServiceBusConnection nor ServiceBusConnection__fullyQualifiedNamespace is set")
         if self._connection_string:
-            return ServiceBusClient.from_connection_string(self._connection_string)
+            return ServiceBusClient.from_connection_string(self._connection_string, **self._options)
         from azure.identity.aio import DefaultAzureCredential
 
         self._credential = DefaultAzureCredential()
-        return ServiceBusClient(str(self._namespace), self._credential)
+        return ServiceBusClient(str(self._namespace), self._credential, **self._options)
 
     async def publish(self, messages: Sequence[Outbound]) -> None:
         from azure.core.exceptions import AzureError
