@@ -27,20 +27,6 @@ README = REPO / "README.md"
 FUNCTIONS = {f.get_function_name(): f for f in function_app.app.get_functions()}
 
 
-class Out(func.Out[str]):
-    """The output-binding container the host passes in."""
-
-    def __init__(self) -> None:
-        self.value: str | None = None
-
-    def set(self, val: str) -> None:
-        self.value = val
-
-    def get(self) -> str:
-        assert self.value is not None
-        return self.value
-
-
 def bindings(name: str) -> dict[str, dict[str, Any]]:
     return {b.get_dict_repr()["name"]: _plain(b.get_dict_repr()) for b in FUNCTIONS[name].get_bindings()}
 
@@ -240,7 +226,7 @@ async def test_a_batch_with_a_transient_failure_raises_after_publishing_the_rest
     try:
         store.down = True
         batch = [sb_message(json.dumps(event(event_id="flaky")).encode(), "flaky"), sb_message(b"{", "m-bad")]
-        with pytest.raises(BatchIncomplete, match="1 of 2 messages failed.*result_store_down"):
+        with pytest.raises(BatchIncomplete, match=r"1 of 2 messages failed.*result_store_down"):
             await h.payments(batch)
         assert [m.queue for m in publisher.sent] == ["risk-rejected"]  # the poison one left at once
         store.down = False
@@ -336,9 +322,7 @@ async def test_configuration_slips_look_like_bad_messages_no_more(settings: Sett
     from shared.errors import BatchIncomplete
 
     publisher = MemoryPublisher()
-    misnamed = FunctionHandlers(
-        ServiceHolder(lambda: replace(settings, default_model="nope")), publisher=publisher
-    )
+    misnamed = FunctionHandlers(ServiceHolder(lambda: replace(settings, default_model="nope")), publisher=publisher)
     with pytest.raises(BatchIncomplete, match="DEFAULT_MODEL 'nope'"):
         await misnamed.payments([sb_message(json.dumps(event()).encode())])
     assert publisher.sent == []  # redelivered, then dead-lettered: never lost

@@ -39,9 +39,7 @@ def batch_over(
     async def get() -> ScoringService:
         return service
 
-    return PaymentBatch(
-        get, store or MemoryResultStore(), publisher or MemoryPublisher(), max_message_bytes=256 * 1024
-    )
+    return PaymentBatch(get, store or MemoryResultStore(), publisher or MemoryPublisher(), max_message_bytes=256 * 1024)
 
 
 def sent(batch: PaymentBatch) -> list[Outbound]:
@@ -184,9 +182,7 @@ class CrashingPublisher(MemoryPublisher):
 
 
 @pytest.mark.parametrize("point", ["after-scoring", "after-storing", "after-sending", "before-completing"])
-async def test_a_crash_at_each_point_ends_in_exactly_one_published_result(
-    service: ScoringService, point: str
-) -> None:
+async def test_a_crash_at_each_point_ends_in_exactly_one_published_result(service: ScoringService, point: str) -> None:
     """The first delivery dies at `point`; Service Bus redelivers (lock expiry); one result comes out."""
     publisher = CrashingPublisher(crash_after_send=point == "after-sending")
     store: MemoryResultStore = {
