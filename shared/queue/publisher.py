@@ -13,6 +13,7 @@ azure.servicebus is imported inside functions only: never on function_app's impo
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -81,12 +82,18 @@ class ServiceBusPublisher:
     """The SDK sender: a connection string locally, managed identity (namespace) in Azure."""
 
     def __init__(
-        self, *, connection_string: str | None = None, namespace: str | None = None, **client_options: Any
+        self,
+        *,
+        connection_string: str | None = None,
+        namespace: str | None = None,
+        client: Any = None,
+        **client_options: Any,
     ) -> None:
         self._options = client_options  # e.g. retry_total; the SDK's defaults otherwise
         self._connection_string = connection_string
         self._namespace = namespace
-        self._client: Any = None
+        self._client: Any = client  # an already built `azure.servicebus.aio.ServiceBusClient`, else built here
+        self._locks: dict[str, asyncio.Lock] = {}
         self._credential: Any = None
         self._senders: dict[str, Any] = {}
 
@@ -112,10 +119,13 @@ class ServiceBusPublisher:
             if self._client is None:
                 self._client = self._connect()  # NOTE: inside the running loop, once per process
             for queue, group in by_queue(messages).items():
-                sender = self._senders.get(queue)
-                if sender is None:
-                    sender = self._senders[queue] = self._client.get_queue_sender(queue)
-                await self._send(sender, group)
+                # NOTE: one send at a time per sender: concurrent send_messages on one async sender
+                # fails (Azure/azure-sdk-for-python#36334, open; a lock is the known workaround).
+                async with self._locks.setdefault(queue, asyncio.Lock()):
+                    sender = self._senders.get(queue)
+                    if sender is None:
+                        sender = self._senders[queue] = self._client.get_queue_sender(queue)
+                    await self._send(sender, group)
         except (ServiceBusError, AzureError, OSError) as exc:
             raise PublishFailed(f"publishing to Service Bus failed: {type(exc).__name__}") from exc
 

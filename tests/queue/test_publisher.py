@@ -68,3 +68,57 @@ async def test_memory_publisher_shows_what_duplicate_detection_keeps() -> None:
     publisher = MemoryPublisher()
     await publisher.publish([Outbound("q", b"1", "a"), Outbound("q", b"1", "a"), Outbound("r", b"2", "a")])
     assert [m.body for m in publisher.delivered("q")] == [b"1"]
+
+
+class FakeSender:
+    """A sender over the SDK's own batch type; fails if two sends overlap, as the SDK's does."""
+
+    def __init__(self, max_size: int) -> None:
+        self.max_size = max_size
+        self.sent: list[list[str]] = []
+        self.inflight = 0
+        self.closed = False
+
+    async def create_message_batch(self) -> ServiceBusMessageBatch:
+        return ServiceBusMessageBatch(max_size_in_bytes=self.max_size)
+
+    async def send_messages(self, batch: ServiceBusMessageBatch) -> None:
+        import asyncio
+
+        self.inflight += 1
+        assert self.inflight == 1, "concurrent send_messages on one sender"
+        await asyncio.sleep(0.001)
+        self.sent.append([m.message_id for m in batch._messages])
+        self.inflight -= 1
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+class FakeClient:
+    def __init__(self, max_size: int = 1 << 18) -> None:
+        self.senders: dict[str, FakeSender] = {}
+        self.max_size = max_size
+
+    def get_queue_sender(self, queue: str) -> FakeSender:
+        return self.senders.setdefault(queue, FakeSender(self.max_size))
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_one_batch_send_per_queue_and_a_new_batch_where_one_is_full() -> None:
+    import asyncio
+
+    client = FakeClient(max_size=2048)
+    publisher = ServiceBusPublisher(client=client)
+    results = [Outbound("risk-completed", b"x" * 300, f"e-{i}") for i in range(10)]
+    await asyncio.gather(
+        publisher.publish([*results[:5], Outbound("risk-rejected", b"{}", "m-1")]), publisher.publish(results[5:])
+    )  # two invocations at once share one sender per queue, one send at a time
+    completed = client.senders["risk-completed"].sent
+    assert sorted(i for batch in completed for i in batch) == sorted(f"e-{i}" for i in range(10))
+    assert all(len(batch) < 10 for batch in completed)  # split where the SDK's batch was full
+    assert client.senders["risk-rejected"].sent == [["m-1"]]
+    await publisher.aclose()
+    assert all(s.closed for s in client.senders.values())
