@@ -27,7 +27,7 @@ __all__ = ["FunctionHandlers", "handlers", "incoming", "rejection"]
 log = logging.getLogger(__name__)
 
 # What building the service imports; loaded in a thread at warm-up so the worker's loop stays free.
-_HEAVY_MODULES = ("numpy", "onnxruntime", "redis.asyncio", "shared.service", "shared.build")
+_HEAVY_MODULES = ("numpy", "onnxruntime", "redis.asyncio", "shared.service", "shared.build", "azure.servicebus.aio")
 
 
 class FunctionHandlers:
