@@ -68,6 +68,12 @@ bench: $(VENV)/.dev
 gpu-bench: $(VENV)/.runtime
 	$(PY) -m bench.gpu --out bench-out
 
+## replay: FILE=events.jsonl through the queue path's batch handler, one JSON line per message
+.PHONY: replay
+replay: $(VENV)/.runtime
+	@test -n "$(FILE)" || { echo "usage: make replay FILE=events.jsonl" >&2; exit 2; }
+	@$(PY) -m shared.queue.replay "$(FILE)"
+
 ## seed: load the demo user features into Redis at REDIS_URL
 seed: $(VENV)/.runtime
 	$(PY) scripts/seed_features.py

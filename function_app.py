@@ -8,7 +8,7 @@
     score        score                      POST     function    one event, the default model
     score_batch  score/batch                POST     function    up to MAX_BATCH_ITEMS events
     stats        stats                      GET      function    cache and batch counters
-    payments     Service Bus `payments` -> `risk-completed` | `risk-rejected`
+    payments     Service Bus `payments` (batches) -> `risk-completed` | `risk-rejected` (SDK publisher)
     model_blob   Blob `%MODELS_CONTAINER%/{name}/{version}/model.onnx` (Event Grid source)
 
 NOTE: one explicit route per HTTP function, no catch-all. The host puts routes into one
@@ -73,12 +73,15 @@ async def stats(req: func.HttpRequest, context: func.Context) -> func.HttpRespon
     return await handlers.http(req, context)
 
 
+# NOTE: no output bindings: the Python binding sets the body only (no MessageId for duplicate
+# detection), and sends nothing when the function raises, which a batch with a transient
+# failure must do. Results and rejections go through the SDK publisher (shared/queue/publisher.py).
 @app.function_name("payments")
-@app.service_bus_queue_trigger(arg_name="msg", queue_name="payments", connection=QUEUE_CONNECTION)
-@app.service_bus_queue_output(arg_name="completed", queue_name="risk-completed", connection=QUEUE_CONNECTION)
-@app.service_bus_queue_output(arg_name="rejected", queue_name="risk-rejected", connection=QUEUE_CONNECTION)
-async def payments(msg: func.ServiceBusMessage, completed: func.Out[str], rejected: func.Out[str]) -> None:
-    await handlers.payment(msg, completed, rejected)
+@app.service_bus_queue_trigger(
+    arg_name="msgs", queue_name="payments", connection=QUEUE_CONNECTION, cardinality=func.Cardinality.MANY
+)
+async def payments(msgs: list[func.ServiceBusMessage]) -> None:
+    await handlers.payments(msgs)
 
 
 @app.function_name("model_blob")

@@ -9,7 +9,7 @@ Layers (imports run one way, down this list; tests/test_layers.py fails on an up
     features, feature_store          event + user context → the model's row
     serving, registry, decision, rollout  one served version · versions · score → decision · fleet sync
     service, build                   the transport-free core · wiring once per process
-    http, triggers, asgi, __main__   adapters
+    http, triggers, asgi, __main__, queue   adapters (queue: the Service Bus batch path)
 
 Importing `shared` is cheap: every name below loads its module on first use.
 """

@@ -14,6 +14,10 @@
     │   ├── BatcherClosed         503 model_retired     UNAVAILABLE        (resubmit to the new version)
     │   └── SettingsError         503 not_ready         UNAVAILABLE        (the operator must fix a setting)
     ├── ModelSourceError          503 model_source      UNAVAILABLE        (retry)
+    ├── Unavailable               503 unavailable       UNAVAILABLE        (queue: retry)
+    │   ├── ResultStoreDown       503 result_store_down UNAVAILABLE        (queue: retry; nothing published)
+    │   ├── PublishFailed         503 publish_failed    UNAVAILABLE        (queue: retry; stored result republished)
+    │   └── BatchIncomplete       503 batch_incomplete  UNAVAILABLE        (queue: the host redelivers the batch)
     └── InferenceFailed           500 inference_failed  INTERNAL           (queue: retry)
         └── BatchShapeError       500 batch_shape       INTERNAL
 
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 __all__ = [
     "BadRequest",
+    "BatchIncomplete",
     "BatchShapeError",
     "BatcherClosed",
     "BodyTimeout",
@@ -39,9 +44,12 @@ __all__ = [
     "ModelSourceError",
     "NotReady",
     "PayloadTooLarge",
+    "PublishFailed",
+    "ResultStoreDown",
     "ScoringError",
     "SettingsError",
     "TooManyItems",
+    "Unavailable",
     "UnsupportedMediaType",
     "error_body",
 ]
@@ -117,6 +125,33 @@ class SettingsError(NotReady):
 
 class ModelSourceError(ScoringError):
     status, grpc_status, code, retryable = 503, "UNAVAILABLE", "model_source", True
+
+
+# -- the queue path (shared/queue) ----------------------------------------------------
+
+
+class Unavailable(ScoringError):
+    """A dependency of the queue path is down: the message is redelivered later."""
+
+    status, grpc_status, code, retryable = 503, "UNAVAILABLE", "unavailable", True
+
+
+class ResultStoreDown(Unavailable):
+    """The idempotency store (Redis) did not answer: nothing is scored or published for it."""
+
+    code = "result_store_down"
+
+
+class PublishFailed(Unavailable):
+    """Sending to Service Bus failed; the stored result is republished on redelivery."""
+
+    code = "publish_failed"
+
+
+class BatchIncomplete(Unavailable):
+    """Some messages of a batch failed transiently; raised so the host redelivers the batch."""
+
+    code = "batch_incomplete"
 
 
 class InferenceFailed(ScoringError):

@@ -225,6 +225,24 @@ class Settings:
     )
     port: int = setting("PORT", 7071, "local port of `make run` (the Functions host owns it in Azure)", local_only=True)
     log_level: str = setting("LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING or ERROR")
+    # -- the queue path (shared/queue) ---------------------------------------------------
+    service_bus_namespace: str | None = setting(
+        "ServiceBusConnection__fullyQualifiedNamespace",
+        None,
+        "Service Bus namespace: the trigger, and the SDK publisher of results (managed identity)",
+    )
+    service_bus_connection: str | None = setting(
+        "ServiceBusConnection",
+        None,
+        "Service Bus connection string, the same locally (a connection string instead of an identity)",
+        local_only=True,
+        secret=True,
+    )
+    result_ttl_s: float = setting(
+        "RESULT_TTL_S",
+        3600.0,
+        "how long Redis keeps a payment's result for redeliveries; > the queues' duplicate-detection window",
+    )
 
     def __post_init__(self) -> None:
         _check(self.max_body_bytes >= 1024, "MAX_BODY_BYTES", f"an integer >= 1024, got {self.max_body_bytes}")
@@ -245,6 +263,7 @@ class Settings:
             _check(_is_redis_url(self.redis_url), "REDIS_URL", "a redis://, rediss:// or unix:// URL with a host")
         _check(bool(self.default_model), "DEFAULT_MODEL", "a model name")
         _check(0 <= self.model_poll_s <= 3600, "MODEL_POLL_SECONDS", "a number of seconds within 0..3600")
+        _check(self.result_ttl_s >= 600, "RESULT_TTL_S", "a number >= 600 (the duplicate-detection window, 10 min)")
 
     @property
     def uses_blob_models(self) -> bool:

@@ -8,34 +8,38 @@ the warm sessions, the batches and the caches.
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
 import importlib
 import logging
-import time
 
 import azure.functions as func
-import orjson
 
 from shared.build import ServiceHolder
-from shared.errors import PayloadTooLarge, ScoringError, error_body
-from shared.events import decode_event
+from shared.errors import BatchIncomplete, ScoringError
 from shared.http import create_app
 from shared.models.source import check_size, parse_model_path
+from shared.queue.handler import PaymentBatch
+from shared.queue.idempotency import ResultStore
+from shared.queue.messages import Incoming, rejection_record, trace_properties
+from shared.queue.publisher import Publisher
 
-__all__ = ["FunctionHandlers", "handlers", "rejection"]
+__all__ = ["FunctionHandlers", "handlers", "incoming", "rejection"]
 
 log = logging.getLogger(__name__)
 
 # What building the service imports; loaded in a thread at warm-up so the worker's loop stays free.
-_HEAVY_MODULES = ("numpy", "onnxruntime", "redis.asyncio", "shared.service", "shared.build")
+_HEAVY_MODULES = ("numpy", "onnxruntime", "redis.asyncio", "shared.service", "shared.build", "azure.servicebus.aio")
 
 
 class FunctionHandlers:
     """The three trigger bodies over one lazily built service."""
 
-    def __init__(self, holder: ServiceHolder) -> None:
+    def __init__(
+        self, holder: ServiceHolder, *, publisher: Publisher | None = None, store: ResultStore | None = None
+    ) -> None:
         self.holder = holder
+        self.publisher = publisher  # NOTE: the seams of the queue path; None: built from settings
+        self.store = store
+        self._queue: PaymentBatch | None = None
         self._asgi = func.AsgiMiddleware(create_app(holder))  # type: ignore[no-untyped-call,unused-ignore]
         self._warm_up: asyncio.Task[None] | None = None
 
@@ -67,31 +71,39 @@ class FunctionHandlers:
         response: func.HttpResponse = await self._asgi.handle_async(req, context)
         return response
 
-    async def payment(self, msg: func.ServiceBusMessage, completed: func.Out[str], rejected: func.Out[str]) -> None:
-        """Score one queued payment; publish the result, or reject it with the reason.
+    async def payments(self, msgs: list[func.ServiceBusMessage]) -> None:
+        """Score one batch of queued payments; publish each result once, reject what can never score.
 
-        Per cause: the message's own fault (too large, unreadable, invalid, a model it
-        names that does not exist) is rejected at once, with the reason, whatever state
-        the service is in; the service's state or configuration (models still loading,
-        DEFAULT_MODEL not loaded, a bad setting, an inference failure) raises, so Service
-        Bus redelivers and dead-letters after its max delivery count, and readiness says why.
+        A message's own fault (too large, unreadable, invalid) is rejected at once and the rest
+        is scored. A transient failure (result store down, models not ready, publishing failed)
+        fails only its messages, after everything else was kept and published: then this
+        raises, the host abandons the whole batch, and the redelivery republishes the kept
+        results byte for byte under the same message ids, which duplicate detection drops.
         """
-        body = msg.get_body()
-        started = time.perf_counter()
-        try:
-            cap = self.holder.settings.max_message_bytes
-            if len(body) > cap:
-                raise PayloadTooLarge(f"message of {len(body)} bytes exceeds MAX_MESSAGE_BYTES ({cap})")
-            event = decode_event(body)
-            service = await self.holder.get()
-            scored = await service.score(event, parse_s=time.perf_counter() - started)
-        except ScoringError as exc:
-            if exc.retryable:
-                raise
-            log.warning("rejected message %s: %s", msg.message_id, exc.code)
-            rejected.set(rejection(msg, exc))
-            return
-        completed.set(orjson.dumps(scored.as_dict()).decode())
+        handled = await self.queue().handle([incoming(m) for m in msgs])
+        for verdict in handled:
+            if verdict.outcome == "rejected":
+                log.warning("rejected message %s: %s", verdict.message_id, verdict.reason)
+        failed = [h for h in handled if h.outcome == "failed"]
+        if failed:
+            raise BatchIncomplete(
+                f"{len(failed)} of {len(handled)} messages failed and the batch is redelivered: {failed[0].reason}"
+            )
+
+    def queue(self) -> PaymentBatch:
+        """The queue path's handler, built on first use (its Redis and Service Bus clients lazily)."""
+        if self._queue is None:
+            self._queue = PaymentBatch.from_settings(
+                self.holder.settings, self.holder.get, store=self.store, publisher=self.publisher
+            )
+        return self._queue
+
+    async def aclose(self) -> None:
+        """Close the queue path's clients and the service."""
+        if self._queue is not None:
+            await self._queue.aclose()
+            self._queue = None
+        await self.holder.aclose()
 
     async def model_blob(self, blob: func.InputStream) -> None:
         """A new `{name}/{version}/model.onnx` landed: load, validate, warm and swap it in.
@@ -113,30 +125,21 @@ class FunctionHandlers:
             log.error("model %s/%s rejected: %s", ref.name, ref.version, exc.detail)
 
 
-# A record keeps a body up to this size whole; past it (far beyond any valid event) an excerpt,
-# the size and a SHA-256 identify it, so the record stays within the output queue's message size.
-WHOLE_BODY_BYTES = 64 * 1024
-EXCERPT_BYTES = 1024
+def incoming(msg: func.ServiceBusMessage) -> Incoming:
+    """The transport-free message: body, ids, delivery count, enqueued time, trace context."""
+    return Incoming(
+        message_id=msg.message_id or "",
+        body=msg.get_body(),
+        delivery_count=msg.delivery_count or 1,
+        enqueued_time=msg.enqueued_time_utc,
+        correlation_id=msg.correlation_id,
+        properties=trace_properties(msg.application_properties),
+    )
 
 
 def rejection(msg: func.ServiceBusMessage, exc: ScoringError) -> str:
-    """The rejected-queue record: why, which message, and its body (or an excerpt when huge)."""
-    body = msg.get_body()
-    record: dict[str, object] = {
-        **error_body(exc),
-        "message_id": msg.message_id,
-        "delivery_count": msg.delivery_count,
-        "body_bytes": len(body),
-    }
-    if len(body) > WHOLE_BODY_BYTES:
-        record["body_sha256"] = hashlib.sha256(body).hexdigest()
-        record["truncated"] = True
-        body = body[:EXCERPT_BYTES]
-    try:
-        record["body"] = body.decode("utf-8")
-    except UnicodeDecodeError:
-        record["body_base64"] = base64.b64encode(body).decode()
-    return orjson.dumps(record).decode()
+    """The rejected-queue record of a Functions message (see `shared.queue.messages`)."""
+    return rejection_record(incoming(msg), exc).decode()
 
 
 handlers = FunctionHandlers(ServiceHolder())

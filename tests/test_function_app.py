@@ -14,6 +14,7 @@ from azure.functions.servicebus import ServiceBusMessage
 
 import function_app
 from shared.build import ServiceHolder
+from shared.queue.publisher import MemoryPublisher
 from shared.settings import Settings
 from shared.triggers import FunctionHandlers
 from tests import host_routes
@@ -24,20 +25,6 @@ REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
 # NOTE: like the worker, index the app once (a second get_functions() re-registers and fails).
 FUNCTIONS = {f.get_function_name(): f for f in function_app.app.get_functions()}
-
-
-class Out(func.Out[str]):
-    """The output-binding container the host passes in."""
-
-    def __init__(self) -> None:
-        self.value: str | None = None
-
-    def set(self, val: str) -> None:
-        self.value = val
-
-    def get(self) -> str:
-        assert self.value is not None
-        return self.value
 
 
 def bindings(name: str) -> dict[str, dict[str, Any]]:
@@ -125,19 +112,25 @@ def test_function_names() -> None:
 
 def test_service_bus_function_bindings() -> None:
     b = bindings("payments")
-    assert b["msg"] == {
-        "direction": "0",
-        "type": "serviceBusTrigger",
-        "name": "msg",
-        "connection": "ServiceBusConnection",
-        "queueName": "payments",
-    }
-    assert (b["completed"]["type"], b["completed"]["queueName"], b["completed"]["connection"]) == (
-        "serviceBus",
-        "risk-completed",
-        "ServiceBusConnection",
-    )
-    assert (b["rejected"]["type"], b["rejected"]["queueName"]) == ("serviceBus", "risk-rejected")
+    assert b == {
+        "msgs": {
+            "direction": "0",
+            "type": "serviceBusTrigger",
+            "name": "msgs",
+            "connection": "ServiceBusConnection",
+            "queueName": "payments",
+            "cardinality": "many",
+        }
+    }  # NOTE: no output bindings: results carry a MessageId only the SDK can set (shared/queue/publisher.py)
+
+
+def test_host_json_hands_the_batch_function_model_sized_batches() -> None:
+    """A batch is several model batches; prefetch keeps the next one ready; locks outlast the invocation."""
+    sb = json.loads((REPO / "host.json").read_text())["extensions"]["serviceBus"]
+    batch_max = Settings().batch.max_size
+    assert sb["maxMessageBatchSize"] % batch_max == 0 and 4 * batch_max <= sb["maxMessageBatchSize"] <= 256
+    assert sb["maxMessageBatchSize"] <= sb["prefetchCount"] <= 4 * sb["maxMessageBatchSize"]
+    assert sb["autoCompleteMessages"] is True  # completes or abandons the batch by whether the function raised
 
 
 def test_blob_function_bindings() -> None:
@@ -152,9 +145,14 @@ def test_blob_function_bindings() -> None:
 
 @pytest.fixture
 async def handlers(settings: Settings):
-    h = FunctionHandlers(ServiceHolder(lambda: settings))
+    h = FunctionHandlers(ServiceHolder(lambda: settings), publisher=MemoryPublisher())
     yield h
-    await h.holder.aclose()
+    await h.aclose()
+
+
+def published(handlers: FunctionHandlers, queue: str) -> list[dict[str, Any]]:
+    assert isinstance(handlers.publisher, MemoryPublisher)
+    return [json.loads(m.body) for m in handlers.publisher.sent if m.queue == queue]
 
 
 def http_request(
@@ -166,10 +164,10 @@ def http_request(
     )
 
 
-def sb_message(body: bytes, message_id: str = "m-1") -> ServiceBusMessage:
-    return ServiceBusMessage(
-        body=body, message_id=message_id, delivery_count=1, application_properties={}, user_properties={}
-    )
+def sb_message(body: bytes, message_id: str = "m-1", **fields: Any) -> ServiceBusMessage:
+    fields.setdefault("delivery_count", 1)
+    fields.setdefault("application_properties", {})
+    return ServiceBusMessage(body=body, message_id=message_id, user_properties={}, **fields)
 
 
 async def test_http_handler_with_function_types(handlers: FunctionHandlers) -> None:
@@ -182,21 +180,62 @@ async def test_http_handler_with_function_types(handlers: FunctionHandlers) -> N
 
 
 async def test_service_bus_handler_publishes_the_result(handlers: FunctionHandlers) -> None:
-    completed, rejected = Out(), Out()
-    await handlers.payment(sb_message(json.dumps(event(event_id="q-1")).encode()), completed, rejected)
-    result = json.loads(completed.get())
+    from datetime import UTC, datetime
+
+    traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    msg = sb_message(
+        json.dumps(event(event_id="q-1")).encode(),
+        "sb-1",
+        delivery_count=2,
+        correlation_id="corr-9",
+        enqueued_time_utc=datetime(2026, 11, 29, 3, 12, tzinfo=UTC),
+        application_properties={"traceparent": traceparent},
+    )
+    await handlers.payments([msg])
+    [result] = published(handlers, "risk-completed")
     assert result["event_id"] == "q-1" and result["decision"] in ("approve", "review", "decline")
-    assert rejected.value is None
+    assert (result["delivery_count"], result["enqueued_time"]) == (2, "2026-11-29T03:12:00Z")
+    assert isinstance(handlers.publisher, MemoryPublisher)
+    [sent] = handlers.publisher.sent
+    assert (sent.message_id, sent.correlation_id, sent.properties) == ("q-1", "corr-9", {"traceparent": traceparent})
 
 
 @pytest.mark.parametrize("body", [b"{broken", json.dumps(event(amount=-1)).encode(), b"\xff\xfe binary"])
 async def test_bad_message_is_rejected_with_reason_and_body(handlers: FunctionHandlers, body: bytes) -> None:
-    completed, rejected = Out(), Out()
-    await handlers.payment(sb_message(body, "m-bad"), completed, rejected)
-    assert completed.value is None
-    record = json.loads(rejected.get())
+    await handlers.payments([sb_message(body, "m-bad"), sb_message(json.dumps(event(event_id="ok")).encode())])
+    assert [r["event_id"] for r in published(handlers, "risk-completed")] == ["ok"]  # the batch completes
+    [record] = published(handlers, "risk-rejected")
     assert record["error"] in ("malformed_json", "invalid_event") and record["message_id"] == "m-bad"
     assert record.get("body", "").encode() == body or "body_base64" in record
+
+
+async def test_a_batch_with_a_transient_failure_raises_after_publishing_the_rest(settings: Settings) -> None:
+    """The host abandons the whole batch; the redelivery republishes the same bytes under the same ids."""
+    from shared.errors import BatchIncomplete
+    from shared.queue.idempotency import MemoryResultStore
+
+    class OneDown(MemoryResultStore):
+        async def find(self, event_ids: Any) -> list[bytes | None]:
+            if "flaky" in event_ids and self.down:
+                raise ResultStoreDown("result store: redis TimeoutError")
+            return await super().find(event_ids)
+
+    from shared.errors import ResultStoreDown
+
+    store, publisher = OneDown(), MemoryPublisher()
+    h = FunctionHandlers(ServiceHolder(lambda: settings), publisher=publisher, store=store)
+    try:
+        store.down = True
+        batch = [sb_message(json.dumps(event(event_id="flaky")).encode(), "flaky"), sb_message(b"{", "m-bad")]
+        with pytest.raises(BatchIncomplete, match=r"1 of 2 messages failed.*result_store_down"):
+            await h.payments(batch)
+        assert [m.queue for m in publisher.sent] == ["risk-rejected"]  # the poison one left at once
+        store.down = False
+        await h.payments(batch)  # the redelivery
+        assert [m.message_id for m in publisher.delivered("risk-completed")] == ["flaky"]
+        assert len(publisher.delivered("risk-rejected")) == 1  # re-rejected under the same id: dropped
+    finally:
+        await h.aclose()
 
 
 async def test_blob_handler_swaps_in_a_new_version(handlers: FunctionHandlers) -> None:
@@ -223,10 +262,10 @@ async def test_the_app_functions_run_end_to_end() -> None:
     assert r.status_code in (200, 503)
     r = await fns["score"](http_request("POST", "/api/score", event()), None)
     assert r.status_code == 200 and json.loads(r.get_body())["model"] == "fraud"
-    completed, rejected = Out(), Out()
-    await fns["payments"](sb_message(json.dumps(event()).encode()), completed, rejected)
-    assert json.loads(completed.get())["event_id"] == "evt-1"
-    await function_app.handlers.holder.aclose()
+    function_app.handlers.publisher = MemoryPublisher()  # the seam: no Service Bus runs here
+    await fns["payments"]([sb_message(json.dumps(event()).encode())])
+    assert json.loads(function_app.handlers.publisher.sent[0].body)["event_id"] == "evt-1"
+    await function_app.handlers.aclose()
 
 
 def test_imported_on_a_running_loop_as_the_worker_does_the_models_load_before_any_call() -> None:
@@ -262,41 +301,45 @@ async def test_nothing_caps_a_message_no_more(settings: Settings) -> None:
     import hashlib
     from dataclasses import replace
 
-    handlers = FunctionHandlers(ServiceHolder(lambda: replace(settings, max_message_bytes=2048)))
+    publisher = MemoryPublisher()
+    handlers = FunctionHandlers(ServiceHolder(lambda: replace(settings, max_message_bytes=2048)), publisher=publisher)
     body = json.dumps(event(note="x" * 100_000)).encode()
-    completed, rejected = Out(), Out()
-    await handlers.payment(sb_message(body, "m-huge"), completed, rejected)
-    record = json.loads(rejected.get())
-    assert completed.value is None and record["error"] == "payload_too_large"
+    await handlers.payments([sb_message(body, "m-huge")])
+    [sent] = publisher.sent
+    record = json.loads(sent.body)
+    assert sent.queue == "risk-rejected" and record["error"] == "payload_too_large"
     assert (record["body_bytes"], record["body_sha256"], record["truncated"]) == (
         len(body), hashlib.sha256(body).hexdigest(), True
     )  # fmt: skip
-    assert len(record["body"]) <= 1024 and len(rejected.get()) < 4096
+    assert len(record["body"]) <= 1024 and len(sent.body) < 4096
     assert handlers.holder.peek() is None  # rejected on its own fault: the service was not even needed
+    await handlers.aclose()
 
 
 async def test_configuration_slips_look_like_bad_messages_no_more(settings: Settings, tmp_path: Path) -> None:
     """The message's own fault is rejected at once; the service's state or configuration is retried."""
     from dataclasses import replace
 
-    from shared.errors import NotReady
+    from shared.errors import BatchIncomplete
 
-    misnamed = FunctionHandlers(ServiceHolder(lambda: replace(settings, default_model="nope")))
-    completed, rejected = Out(), Out()
-    with pytest.raises(NotReady, match="DEFAULT_MODEL 'nope'"):
-        await misnamed.payment(sb_message(json.dumps(event()).encode()), completed, rejected)
-    assert (completed.value, rejected.value) == (None, None)  # redelivered, then dead-lettered: never lost
+    publisher = MemoryPublisher()
+    misnamed = FunctionHandlers(ServiceHolder(lambda: replace(settings, default_model="nope")), publisher=publisher)
+    with pytest.raises(BatchIncomplete, match="DEFAULT_MODEL 'nope'"):
+        await misnamed.payments([sb_message(json.dumps(event()).encode())])
+    assert publisher.sent == []  # redelivered, then dead-lettered: never lost
     readiness = misnamed.holder.readiness()
     assert not readiness.ready and "DEFAULT_MODEL 'nope'" in readiness.detail
-    await misnamed.holder.aclose()
+    await misnamed.aclose()
 
     (tmp_path / "empty").mkdir()
-    modelless = FunctionHandlers(ServiceHolder(lambda: replace(settings, models_dir=str(tmp_path / "empty"))))
-    await modelless.payment(sb_message(b"{broken", "m-broken"), completed, rejected)
-    assert json.loads(rejected.get())["error"] == "malformed_json"  # its own fault, whatever the service's state
-    with pytest.raises(NotReady, match="no models found"):
-        await modelless.payment(sb_message(json.dumps(event()).encode()), Out(), Out())
-    await modelless.holder.aclose()
+    modelless = FunctionHandlers(
+        ServiceHolder(lambda: replace(settings, models_dir=str(tmp_path / "empty"))), publisher=publisher
+    )
+    await modelless.payments([sb_message(b"{broken", "m-broken")])
+    assert json.loads(publisher.sent[0].body)["error"] == "malformed_json"  # its own fault, whatever the state
+    with pytest.raises(BatchIncomplete, match="no models found"):
+        await modelless.payments([sb_message(json.dumps(event()).encode())])
+    await modelless.aclose()
 
 
 async def test_a_model_blob_over_the_cap_is_refused_unread(

@@ -178,6 +178,7 @@ var serviceSettings = [
   { name: 'MAX_BODY_BYTES', value: '65536' }
   { name: 'MAX_BATCH_ITEMS', value: '256' }
   { name: 'MAX_MESSAGE_BYTES', value: '262144' }
+  { name: 'RESULT_TTL_S', value: '3600' } // > the queues' duplicate-detection window (servicebus.bicep)
   { name: 'MAX_MODEL_BYTES', value: '268435456' }
   { name: 'BODY_TIMEOUT_MS', value: '5000' }
   { name: 'MODELS_KEEP_VERSIONS', value: '2' }

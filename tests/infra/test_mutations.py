@@ -168,9 +168,9 @@ MUTATIONS = [
     (
         "wrong-output-queue",
         "function_app",
-        "function_app.py",
-        'queue_name="risk-completed"',
-        'queue_name="risk-complete"',
+        "shared/queue/handler.py",
+        'COMPLETED_QUEUE = "risk-completed"',
+        'COMPLETED_QUEUE = "risk-complete"',
     ),
     (
         "wrong-webhook-function",
@@ -196,7 +196,7 @@ MUTATIONS = [
     ),
 ]
 
-COPIED = ("infra", "host.json", "function_app.py", "azure.yaml")
+COPIED = ("infra", "host.json", "function_app.py", "azure.yaml", "shared/queue/handler.py")
 
 
 @pytest.fixture(scope="module")
@@ -204,6 +204,7 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("pristine")
     for name in COPIED:
         src = REPO / name
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
         (shutil.copytree if src.is_dir() else shutil.copy2)(src, root / name)
     return root
 

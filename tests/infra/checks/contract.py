@@ -261,6 +261,18 @@ def check_override_api_version(root: Path) -> list[str]:
 # --- function_app.py ----------------------------------------------------------------------
 
 
+def sdk_output_queues(root: Path) -> dict[str, str]:
+    """The queues the SDK publisher writes: `*_QUEUE = "..."` in shared/queue/handler.py (read with `ast`)."""
+    tree = ast.parse((root / "shared" / "queue" / "handler.py").read_text())
+    return {
+        t.id: n.value.value
+        for n in tree.body
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)
+        for t in n.targets
+        if isinstance(t, ast.Name) and t.id.endswith("_QUEUE")
+    }
+
+
 def function_app_bindings(root: Path) -> dict[str, dict[str, list[dict[str, Any]]]]:
     """Decorators of each function in function_app.py: {function: {decorator: [kwargs, ...]}}.
 
@@ -349,6 +361,10 @@ def check_function_app(root: Path, setting_names: tuple[str, ...]) -> list[str]:
                 f"function {fn} writes queue {out['queue_name']!r}, not in servicebus.bicep outputQueueNames"
             )
         findings += _connection(env, fn, out["connection"], "__fullyQualifiedNamespace")
+    for name, queue in sdk_output_queues(root).items():  # results go through the SDK publisher
+        if queue not in outputs:
+            findings.append(f"shared/queue/handler.py {name} is {queue!r}, not in servicebus.bicep outputQueueNames")
+        findings += _connection(env, "payments (SDK publisher)", "ServiceBusConnection", "__fullyQualifiedNamespace")
 
     for fn, blob in _one(bindings, "blob_trigger"):
         findings += _connection(env, fn, blob["connection"], "__blobServiceUri")

@@ -1,0 +1,175 @@
+"""Load tools for a real Service Bus namespace: send payments at a rate, drain results.
+
+    python -m bench.servicebus send  --events 20000 --rate 2000 [--queue payments]
+    python -m bench.servicebus drain [--queue risk-completed] [--idle-s 15]
+
+The namespace: SERVICEBUS_CONNECTION_STRING (a connection string), else --namespace
+`<name>.servicebus.windows.net` with DefaultAzureCredential (az login, or a managed identity).
+`send` paces batch sends to `--rate` events/s with a progress bar and prints a summary;
+each event's `event_id` is its MessageId. `drain` receives risk-completed until the queue is
+idle and reports end-to-end latency (the payment's enqueued time → the result's enqueued
+time) as percentiles, and duplicates seen (same MessageId twice: duplicate detection failed).
+Watch KEDA scale out while `send` runs: `az containerapp replica list -n <app> -g <rg>`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from bench.loadgen import event_body
+
+CHUNK = 100  # events per batch send
+
+
+def events(n: int, run: str) -> Iterator[tuple[str, bytes]]:
+    """(event_id, body) of `n` synthetic payments, ids unique to this run."""
+    for i in range(n):
+        body = orjson.loads(event_body(i))
+        body["event_id"] = f"{run}-{i}"
+        yield body["event_id"], orjson.dumps(body)
+
+
+def schedule(n: int, rate: float, chunk: int = CHUNK) -> Iterator[tuple[float, int, int]]:
+    """(due offset in s, start, stop) of each batch send that keeps `rate` events/s."""
+    for start in range(0, n, chunk):
+        yield start / rate, start, min(start + chunk, n)
+
+
+def bar(done: int, total: int, started: float, width: int = 30) -> str:
+    share = done / total if total else 1.0
+    rate = done / max(time.perf_counter() - started, 1e-9)
+    return f"\r[{'#' * int(share * width):<{width}}] {done}/{total} {rate:,.0f}/s"
+
+
+@dataclass
+class Drained:
+    """What came out of risk-completed."""
+
+    latencies_ms: list[float] = field(default_factory=list)
+    seen: set[str] = field(default_factory=set)
+    duplicates: int = 0
+    unreadable: int = 0
+
+    def add(self, message_id: str, body: bytes, enqueued: datetime | None) -> None:
+        if message_id in self.seen:
+            self.duplicates += 1
+            return
+        self.seen.add(message_id)
+        try:
+            sent = datetime.fromisoformat(str(orjson.loads(body)["enqueued_time"]).replace("Z", "+00:00"))
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            self.unreadable += 1
+            return
+        if enqueued is not None:
+            self.latencies_ms.append((enqueued - sent).total_seconds() * 1000)
+
+    def summary(self) -> dict[str, object]:
+        ordered = sorted(self.latencies_ms)
+        return {
+            "results": len(self.seen),
+            "duplicates": self.duplicates,
+            "unreadable": self.unreadable,
+            "latency_ms": {f"p{q}": percentile(ordered, q) for q in (50, 90, 99, 99.9)},
+        }
+
+
+def percentile(ordered: list[float], q: float) -> float | None:
+    if not ordered:
+        return None
+    return round(ordered[min(len(ordered) - 1, int(len(ordered) * q / 100))], 1)
+
+
+def client(namespace: str | None) -> Any:
+    from azure.servicebus.aio import ServiceBusClient
+
+    conn = os.environ.get("SERVICEBUS_CONNECTION_STRING")
+    if conn:
+        return ServiceBusClient.from_connection_string(conn)
+    if not namespace:
+        sys.exit("set SERVICEBUS_CONNECTION_STRING or pass --namespace <name>.servicebus.windows.net")
+    from azure.identity.aio import DefaultAzureCredential
+
+    return ServiceBusClient(namespace, DefaultAzureCredential())
+
+
+def sdk_messages(batch: Iterable[tuple[str, bytes]]) -> list[Any]:
+    from azure.servicebus import ServiceBusMessage
+
+    return [ServiceBusMessage(body, message_id=event_id, content_type="application/json") for event_id, body in batch]
+
+
+async def send(args: argparse.Namespace) -> dict[str, object]:
+    from azure.core.exceptions import AzureError
+    from azure.servicebus.exceptions import ServiceBusError
+
+    todo = list(events(args.events, args.run or uuid.uuid4().hex[:8]))
+    errors = 0
+    async with client(args.namespace) as sb, sb.get_queue_sender(args.queue) as sender:
+        started = time.perf_counter()
+        for due, start, stop in schedule(len(todo), args.rate):
+            delay = started + due - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            try:
+                await sender.send_messages(sdk_messages(todo[start:stop]))
+            except (ServiceBusError, AzureError, OSError) as exc:  # NOTE: a load tool counts failures, goes on
+                errors += stop - start
+                print(f"\nsend failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+            print(bar(stop, len(todo), started), end="", file=sys.stderr, flush=True)
+        elapsed = time.perf_counter() - started
+    print(file=sys.stderr)
+    return {
+        "sent": len(todo) - errors,
+        "failed": errors,
+        "seconds": round(elapsed, 2),
+        "rate": round(len(todo) / elapsed),
+    }
+
+
+async def drain(args: argparse.Namespace) -> dict[str, object]:
+    drained = Drained()
+    started = time.perf_counter()
+    async with client(args.namespace) as sb, sb.get_queue_receiver(args.queue, prefetch_count=500) as receiver:
+        while True:
+            got = await receiver.receive_messages(max_message_count=500, max_wait_time=args.idle_s)
+            if not got:
+                break
+            for msg in got:
+                drained.add(str(msg.message_id), b"".join(msg.body), msg.enqueued_time_utc)
+                await receiver.complete_message(msg)
+            print(f"\rdrained {len(drained.seen)} (+{drained.duplicates} duplicates)", end="", file=sys.stderr)
+    print(file=sys.stderr)
+    return {**drained.summary(), "seconds": round(time.perf_counter() - started - args.idle_s, 2)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--namespace", default=None, help="<name>.servicebus.windows.net (DefaultAzureCredential)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("send", help="send synthetic payments at a rate")
+    s.add_argument("--events", type=int, default=10_000)
+    s.add_argument("--rate", type=float, default=1000.0, help="events per second")
+    s.add_argument("--queue", default="payments")
+    s.add_argument("--run", default=None, help="event id prefix (default: random)")
+    d = sub.add_parser("drain", help="receive results, report latency percentiles and duplicates")
+    d.add_argument("--queue", default="risk-completed")
+    d.add_argument("--idle-s", type=float, default=15.0, help="stop after this long with nothing received")
+    args = parser.parse_args(argv)
+    result = asyncio.run(send(args) if args.command == "send" else drain(args))
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,220 @@
+"""One invocation's batch of payments: each gets exactly one verdict, and each result is sent once.
+
+    decode      over MAX_MESSAGE_BYTES, bad JSON, schema violation → rejected at once (its own fault)
+    look up     results kept by event_id → a duplicate republishes the kept bytes
+    score       the rest concurrently through the core (`score_many`: they share model batches)
+    keep        SET NX per result: the first result of a payment wins, everywhere
+    publish     one send: results to risk-completed (message_id = event_id), rejections to risk-rejected
+
+A transient failure (store down, no model ready, publishing failed) marks only the messages
+it touched `failed`; the adapter raises afterwards so the host abandons the batch and Service
+Bus redelivers it (dead-lettering after the queue's max delivery count). Whatever was kept
+or sent before is republished byte for byte, and duplicate detection drops the republish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+import orjson
+
+from shared.errors import PayloadTooLarge, ScoringError
+from shared.events import PaymentEvent, decode_event
+from shared.queue.idempotency import MemoryResultStore, RedisResultStore, ResultStore
+from shared.queue.messages import Incoming, Outbound, enqueued_iso, rejection_record
+from shared.queue.publisher import Publisher, ServiceBusPublisher
+from shared.settings import Settings
+
+if TYPE_CHECKING:
+    from shared.service import Scored, ScoringService
+
+__all__ = ["COMPLETED_QUEUE", "REJECTED_QUEUE", "Handled", "Outcome", "PaymentBatch"]
+
+COMPLETED_QUEUE = "risk-completed"
+REJECTED_QUEUE = "risk-rejected"
+Outcome = Literal["completed", "duplicate", "rejected", "failed"]
+
+
+@dataclass(frozen=True, slots=True)
+class Handled:
+    """The verdict on one message: its result (or rejection record) and why, where it failed."""
+
+    message_id: str
+    outcome: Outcome
+    body: bytes | None = None
+    error: ScoringError | None = None
+
+    @property
+    def reason(self) -> str | None:
+        return f"{self.error.code}: {self.error.detail}" if self.error is not None else None
+
+
+class PaymentBatch:
+    """The queue path's handler over the core, a result store and a publisher."""
+
+    def __init__(
+        self,
+        service: Callable[[], Awaitable[ScoringService]],
+        store: ResultStore,
+        publisher: Publisher,
+        *,
+        max_message_bytes: int,
+    ) -> None:
+        self._service = service
+        self._store = store
+        self.publisher = publisher
+        self._cap = max_message_bytes
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: Settings,
+        service: Callable[[], Awaitable[ScoringService]],
+        *,
+        store: ResultStore | None = None,
+        publisher: Publisher | None = None,
+    ) -> PaymentBatch:
+        """Redis keeps results when REDIS_URL is set (else this process); the SDK publishes."""
+        if store is None and settings.redis_url:
+            store = RedisResultStore.from_url(
+                settings.redis_url,
+                ttl_s=settings.result_ttl_s,
+                prefix=settings.redis_prefix,
+                use_entra=settings.redis_use_entra,
+            )
+        if publisher is None:
+            publisher = ServiceBusPublisher(
+                connection_string=settings.service_bus_connection, namespace=settings.service_bus_namespace
+            )
+        store = store or MemoryResultStore(settings.result_ttl_s)
+        return cls(service, store, publisher, max_message_bytes=settings.max_message_bytes)
+
+    async def handle(self, messages: Sequence[Incoming]) -> list[Handled]:
+        """A verdict per message, in order; raises nothing a message caused."""
+        started = time.perf_counter()
+        done: list[Handled | None] = [None] * len(messages)
+        primary: dict[str, int] = {}  # event_id → the first message of the batch carrying it
+        events: dict[int, PaymentEvent] = {}
+        ids: dict[int, str] = {}  # message → its event_id, for every message that decoded
+        parse_s: dict[int, float] = {}  # message → its decode time
+        for i, msg in enumerate(messages):
+            t0 = time.perf_counter()
+            try:
+                event = self._decode(msg)
+            except ScoringError as exc:
+                done[i] = Handled(msg.message_id, "rejected", rejection_record(msg, exc), exc)
+                continue
+            ids[i] = event.event_id
+            parse_s[i] = time.perf_counter() - t0
+            if primary.setdefault(event.event_id, i) == i:
+                events[i] = event
+        await self._results(messages, events, parse_s, done, started)
+        for i, msg in enumerate(messages):  # a payment twice in one batch: the second follows the first
+            if done[i] is None:
+                first = done[primary[ids[i]]]
+                assert first is not None
+                outcome: Outcome = "duplicate" if first.outcome in ("completed", "duplicate") else first.outcome
+                done[i] = Handled(msg.message_id, outcome, first.body, first.error)
+        verdicts = [d for d in done if d is not None]
+        return await self._publish(messages, verdicts, ids)
+
+    def _decode(self, msg: Incoming) -> PaymentEvent:
+        if len(msg.body) > self._cap:
+            raise PayloadTooLarge(f"message of {len(msg.body)} bytes exceeds MAX_MESSAGE_BYTES ({self._cap})")
+        return decode_event(msg.body)
+
+    async def _results(
+        self,
+        messages: Sequence[Incoming],
+        events: dict[int, PaymentEvent],
+        parse_s: dict[int, float],
+        done: list[Handled | None],
+        started: float,
+    ) -> None:
+        """Fill `done` for every decoded message: kept result, new result, or failure."""
+        order = list(events)
+        try:
+            kept = await self._store.find([events[i].event_id for i in order])
+        except ScoringError as exc:
+            self._fail(messages, order, done, exc)
+            return
+        fresh = [i for i, found in zip(order, kept, strict=True) if found is None]
+        for i, found in zip(order, kept, strict=True):
+            if found is not None:
+                done[i] = Handled(messages[i].message_id, "duplicate", found)
+        if not fresh:
+            return
+        try:
+            service = await self._service()
+        except ScoringError as exc:
+            self._fail(messages, fresh, done, exc)
+            return
+        scored = await asyncio.gather(*(self._score(service, events[i], parse_s[i]) for i in fresh))
+        new: list[tuple[int, bytes]] = []
+        for i, result in zip(fresh, scored, strict=True):
+            if isinstance(result, ScoringError):
+                outcome: Outcome = "failed" if result.retryable else "rejected"
+                body = None if result.retryable else rejection_record(messages[i], result)
+                done[i] = Handled(messages[i].message_id, outcome, body, result)
+            else:
+                new.append((i, completed_body(result, messages[i], started)))
+        try:
+            stored = await self._store.keep([(events[i].event_id, body) for i, body in new])
+        except ScoringError as exc:
+            self._fail(messages, [i for i, _ in new], done, exc)
+            return
+        for (i, body), kept_body in zip(new, stored, strict=True):
+            outcome = "completed" if kept_body == body else "duplicate"  # NOTE: another replica won
+            done[i] = Handled(messages[i].message_id, outcome, kept_body)
+
+    @staticmethod
+    async def _score(service: ScoringService, event: PaymentEvent, parse_s: float) -> Scored | ScoringError:
+        """One event through the core (as `score_many` does, with its decode time): errors in its slot."""
+        try:
+            return await service.score(event, parse_s=parse_s)
+        except ScoringError as exc:
+            return exc
+
+    @staticmethod
+    def _fail(
+        messages: Sequence[Incoming], which: Sequence[int], done: list[Handled | None], exc: ScoringError
+    ) -> None:
+        for i in which:
+            done[i] = Handled(messages[i].message_id, "failed", None, exc)
+
+    async def _publish(
+        self, messages: Sequence[Incoming], verdicts: list[Handled], ids: dict[int, str]
+    ) -> list[Handled]:
+        """One send for the batch; if it fails, every message it carried fails (and is redelivered)."""
+        outbound: list[Outbound] = []
+        carried: list[int] = []
+        for i, (msg, verdict) in enumerate(zip(messages, verdicts, strict=True)):
+            if verdict.body is None or verdict.outcome == "failed":
+                continue
+            queue = REJECTED_QUEUE if verdict.outcome == "rejected" else COMPLETED_QUEUE
+            message_id = msg.message_id if verdict.outcome == "rejected" else ids[i]
+            outbound.append(Outbound(queue, verdict.body, message_id, msg.correlation_id, msg.properties))
+            carried.append(i)
+        try:
+            await self.publisher.publish(outbound)
+        except ScoringError as exc:
+            for i in carried:
+                verdicts[i] = Handled(verdicts[i].message_id, "failed", None, exc)
+        return verdicts
+
+    async def aclose(self) -> None:
+        await self.publisher.aclose()
+        await self._store.aclose()
+
+
+def completed_body(scored: Scored, msg: Incoming, started: float) -> bytes:
+    """risk-completed: the HTTP result plus enqueued time, processing time and delivery count."""
+    body = scored.as_dict()
+    body["enqueued_time"] = enqueued_iso(msg)
+    body["processing_ms"] = round((time.perf_counter() - started) * 1000, 3)
+    body["delivery_count"] = msg.delivery_count
+    return orjson.dumps(body)
