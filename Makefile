@@ -68,6 +68,12 @@ bench: $(VENV)/.dev
 gpu-bench: $(VENV)/.runtime
 	$(PY) -m bench.gpu --out bench-out
 
+## publish-model: NAME=fraud VERSION=2 FILE=model.onnx into MODELS_DIR or the Blob container; every replica follows
+.PHONY: publish-model
+publish-model: $(VENV)/.runtime
+	@test -n "$(NAME)" -a -n "$(VERSION)" -a -n "$(FILE)" || { echo "usage: make publish-model NAME=fraud VERSION=2 FILE=model.onnx" >&2; exit 2; }
+	@$(PY) scripts/publish_model.py "$(NAME)" "$(VERSION)" "$(FILE)"
+
 ## replay: FILE=events.jsonl through the queue path's batch handler, one JSON line per message
 .PHONY: replay
 replay: $(VENV)/.runtime
