@@ -71,7 +71,7 @@ async def convergence(uploads: int, redis_url: str) -> list[float]:
 
 
 async def swaps(count: int) -> dict[str, float]:
-    root, source = workspace()
+    root, _ = workspace()
     core = await build_service(Settings(models_dir=str(root), model_poll_s=0, gc_gen0_threshold=0))
     data = DEMO.read_bytes()
     failures, served, stop = 0, 0, asyncio.Event()
