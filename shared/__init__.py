@@ -2,7 +2,7 @@
 
 Layers (imports run one way, down this list; tests/test_layers.py fails on an upward one):
 
-    settings, errors                 configuration and the one error tree
+    settings, errors, exports        configuration · the one error tree · lazy package surfaces
     events                           the payment event schema and its decoding
     cache, batching, background, deadlines  tiers, prediction cache · micro-batcher · jobs · deadlines
     models                           spec (metadata contract) · runtime (ONNX Runtime) · source
@@ -16,8 +16,9 @@ Importing `shared` is cheap: every name below loads its module on first use.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from shared.exports import lazy_exports
 
 if TYPE_CHECKING:
     from shared.build import ServiceHolder, build_service
@@ -48,7 +49,4 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:  # NOTE: PEP 562: a submodule loads when its name is first used
-    if name not in _HOMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
+__getattr__ = lazy_exports(__name__, _HOMES)  # NOTE: PEP 562: a submodule loads when its name is first used

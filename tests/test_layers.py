@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO / "shared"
 
 LAYERS: list[set[str]] = [
-    {"shared.settings", "shared.errors"},
+    {"shared.settings", "shared.errors", "shared.exports"},
     {"shared.events"},
     {"shared.cache", "shared.batching", "shared.background", "shared.deadlines"},
     {"shared.models"},

@@ -6,8 +6,9 @@ Importing the package is light: onnxruntime and numpy load on first use of `runt
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from shared.exports import lazy_exports
 
 if TYPE_CHECKING:
     from shared.models.runtime import OnnxModel
@@ -47,7 +48,4 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:  # NOTE: PEP 562: a submodule loads when its name is first used
-    if name not in _HOMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
+__getattr__ = lazy_exports(__name__, _HOMES)  # NOTE: PEP 562: a submodule loads when its name is first used
