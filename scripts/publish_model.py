@@ -16,9 +16,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from shared.build import model_source
 from shared.errors import ScoringError
 from shared.models.runtime import OnnxModel
-from shared.models.source import BlobSource, DirectorySource, ModelRef, ModelSource, check_ref
+from shared.models.source import ModelRef, check_ref
 from shared.settings import Settings
 
 
@@ -35,15 +36,7 @@ def main() -> int:
         OnnxModel.load(data, settings.ort).warm(
             settings.batch.max_size
         )  # NOTE: refuse a bad file here, not on every replica
-        source: ModelSource
-        if settings.uses_blob_models:
-            source = BlobSource.connect(
-                container=settings.models_container,
-                connection_string=settings.model_storage,
-                blob_uri=settings.model_storage_blob_uri,
-            )
-        else:
-            source = DirectorySource(settings.models_dir)
+        source = model_source(settings)
         source.publish(ModelRef(*ref), data)
     except ScoringError as exc:
         print(f"publish-model: {exc.detail}", file=sys.stderr)

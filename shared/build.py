@@ -17,9 +17,10 @@ from shared.errors import NotReady, ScoringError, SettingsError
 from shared.settings import Settings
 
 if TYPE_CHECKING:
+    from shared.models.source import ModelSource
     from shared.service import Readiness, ScoringService
 
-__all__ = ["ServiceHolder", "build_service", "tune_gc"]
+__all__ = ["ServiceHolder", "build_service", "model_source", "tune_gc"]
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +30,6 @@ async def build_service(settings: Settings) -> ScoringService:
     from shared.cache.predictions import PredictionCache
     from shared.cache.redis_tier import RedisTier
     from shared.feature_store import FeatureStore, load_feature_file
-    from shared.models.source import BlobSource, DirectorySource, ModelSource
     from shared.registry import ModelRegistry
     from shared.service import ScoringService
 
@@ -41,16 +41,7 @@ async def build_service(settings: Settings) -> ScoringService:
             prefix=settings.redis_prefix,
             use_entra=settings.redis_use_entra,
         )
-    source: ModelSource
-    if settings.uses_blob_models:
-        source = BlobSource.connect(
-            container=settings.models_container,
-            connection_string=settings.model_storage,
-            blob_uri=settings.model_storage_blob_uri,
-            max_bytes=settings.max_model_bytes,
-        )
-    else:
-        source = DirectorySource(settings.models_dir, max_bytes=settings.max_model_bytes)
+    source = model_source(settings)
     fallback = None
     if settings.features_file and redis is None:
         try:
@@ -92,6 +83,20 @@ async def build_service(settings: Settings) -> ScoringService:
         "on" if redis else "off",
     )
     return service
+
+
+def model_source(settings: Settings) -> ModelSource:
+    """The configured model source: the Blob container when ModelStorage is set, else MODELS_DIR."""
+    from shared.models.source import BlobSource, DirectorySource
+
+    if settings.uses_blob_models:
+        return BlobSource.connect(
+            container=settings.models_container,
+            connection_string=settings.model_storage,
+            blob_uri=settings.model_storage_blob_uri,
+            max_bytes=settings.max_model_bytes,
+        )
+    return DirectorySource(settings.models_dir, max_bytes=settings.max_model_bytes)
 
 
 def tune_gc(gen0_threshold: int) -> None:
