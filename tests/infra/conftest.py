@@ -7,13 +7,13 @@ so this venv needs none of the app's packages) and the azd parameter file.
 
 from __future__ import annotations
 
-import ast
 import importlib
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from checks import contract
 from checks.parsing import parse
 
 REPO = Path(__file__).resolve().parents[2]
@@ -146,40 +146,13 @@ def app_env(app: Module) -> dict[str, Any]:
 def function_app_bindings() -> dict[str, dict[str, dict[str, Any]]]:
     """Decorators of each function in function_app.py: {function: {decorator: kwargs}}.
 
-    Read with `ast` (no import): literal keyword values, with module-level string
-    constants (QUEUE_CONNECTION = "...") resolved.
+    The first use of each decorator; read with `ast` by the checker's own reader
+    (checks.contract.function_app_bindings, which keeps every use).
     """
-    tree = ast.parse((REPO / "function_app.py").read_text())
-    constants = {
-        t.id: n.value.value
-        for n in tree.body
-        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
-        for t in n.targets
-        if isinstance(t, ast.Name)
+    return {
+        function: {decorator: uses[0] for decorator, uses in decorators.items()}
+        for function, decorators in contract.function_app_bindings(REPO).items()
     }
-
-    def literal(node: ast.expr) -> Any:
-        if isinstance(node, ast.Name) and node.id in constants:
-            return constants[node.id]
-        try:
-            return ast.literal_eval(node)
-        except ValueError:
-            return ast.unparse(node)
-
-    functions: dict[str, dict[str, dict[str, Any]]] = {}
-    for node in tree.body:
-        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            continue
-        decorators: dict[str, dict[str, Any]] = {}
-        name = node.name
-        for deco in node.decorator_list:
-            if isinstance(deco, ast.Call) and isinstance(deco.func, ast.Attribute):
-                kwargs = {k.arg: literal(k.value) for k in deco.keywords if k.arg}
-                if deco.func.attr == "function_name" and deco.args:
-                    name = literal(deco.args[0])
-                decorators.setdefault(deco.func.attr, kwargs)
-        functions[name] = decorators
-    return functions
 
 
 def trigger(decorator: str) -> tuple[str, dict[str, Any]]:
