@@ -7,6 +7,7 @@
     models       models                     GET      function    loaded models and versions
     score        score                      POST     function    one event, the default model
     score_batch  score/batch                POST     function    up to MAX_BATCH_ITEMS events
+    reviews      reviews/{event_id}         GET      function    an event's review by Azure OpenAI
     stats        stats                      GET      function    cache and batch counters
     payments     Service Bus `payments` (batches) -> `risk-completed` | `risk-rejected` (SDK publisher)
     model_blob   Blob `%MODELS_CONTAINER%/{name}/{version}/model.onnx` (Event Grid source)
@@ -64,6 +65,12 @@ async def model_activate(req: func.HttpRequest, context: func.Context) -> func.H
 @app.function_name("models")
 @app.route(route="models", methods=["GET"], auth_level=KEYED)
 async def models(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
+    return await handlers.http(req, context)
+
+
+@app.function_name("reviews")
+@app.route(route="reviews/{event_id}", methods=["GET"], auth_level=KEYED)
+async def reviews(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
     return await handlers.http(req, context)
 
 

@@ -17,10 +17,14 @@ from shared.errors import NotReady, ScoringError, SettingsError
 from shared.settings import Settings
 
 if TYPE_CHECKING:
+    from shared.cache.tier import L2Tier
     from shared.models.source import ModelSource
+    from shared.review.client import ReviewClient
+    from shared.review.prompt import Opinion
+    from shared.review.reviewer import Reviewer
     from shared.service import Readiness, ScoringService
 
-__all__ = ["ServiceHolder", "build_service", "model_source", "tune_gc"]
+__all__ = ["ServiceHolder", "build_reviewer", "build_service", "model_source", "tune_gc"]
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +73,8 @@ async def build_service(settings: Settings) -> ScoringService:
         source, settings.ort, settings.batch, settings.models_keep_versions, predictions, catalogue=features.catalogue
     )
     rollout = Rollout(registry, source, redis, poll_s=settings.model_poll_s)
-    service = ScoringService(settings, registry, features, predictions, redis, rollout=rollout)
+    reviewer = build_reviewer(settings, redis) if settings.review.enabled else None
+    service = ScoringService(settings, registry, features, predictions, redis, reviewer=reviewer, rollout=rollout)
     try:
         await service.start()
     except BaseException:
@@ -83,6 +88,53 @@ async def build_service(settings: Settings) -> ScoringService:
         "on" if redis else "off",
     )
     return service
+
+
+def build_reviewer(settings: Settings, redis: L2Tier | None, client: ReviewClient | None = None) -> Reviewer:
+    """The review of the uncertain tail (AZURE_OPENAI_ENDPOINT set): client, answer cache, store."""
+    from cachetools import TTLCache
+
+    from shared.cache.tiered import TieredCache
+    from shared.decision import ThresholdDecider
+    from shared.review.client import AzureOpenAIClient
+    from shared.review.prompt import Prompt
+    from shared.review.reviewer import Reviewer
+    from shared.review.store import ReviewStore
+
+    policy = settings.review
+    prompt = Prompt.load()
+    answers: TieredCache[Opinion] = TieredCache(
+        "llm",
+        l1=TTLCache(10_000, policy.result_ttl_s),
+        l2=redis,
+        l2_ttl_s=policy.result_ttl_s,
+        dump=_opinion_bytes,
+        load=_opinion_or_none,
+    )
+    return Reviewer(
+        ThresholdDecider(),
+        policy,
+        client or AzureOpenAIClient(policy, prompt),
+        answers,
+        ReviewStore(redis, policy.result_ttl_s),
+        prompt,
+    )
+
+
+def _opinion_bytes(opinion: Opinion) -> bytes:
+    import msgspec
+
+    return msgspec.json.encode(opinion)
+
+
+def _opinion_or_none(payload: bytes) -> Opinion | None:
+    from shared.errors import ReviewInvalid
+    from shared.review.prompt import read_opinion
+
+    try:
+        return read_opinion(payload)
+    except ReviewInvalid:
+        return None  # NOTE: a corrupt cached answer is a miss, never an error
 
 
 def model_source(settings: Settings) -> ModelSource:

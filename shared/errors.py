@@ -18,8 +18,14 @@
     │   ├── ResultStoreDown       503 result_store_down UNAVAILABLE        (queue: retry; nothing published)
     │   ├── PublishFailed         503 publish_failed    UNAVAILABLE        (queue: retry; stored result republished)
     │   └── BatchIncomplete       503 batch_incomplete  UNAVAILABLE        (queue: the host redelivers the batch)
-    └── InferenceFailed           500 inference_failed  INTERNAL           (queue: retry)
-        └── BatchShapeError       500 batch_shape       INTERNAL
+    ├── InferenceFailed           500 inference_failed  INTERNAL           (queue: retry)
+    │   └── BatchShapeError       500 batch_shape       INTERNAL
+    ├── ReviewNotFound            404 review_not_found  NOT_FOUND          (no review of that event is kept)
+    └── ReviewFailed              502 review_failed     UNAVAILABLE        (the local decision stands)
+        ├── ReviewTimeout         504 review_timeout    DEADLINE_EXCEEDED
+        ├── ReviewRateLimited     429 review_rate_limited  RESOURCE_EXHAUSTED  (Retry-After honoured)
+        ├── ReviewInvalid         502 review_invalid    INTERNAL           (the answer broke the schema)
+        └── ReviewSkipped         503 review_skipped    UNAVAILABLE        (a bound said no: rate, share, breaker)
 
 Each class fixes its HTTP status, its gRPC status name (the `grpc.StatusCode` member a
 gRPC adapter answers with), a stable machine-readable `code`, and whether a queue message
@@ -46,6 +52,12 @@ __all__ = [
     "PayloadTooLarge",
     "PublishFailed",
     "ResultStoreDown",
+    "ReviewFailed",
+    "ReviewInvalid",
+    "ReviewNotFound",
+    "ReviewRateLimited",
+    "ReviewSkipped",
+    "ReviewTimeout",
     "ScoringError",
     "SettingsError",
     "TooManyItems",
@@ -160,6 +172,43 @@ class InferenceFailed(ScoringError):
 
 class BatchShapeError(InferenceFailed):
     code = "batch_shape"
+
+
+# -- the review of the uncertain tail (shared/review) ---------------------------------
+
+
+class ReviewNotFound(ScoringError):
+    status, grpc_status, code, retryable = 404, "NOT_FOUND", "review_not_found", False
+
+
+class ReviewFailed(ScoringError):
+    """Azure OpenAI gave no usable review. Never the caller's error: the local decision stands."""
+
+    status, grpc_status, code, retryable = 502, "UNAVAILABLE", "review_failed", True
+
+
+class ReviewTimeout(ReviewFailed):
+    status, grpc_status, code = 504, "DEADLINE_EXCEEDED", "review_timeout"
+
+
+class ReviewRateLimited(ReviewFailed):
+    """429 from Azure OpenAI; `retry_after_s` is what its Retry-After header asked for."""
+
+    status, grpc_status, code = 429, "RESOURCE_EXHAUSTED", "review_rate_limited"
+
+    def __init__(self, detail: str, retry_after_s: float | None = None) -> None:
+        super().__init__(detail)
+        self.retry_after_s = retry_after_s
+
+
+class ReviewInvalid(ReviewFailed):
+    status, grpc_status, code = 502, "INTERNAL", "review_invalid"
+
+
+class ReviewSkipped(ReviewFailed):
+    """No call was made: the rate, the share or the breaker said no; `detail` says which."""
+
+    status, grpc_status, code = 503, "UNAVAILABLE", "review_skipped"
 
 
 def error_body(exc: ScoringError) -> dict[str, str]:

@@ -8,6 +8,7 @@ Routes (the same paths locally and in Azure, where host.json's routePrefix is "a
     GET  /api/models                loaded models and versions (pin, last rejected version)
     POST /api/models/{name}/activate  {"version": "3"}: pin it on every replica (rollback)
     DELETE /api/models/{name}/activate  release the pin: the newest version serves again
+    GET  /api/reviews/{event_id}    the review of an event by Azure OpenAI (done, pending, failed)
     GET  /api/stats                 cache and batch counters
     GET  /api/health/live           the process answers
     GET  /api/health/ready          200 only once every model is loaded and warmed
@@ -160,6 +161,9 @@ def create_app(holder: ServiceHolder) -> ASGIApp:
     async def stats(request: Request) -> Response:
         return json_response((await service()).stats())
 
+    async def review(request: Request) -> Response:
+        return json_response(await (await service()).review(request.path_params["event_id"]))
+
     async def live(request: Request) -> Response:
         return json_response({"status": "live"})
 
@@ -182,6 +186,7 @@ def create_app(holder: ServiceHolder) -> ASGIApp:
         Route("/api/models/{name}/score", score, methods=["POST"]),
         Route("/api/models", models, methods=["GET"]),
         Route("/api/models/{name}/activate", activate, methods=["POST", "DELETE"]),
+        Route("/api/reviews/{event_id}", review, methods=["GET"]),
         Route("/api/stats", stats, methods=["GET"]),
         Route("/api/health/live", live, methods=["GET"]),
         Route("/api/health/ready", ready, methods=["GET"]),

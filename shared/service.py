@@ -8,6 +8,7 @@ all, so requests from every path land in the same micro-batches and share the ca
     score / score_many              validated events → scored
     infer                           tensor level: feature rows → scores (protocols, ensembles)
     models / readiness / stats      what the adapters report
+    review                          a review of the uncertain tail, by event id (shared/review)
     install_model / on_model        the lifecycle (Blob trigger, subscribers)
     background                      long-running jobs started and stopped with the core
 """
@@ -18,12 +19,12 @@ import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from shared.background import Background
 from shared.cache import L2Tier, PredictionCache
-from shared.decision import Decider, ThresholdDecider
-from shared.errors import BatcherClosed, ModelNotFound, NotReady, ScoringError
+from shared.decision import Decider, Review, ThresholdDecider
+from shared.errors import BatcherClosed, ModelNotFound, NotReady, ReviewNotFound, ScoringError
 from shared.events import PaymentEvent, decode_event, decode_events
 from shared.feature_store import FeatureStore
 from shared.models.source import ModelRef
@@ -32,9 +33,12 @@ from shared.rollout import Rollout
 from shared.serving import LoadedModel, Row
 from shared.settings import Settings
 
+if TYPE_CHECKING:
+    from shared.review.reviewer import Reviewer
+
 __all__ = ["Inferred", "Readiness", "Scored", "ScoringService"]
 
-Source = Literal["model", "cache"]
+Source = Literal["model", "cache", "llm"]
 DEGRADED_SHARE = 0.5  # readiness lists the features as degraded past this recent defaulted share
 WINDOW = 100  # events per window of the recent defaulted share
 
@@ -53,6 +57,7 @@ class Scored:
     timings_ms: dict[str, float] = field(default_factory=dict)
     reason: str = ""
     scores: Mapping[str, float] = field(default_factory=dict)
+    review: Review | None = None
 
     def as_dict(self) -> dict[str, object]:
         body: dict[str, object] = {
@@ -68,6 +73,8 @@ class Scored:
         }
         if len(self.scores) > 1:  # NOTE: more than the local model's: show every opinion
             body["scores"] = {k: round(v, 6) for k, v in self.scores.items()}
+        if self.review is not None:
+            body["review"] = self.review.as_dict()
         return body
 
 
@@ -111,6 +118,7 @@ class ScoringService:
         l2: L2Tier | None,
         *,
         decider: Decider | None = None,
+        reviewer: Reviewer | None = None,
         rollout: Rollout | None = None,
     ) -> None:
         self.settings = settings
@@ -119,7 +127,8 @@ class ScoringService:
         self._features = features
         self._predictions = predictions
         self._l2 = l2
-        self._decider: Decider = decider or ThresholdDecider()
+        self._reviewer = reviewer
+        self._decider: Decider = decider or reviewer or ThresholdDecider()
         self._rollout = rollout
         self._default = settings.default_model
         self._events = 0
@@ -140,6 +149,8 @@ class ScoringService:
 
     async def aclose(self) -> None:
         await self.background.aclose()
+        if self._reviewer is not None:
+            await self._reviewer.aclose()
         await self._registry.aclose()
         if self._l2 is not None:
             await self._l2.aclose()
@@ -191,6 +202,8 @@ class ScoringService:
     def _degraded(self) -> list[str]:
         """What the core serves with less than it should: it keeps serving, and says so."""
         reasons = [self._l2.problem()] if self._l2 is not None else []
+        if self._reviewer is not None:
+            reasons.append(self._reviewer.problem())
         share = self._recent_defaulted
         if share is not None and share >= DEGRADED_SHARE:
             reasons.append(f"features: {share:.0%} of recent events scored on model defaults for user features")
@@ -215,7 +228,17 @@ class ScoringService:
             "features": self._features.stats(),
             "feature_source": self._features.source,
             "redis": self._l2.stats.as_dict() if self._l2 is not None else None,
+            "reviews": self._reviewer.describe() if self._reviewer is not None else None,
         }
+
+    async def review(self, event_id: str) -> dict[str, object]:
+        """The kept review of an event (done, pending or failed), or `ReviewNotFound`."""
+        if self._reviewer is None:
+            raise ReviewNotFound("reviews are off: AZURE_OPENAI_ENDPOINT is not set")
+        record = await self._reviewer.record(event_id)
+        if record is None:
+            raise ReviewNotFound(f"no review of event {event_id!r} is kept (never asked for, or expired)")
+        return record
 
     # -- scoring -------------------------------------------------------------------
 
@@ -229,14 +252,25 @@ class ScoringService:
         """`{"events": [...]}`: every item scored in order; a bad item keeps its own error."""
         return await self.score_many(decode_events(body, self.settings.max_batch_items), model)
 
-    async def score(self, event: PaymentEvent, model: str | None = None, *, parse_s: float = 0.0) -> Scored:
-        """Score one validated event with the active version of `model` (default model if None)."""
+    async def score(
+        self,
+        event: PaymentEvent,
+        model: str | None = None,
+        *,
+        parse_s: float = 0.0,
+        review_wait_s: float | None = None,
+    ) -> Scored:
+        """Score one validated event with the active version of `model` (default model if None).
+
+        `review_wait_s`: how long a review of the event may hold the answer (None: the
+        HTTP path's LLM_TIMEOUT_MS; the queue path waits LLM_QUEUE_TIMEOUT_MS).
+        """
         try:
             try:
-                return await self._score(event, model or self._default, parse_s)
+                return await self._score(event, model or self._default, parse_s, review_wait_s)
             except BatcherClosed:
                 # NOTE: the version was swapped while this request waited; the new one answers.
-                return await self._score(event, model or self._default, parse_s)
+                return await self._score(event, model or self._default, parse_s, review_wait_s)
         except ModelNotFound as exc:
             if model is None:  # NOTE: nobody asked for it: the configuration is wrong, not the request
                 raise NotReady(f"DEFAULT_MODEL {self._default!r} names no loaded model") from exc
@@ -263,7 +297,7 @@ class ScoringService:
         done = await asyncio.gather(*(loaded.score(row) for row in rows))
         return Inferred(loaded.name, loaded.version, [d.value.score for d in done])
 
-    async def _score(self, event: PaymentEvent, name: str, parse_s: float) -> Scored:
+    async def _score(self, event: PaymentEvent, name: str, parse_s: float, wait_s: float | None) -> Scored:
         t0 = time.perf_counter()
         loaded = self._registry.active(name)
         user = None
@@ -273,13 +307,18 @@ class ScoringService:
         row = loaded.mapper.row(event, user)
         done = await loaded.score(row.values)
         prediction = done.value
-        verdict = await self._decider.decide(event, prediction.score, loaded.spec.thresholds)
+        verdict = await self._decider.decide(event, prediction.score, loaded.spec.thresholds, wait_s)
         self._events += 1
         if row.defaulted:
             self._defaulted += 1
             self._window_defaulted += 1
         if self._events % WINDOW == 0:  # NOTE: a share per window of events, not a float op per event
             self._recent_defaulted, self._window_defaulted = self._window_defaulted / WINDOW, 0
+        source: Source = "model" if prediction.source == "model" else "cache"
+        risk_score = prediction.score
+        review = verdict.review
+        if review is not None and review.status == "done":
+            source, risk_score = "llm", review.risk_score or 0.0
         t2 = time.perf_counter()
         timings = {  # NOTE: rounded as built: no second dict per event
             "parse": round(parse_s * 1000, 3),
@@ -291,13 +330,14 @@ class ScoringService:
         }
         return Scored(
             event_id=event.event_id,
-            risk_score=prediction.score,
+            risk_score=risk_score,
             decision=verdict.decision,
             model=loaded.name,
             model_version=loaded.version,
-            source="model" if prediction.source == "model" else "cache",
+            source=source,
             defaulted=row.defaulted,
             timings_ms=timings,
             reason=verdict.reason,
             scores=verdict.scores,
+            review=review,
         )

@@ -35,6 +35,7 @@ __all__ = [
     "BatchPolicy",
     "CachePolicy",
     "OrtOptions",
+    "ReviewPolicy",
     "SettingDoc",
     "Settings",
     "SettingsError",
@@ -163,6 +164,76 @@ class OrtOptions:
 
 
 @dataclass(frozen=True)
+class ReviewPolicy:
+    """The second opinion on the uncertain tail (shared/review): Azure OpenAI, bounded.
+
+    Off unless `endpoint` is set. An event goes for review when its local score falls in
+    [`band_low`, `band_high`) or it carries a free-text `note`. The HTTP path waits at most
+    `timeout_ms` for the review (then answers locally, review pending); the queue path
+    `queue_timeout_ms`. `max_rps` and `max_share` cap the rate and the share of scored events
+    reviewed; `breaker_failures` consecutive failures open the breaker for `breaker_reset_s`.
+    """
+
+    endpoint: str | None = setting(
+        "AZURE_OPENAI_ENDPOINT", None, "Azure OpenAI endpoint for reviews of the uncertain tail; unset → no reviews"
+    )
+    deployment: str = setting("AZURE_OPENAI_DEPLOYMENT", "review", "the chat deployment reviews ask")
+    api_version: str = setting("AZURE_OPENAI_API_VERSION", "2024-10-21", "the Azure OpenAI REST API version")
+    api_key: str | None = setting(
+        "AZURE_OPENAI_API_KEY",
+        None,
+        "API key; unset → Microsoft Entra ID (managed identity in Azure, whose role infra/ grants)",
+        local_only=True,
+        secret=True,
+    )
+    band_low: float = setting("LLM_BAND_LOW", 0.45, "lowest local score that goes for review")
+    band_high: float = setting("LLM_BAND_HIGH", 0.75, "local scores from here up are settled locally")
+    review_notes: bool = setting("LLM_REVIEW_NOTES", True, "events with a free-text `note` go for review too")
+    timeout_ms: float = setting(
+        "LLM_TIMEOUT_MS", 150.0, "longest an HTTP request waits for its review; then it answers locally, review pending"
+    )
+    queue_timeout_ms: float = setting(
+        "LLM_QUEUE_TIMEOUT_MS", 5000.0, "longest the queue path waits for a review before it publishes"
+    )
+    call_timeout_ms: float = setting(
+        "LLM_CALL_TIMEOUT_MS", 10_000.0, "longest one call to Azure OpenAI may take, in the background too"
+    )
+    max_rps: float = setting("LLM_MAX_RPS", 20.0, "reviews started per second, per replica (token bucket)")
+    max_share: float = setting("LLM_MAX_SHARE", 0.25, "largest share of scored events reviewed, per replica")
+    max_tokens: int = setting("LLM_MAX_TOKENS", 300, "completion tokens one review may spend")
+    breaker_failures: int = setting(
+        "LLM_BREAKER_FAILURES", 5, "consecutive failures (timeouts, 429, 5xx, bad answers) that open the breaker"
+    )
+    breaker_reset_s: float = setting("LLM_BREAKER_RESET_S", 30.0, "how long the breaker stays open before a probe")
+    result_ttl_s: float = setting(
+        "REVIEW_TTL_S", 86_400.0, "how long a review stays readable at `/api/reviews/{event_id}` (and cached)"
+    )
+
+    def __post_init__(self) -> None:
+        _check(0.0 <= self.band_low <= self.band_high <= 1.0, "LLM_BAND_LOW", "0 <= LLM_BAND_LOW <= LLM_BAND_HIGH <= 1")
+        for env, value in (
+            ("LLM_TIMEOUT_MS", self.timeout_ms),
+            ("LLM_QUEUE_TIMEOUT_MS", self.queue_timeout_ms),
+            ("LLM_CALL_TIMEOUT_MS", self.call_timeout_ms),
+        ):
+            _check(0 <= value <= 600_000, env, f"milliseconds within 0..600000, got {value}")
+        _check(self.max_rps > 0, "LLM_MAX_RPS", f"a number > 0, got {self.max_rps}")
+        _check(0 < self.max_share <= 1, "LLM_MAX_SHARE", f"a share within (0, 1], got {self.max_share}")
+        _check(16 <= self.max_tokens <= 16_384, "LLM_MAX_TOKENS", "an integer within 16..16384")
+        _check(self.breaker_failures >= 1, "LLM_BREAKER_FAILURES", "an integer >= 1")
+        _check(self.breaker_reset_s > 0, "LLM_BREAKER_RESET_S", "a number of seconds > 0")
+        _check(self.result_ttl_s >= 60, "REVIEW_TTL_S", "a number of seconds >= 60")
+        if self.endpoint is not None:
+            scheme = urlsplit(self.endpoint).scheme
+            _check(scheme in ("https", "http"), "AZURE_OPENAI_ENDPOINT", "an https:// URL")
+            _check(bool(self.deployment), "AZURE_OPENAI_DEPLOYMENT", "a deployment name")
+
+    @property
+    def enabled(self) -> bool:
+        return self.endpoint is not None
+
+
+@dataclass(frozen=True)
 class Settings:
     """The whole configuration of one process."""
 
@@ -195,6 +266,7 @@ class Settings:
     batch: BatchPolicy = field(default_factory=BatchPolicy)
     cache: CachePolicy = field(default_factory=CachePolicy)
     ort: OrtOptions = field(default_factory=OrtOptions)
+    review: ReviewPolicy = field(default_factory=ReviewPolicy)
     max_body_bytes: int = setting(
         "MAX_BODY_BYTES", 64 * 1024, "body cap of one event (a batch may carry 16 times that)"
     )

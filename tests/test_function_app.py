@@ -104,6 +104,7 @@ def test_function_names() -> None:
         "model_score",
         "models",
         "payments",
+        "reviews",
         "score",
         "score_batch",
         "stats",

@@ -24,7 +24,7 @@ LAYERS: list[set[str]] = [
     {"shared.cache", "shared.batching", "shared.background", "shared.deadlines"},
     {"shared.models"},
     {"shared.features", "shared.feature_store"},
-    {"shared.serving", "shared.registry", "shared.decision", "shared.rollout"},
+    {"shared.serving", "shared.registry", "shared.decision", "shared.rollout", "shared.review"},
     {"shared.service", "shared.build"},
     {"shared.http", "shared.triggers", "shared.asgi", "shared.__main__", "shared.queue"},
 ]

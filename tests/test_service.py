@@ -121,7 +121,7 @@ async def test_a_decider_that_wraps_the_local_one_can_overrule_it(settings: Sett
     from shared.decision import ThresholdDecider, Verdict
 
     class SecondOpinion:
-        async def decide(self, event, score, thresholds):  # type: ignore[no-untyped-def]
+        async def decide(self, event, score, thresholds, wait_s=None):  # type: ignore[no-untyped-def]
             local = await ThresholdDecider().decide(event, score, thresholds)
             return Verdict("decline", "reviewer: gift cards to a new merchant", {**local.scores, "reviewer": 0.97})
 
@@ -152,7 +152,8 @@ async def test_readiness_and_models_come_from_the_core(service: ScoringService) 
     assert service.readiness().as_dict() == {"status": "ready", "models": ["fraud"]}
     assert [m["name"] for m in service.models()] == ["fraud"]
     stats = service.stats()
-    assert set(stats) == {"events", "predictions", "features", "feature_source", "redis"}
+    assert set(stats) == {"events", "predictions", "features", "feature_source", "redis", "reviews"}
+    assert stats["reviews"] is None  # AZURE_OPENAI_ENDPOINT unset: reviews are off
 
 
 async def test_every_tier_counts_what_it_served(settings: Settings, services: Services) -> None:

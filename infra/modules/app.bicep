@@ -184,11 +184,25 @@ var serviceSettings = [
   { name: 'MODELS_KEEP_VERSIONS', value: '2' }
   { name: 'GC_GEN0_THRESHOLD', value: '50000' }
   { name: 'LOG_LEVEL', value: logLevel }
+  // The review of the uncertain tail (inert until AZURE_OPENAI_ENDPOINT is set, below).
+  { name: 'LLM_BAND_LOW', value: '0.45' }
+  { name: 'LLM_BAND_HIGH', value: '0.75' }
+  { name: 'LLM_REVIEW_NOTES', value: 'true' }
+  { name: 'LLM_TIMEOUT_MS', value: '150' } // the HTTP path's wait; the p99 budget is 50 ms for the rest
+  { name: 'LLM_QUEUE_TIMEOUT_MS', value: '5000' } // well inside the queue's message lock (servicebus.bicep)
+  { name: 'LLM_CALL_TIMEOUT_MS', value: '10000' }
+  { name: 'LLM_MAX_RPS', value: '20' } // per replica (openai.bicep sizes the deployment's tokens/min)
+  { name: 'LLM_MAX_SHARE', value: '0.25' }
+  { name: 'LLM_MAX_TOKENS', value: '300' }
+  { name: 'LLM_BREAKER_FAILURES', value: '5' }
+  { name: 'LLM_BREAKER_RESET_S', value: '30' }
+  { name: 'REVIEW_TTL_S', value: '86400' }
 ]
 
 var openAiSettings = [
   { name: 'AZURE_OPENAI_ENDPOINT', value: openAiEndpoint }
   { name: 'AZURE_OPENAI_DEPLOYMENT', value: openAiDeployment }
+  { name: 'AZURE_OPENAI_API_VERSION', value: '2024-10-21' } // GA; structured outputs (json_schema)
 ]
 
 var env = concat(hostSettings, serviceSettings, empty(openAiEndpoint) ? [] : openAiSettings)

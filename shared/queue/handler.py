@@ -175,7 +175,9 @@ class PaymentBatch:
     async def _score(service: ScoringService, event: PaymentEvent, parse_s: float) -> Scored | ScoringError:
         """One event through the core (as `score_many` does, with its decode time): errors in its slot."""
         try:
-            return await service.score(event, parse_s=parse_s)
+            # NOTE: a queue message can wait longer than an HTTP caller for a review of its event
+            wait_s = service.settings.review.queue_timeout_ms / 1000
+            return await service.score(event, parse_s=parse_s, review_wait_s=wait_s)
         except ScoringError as exc:
             return exc
 

@@ -1,0 +1,131 @@
+"""The adapter to Azure OpenAI: one chat completion per review, translated into our errors.
+
+Through the official `openai` client (`AsyncAzureOpenAI`). Its own retries are off
+(`max_retries=0`): the reviewer's bounds (deadline, bucket, breaker) are the only retry
+policy, so they never stack. Authentication is the API key when one is set, else a
+Microsoft Entra token for the managed identity (azure-identity; infra/ grants the role).
+`ReviewClient` is the seam the reviewer calls; tests drive the real client against a
+local server that answers the Azure route (bench/llm_server.py).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, cast
+
+from shared.errors import ReviewFailed, ReviewInvalid, ReviewRateLimited, ReviewTimeout
+from shared.review.prompt import Opinion, Prompt, read_opinion
+from shared.settings import ReviewPolicy
+
+if TYPE_CHECKING:
+    from openai import AsyncAzureOpenAI
+
+__all__ = ["Answer", "AzureOpenAIClient", "ReviewClient", "retry_after_s"]
+
+COGNITIVE_SERVICES_SCOPE = "https://cognitiveservices.azure.com/.default"
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A validated opinion and what it cost."""
+
+    opinion: Opinion
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class ReviewClient(Protocol):
+    async def ask(self, fields: dict[str, object]) -> Answer: ...
+
+    async def aclose(self) -> None: ...
+
+
+class AzureOpenAIClient:
+    """Asks one Azure OpenAI chat deployment for an `Opinion`, with structured output."""
+
+    def __init__(self, policy: ReviewPolicy, prompt: Prompt, client: AsyncAzureOpenAI | None = None) -> None:
+        self._policy = policy
+        self._prompt = prompt
+        self._response_format: Any = prompt.response_format()  # NOTE: the client's TypedDicts, built from a file
+        self._credential: Any = None
+        self._client = client or self._connect(policy)
+
+    def _connect(self, policy: ReviewPolicy) -> AsyncAzureOpenAI:
+        from openai import AsyncAzureOpenAI
+
+        auth: dict[str, Any]
+        if policy.api_key:
+            auth = {"api_key": policy.api_key}
+        else:
+            from azure.identity.aio import DefaultAzureCredential, get_bearer_token_provider
+
+            # NOTE: AZURE_CLIENT_ID (set by infra/) selects the app's user-assigned identity.
+            self._credential = DefaultAzureCredential()
+            auth = {"azure_ad_token_provider": get_bearer_token_provider(self._credential, COGNITIVE_SERVICES_SCOPE)}
+        return AsyncAzureOpenAI(
+            azure_endpoint=policy.endpoint or "",
+            api_version=policy.api_version,
+            max_retries=0,  # NOTE: ours are the only retries (breaker, bucket); the client's would stack
+            timeout=policy.call_timeout_ms / 1000,
+            **auth,
+        )
+
+    async def ask(self, fields: dict[str, object]) -> Answer:
+        import openai
+
+        try:
+            response = await self._client.chat.completions.create(
+                model=self._policy.deployment,
+                messages=cast(Any, self._prompt.messages(fields)),
+                response_format=self._response_format,
+                max_completion_tokens=self._policy.max_tokens,
+                temperature=0,
+            )
+        except openai.RateLimitError as exc:
+            raise ReviewRateLimited("Azure OpenAI answered 429", retry_after_s(exc.response.headers)) from exc
+        except openai.APITimeoutError as exc:
+            raise ReviewTimeout(f"no answer within {self._policy.call_timeout_ms:.0f} ms") from exc
+        except openai.APIStatusError as exc:
+            raise ReviewFailed(f"Azure OpenAI answered {exc.status_code}") from exc
+        except openai.APIConnectionError as exc:
+            raise ReviewFailed("cannot reach Azure OpenAI") from exc
+        except openai.OpenAIError as exc:  # NOTE: e.g. the response did not parse as a completion
+            raise ReviewInvalid(f"unusable answer from Azure OpenAI ({type(exc).__name__})") from exc
+        if not response.choices:
+            raise ReviewInvalid("the review came back with no choices")
+        choice = response.choices[0]
+        if choice.finish_reason not in ("stop", None):
+            raise ReviewInvalid(f"the review stopped early ({choice.finish_reason})")
+        opinion = read_opinion(choice.message.content)
+        usage = response.usage
+        return Answer(opinion, usage.prompt_tokens if usage else 0, usage.completion_tokens if usage else 0)
+
+    async def aclose(self) -> None:
+        await self._client.close()
+        if self._credential is not None:
+            await self._credential.close()
+
+
+def retry_after_s(headers: Mapping[str, str], now: float | None = None) -> float | None:
+    """What a 429 asks us to wait: `retry-after-ms`, `retry-after` in seconds or as an HTTP date."""
+    millis = headers.get("retry-after-ms")
+    if millis:
+        try:
+            return max(0.0, float(millis) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))

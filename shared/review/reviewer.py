@@ -1,0 +1,207 @@
+"""The second opinion on the uncertain tail: a `Decider` that asks Azure OpenAI, bounded.
+
+    decide ─ local verdict (always computed first: it is the fallback)
+       │ in the band [LLM_BAND_LOW, LLM_BAND_HIGH), or a free-text note?  no → local verdict
+       ▼
+    review task ─ answer cache (by the question's canonical fields: L1, Redis, single-flight)
+       │            └ miss → bounds (breaker, rate bucket, share budget) → Azure OpenAI
+       ▼
+    wait at most `wait_s` (HTTP: LLM_TIMEOUT_MS; queue: LLM_QUEUE_TIMEOUT_MS)
+       ├ answered   → the reviewer's decision, both scores, the rationale
+       ├ failed     → local verdict, review failed/skipped with the reason
+       └ too slow   → local verdict, review pending; the task finishes in the background
+                      and its record is readable at /api/reviews/{event_id}
+
+This object alone owns the review tasks, the bounds and their counters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from shared.cache.tiered import TieredCache
+from shared.decision import Decider, Review, ReviewStatus, Verdict
+from shared.errors import ReviewFailed, ReviewSkipped
+from shared.events import PaymentEvent
+from shared.models.spec import Thresholds
+from shared.review.client import Answer, ReviewClient
+from shared.review.guard import Breaker, ShareBudget, TokenBucket
+from shared.review.prompt import Opinion, Prompt
+from shared.review.store import ReviewStore
+from shared.settings import ReviewPolicy
+
+__all__ = ["ReviewStats", "Reviewer"]
+
+log = logging.getLogger(__name__)
+SHUTDOWN_GRACE_S = 1.0
+
+
+@dataclass
+class ReviewStats:
+    asked: int = 0  # events that went for review
+    called: int = 0  # calls made to Azure OpenAI
+    done: int = 0
+    cached: int = 0  # answers from the review cache
+    pending: int = 0  # answered locally first; the review finished (or failed) later
+    failed: int = 0
+    skipped: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(vars(self))
+
+
+class Reviewer:
+    """Wraps the local decider; asks for a review of the events it cannot settle."""
+
+    def __init__(
+        self,
+        inner: Decider,
+        policy: ReviewPolicy,
+        client: ReviewClient,
+        answers: TieredCache[Opinion],
+        store: ReviewStore,
+        prompt: Prompt,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._inner = inner
+        self._policy = policy
+        self._client = client
+        self._answers = answers
+        self._store = store
+        self._prompt = prompt
+        self._clock = clock
+        self._low, self._high = policy.band_low, policy.band_high
+        self._wait_s = policy.timeout_ms / 1000
+        self._bucket = TokenBucket(policy.max_rps, policy.max_rps, clock())
+        self._share = ShareBudget(policy.max_share)
+        self.breaker = Breaker(policy.breaker_failures, policy.breaker_reset_s)
+        self._tasks: set[asyncio.Task[Opinion]] = set()
+        self.stats = ReviewStats()
+
+    async def decide(
+        self, event: PaymentEvent, score: float, thresholds: Thresholds, wait_s: float | None = None
+    ) -> Verdict:
+        local = await self._inner.decide(event, score, thresholds)
+        self._share.earn()
+        if not (self._low <= score < self._high or (event.note and self._policy.review_notes)):
+            return local
+        self.stats.asked += 1
+        task = asyncio.get_running_loop().create_task(self._review(event, score, local))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        try:
+            await asyncio.wait_for(asyncio.shield(task), self._wait_s if wait_s is None else wait_s)
+        except TimeoutError:
+            if not task.done():  # NOTE: else it ended while the wait was called off: use its outcome
+                self.stats.pending += 1
+                review = Review("pending", event.event_id)
+                self._store.put(event.event_id, self._record(event, local, review))
+                return local._replace(review=review)
+        except ReviewFailed:
+            pass
+        return self._outcome(event, local, task)
+
+    def _outcome(self, event: PaymentEvent, local: Verdict, task: asyncio.Task[Opinion]) -> Verdict:
+        try:
+            opinion = task.result()
+        except ReviewFailed as exc:
+            status: ReviewStatus = "skipped" if isinstance(exc, ReviewSkipped) else "failed"
+            return local._replace(review=Review(status, event.event_id, exc.detail))
+        return self._verdict(event, local, opinion)
+
+    def _verdict(self, event: PaymentEvent, local: Verdict, opinion: Opinion) -> Verdict:
+        review = Review("done", event.event_id, risk_score=opinion.risk_score, rationale=opinion.rationale)
+        return Verdict(
+            opinion.decision,
+            f"reviewed by Azure OpenAI ({self._prompt.version})",
+            {**local.scores, "llm": opinion.risk_score},
+            review,
+        )
+
+    async def _review(self, event: PaymentEvent, score: float, local: Verdict) -> Opinion:
+        """The whole review; its outcome is kept by event id, whoever still waits for it."""
+        fields = self._prompt.fields(event, score, local.decision)
+        try:
+            opinion, tier = await self._answers.get_or_compute(self._prompt.key(fields), lambda: self._ask(fields))
+        except ReviewFailed as exc:
+            if not isinstance(exc, ReviewSkipped):
+                self.stats.failed += 1
+                self._store.put(
+                    event.event_id, self._record(event, local, Review("failed", event.event_id, exc.detail))
+                )
+            else:
+                self.stats.skipped += 1
+            raise
+        self.stats.done += 1
+        if tier is not None:
+            self.stats.cached += 1
+        self._store.put(event.event_id, self._record(event, self._verdict(event, local, opinion), None))
+        return opinion
+
+    async def _ask(self, fields: dict[str, object]) -> Opinion:
+        """One call to Azure OpenAI, if the bounds allow it now."""
+        now = self._clock()
+        if not self.breaker.allow(now):
+            raise ReviewSkipped(f"breaker open for {self.breaker.open_for(now):.1f} s")
+        if not self._bucket.take(now):
+            self.breaker.released()
+            raise ReviewSkipped(f"rate limit of {self._policy.max_rps:g} reviews/s")
+        if not self._share.spend():
+            self.breaker.released()
+            raise ReviewSkipped(f"share limit of {self._policy.max_share:.0%} of events")
+        self.stats.called += 1
+        try:
+            answer: Answer = await asyncio.wait_for(self._client.ask(fields), self._policy.call_timeout_ms / 1000)
+        except TimeoutError:
+            self.breaker.failed(self._clock())
+            raise ReviewFailed(f"no answer within {self._policy.call_timeout_ms:.0f} ms") from None
+        except ReviewFailed as exc:
+            self.breaker.failed(self._clock(), getattr(exc, "retry_after_s", None))
+            raise
+        except BaseException:
+            self.breaker.released()
+            raise
+        self.breaker.succeeded()
+        self.stats.prompt_tokens += answer.prompt_tokens
+        self.stats.completion_tokens += answer.completion_tokens
+        return answer.opinion
+
+    def _record(self, event: PaymentEvent, verdict: Verdict, review: Review | None) -> dict[str, object]:
+        review = review or verdict.review
+        assert review is not None
+        return {
+            "event_id": event.event_id,
+            **review.as_dict(),
+            "decision": verdict.decision,
+            "scores": {k: round(v, 6) for k, v in verdict.scores.items()},
+            "prompt": self._prompt.version,
+        }
+
+    async def record(self, event_id: str) -> dict[str, object] | None:
+        """The kept review of an event, or None."""
+        return await self._store.get(event_id)
+
+    def problem(self) -> str | None:
+        """Why reviews are not happening now (readiness lists it), or None."""
+        now = self._clock()
+        if self.breaker.state == "open":
+            return f"reviews: breaker open for {self.breaker.open_for(now):.0f} s more; local decisions only"
+        return None
+
+    def describe(self) -> dict[str, object]:
+        return {**self.stats.as_dict(), "breaker": self.breaker.state, "breaker_opened": self.breaker.opened}
+
+    async def aclose(self) -> None:
+        """Let running reviews finish briefly, then cancel them; close the client."""
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=SHUTDOWN_GRACE_S)
+        for task in list(self._tasks):
+            task.cancel()
+        await self._client.aclose()
