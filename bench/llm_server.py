@@ -56,7 +56,7 @@ class LlmServer:
         class Handler(_Handler):
             server_owner = owner
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self._server = _Server(("127.0.0.1", self.port), Handler)
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
         threading.Thread(target=self._server.serve_forever, name="llm-server", daemon=True).start()
@@ -74,8 +74,13 @@ class LlmServer:
         self.stop()
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 1024  # NOTE: the default backlog of 5 resets a burst of new connections
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # NOTE: else headers and body in two writes cost a 40 ms delayed ACK
     server_owner: LlmServer
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -124,7 +129,10 @@ class _Handler(BaseHTTPRequestHandler):
         for name, value in (headers or {}).items():
             self.send_header(name, value)
         self.end_headers()
-        self.wfile.write(payload)
+        try:
+            self.wfile.write(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True  # NOTE: the client gave up waiting (a timeout under test)
 
 
 def _completion(deployment: str, content: str) -> dict[str, Any]:

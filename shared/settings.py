@@ -168,7 +168,7 @@ class ReviewPolicy:
     """The second opinion on the uncertain tail (shared/review): Azure OpenAI, bounded.
 
     Off unless `endpoint` is set. An event goes for review when its local score falls in
-    [`band_low`, `band_high`) or it carries a free-text `note`. The HTTP path waits at most
+    [`band_low`, `band_high`] or it carries a free-text `note`. The HTTP path waits at most
     `timeout_ms` for the review (then answers locally, review pending); the queue path
     `queue_timeout_ms`. `max_rps` and `max_share` cap the rate and the share of scored events
     reviewed; `breaker_failures` consecutive failures open the breaker for `breaker_reset_s`.
@@ -187,7 +187,7 @@ class ReviewPolicy:
         secret=True,
     )
     band_low: float = setting("LLM_BAND_LOW", 0.45, "lowest local score that goes for review")
-    band_high: float = setting("LLM_BAND_HIGH", 0.75, "local scores from here up are settled locally")
+    band_high: float = setting("LLM_BAND_HIGH", 0.75, "highest local score that goes for review")
     review_notes: bool = setting("LLM_REVIEW_NOTES", True, "events with a free-text `note` go for review too")
     timeout_ms: float = setting(
         "LLM_TIMEOUT_MS", 150.0, "longest an HTTP request waits for its review; then it answers locally, review pending"

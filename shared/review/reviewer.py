@@ -1,7 +1,7 @@
 """The second opinion on the uncertain tail: a `Decider` that asks Azure OpenAI, bounded.
 
     decide ─ local verdict (always computed first: it is the fallback)
-       │ in the band [LLM_BAND_LOW, LLM_BAND_HIGH), or a free-text note?  no → local verdict
+       │ in the band [LLM_BAND_LOW, LLM_BAND_HIGH], or a free-text note?  no → local verdict
        ▼
     review task ─ answer cache (by the question's canonical fields: L1, Redis, single-flight)
        │            └ miss → bounds (breaker, rate bucket, share budget) → Azure OpenAI
@@ -90,7 +90,7 @@ class Reviewer:
     ) -> Verdict:
         local = await self._inner.decide(event, score, thresholds)
         self._share.earn()
-        if not (self._low <= score < self._high or (event.note and self._policy.review_notes)):
+        if not (self._low <= score <= self._high or (event.note and self._policy.review_notes)):
             return local
         self.stats.asked += 1
         task = asyncio.get_running_loop().create_task(self._review(event, score, local))

@@ -1,0 +1,203 @@
+"""The review through the real core and the real `openai` client, against a local Azure route.
+
+The local server answers with the model's score shifted by +0.2 (so the two are told
+apart) or with the fault a test scripts: slow, 429, 500, off-schema.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+
+import orjson
+import pytest
+
+from bench.llm_server import LlmServer
+from shared.errors import ReviewNotFound
+from shared.events import decode_event
+from shared.review.prompt import SENT_FIELDS
+from shared.service import ScoringService
+from shared.settings import Settings
+from tests.conftest import event
+
+Build = Callable[[Settings], Awaitable[ScoringService]]
+ALL = {"band_low": 0.0, "band_high": 1.0}  # every event is in the band
+NONE = {"band_low": 0.0, "band_high": 0.0, "review_notes": False}  # no event is (they score near 1)
+
+
+def payment(**fields: object) -> object:
+    return decode_event(orjson.dumps(event(**fields)))
+
+
+async def test_an_event_in_the_band_gets_the_reviewers_decision_with_both_scores(
+    services: Build, reviewing: Callable[..., Settings], llm: LlmServer
+) -> None:
+    core = await services(reviewing(**ALL, review_notes=False))
+    body = (await core.score(payment(note=None))).as_dict()  # type: ignore[arg-type]
+    assert body["source"] == "llm", body
+    assert body["reason"] == "reviewed by Azure OpenAI (fraud-review/1)"
+    scores = body["scores"]
+    assert isinstance(scores, dict) and scores["llm"] == pytest.approx(min(1.0, scores["model"] + 0.2), abs=1e-3)
+    assert body["risk_score"] == scores["llm"]
+    review = body["review"]
+    assert isinstance(review, dict) and review["status"] == "done" and review["rationale"].startswith("stand-in")
+    kept = await core.review("evt-1")
+    assert kept["status"] == "done" and kept["decision"] == body["decision"] and kept["prompt"] == "fraud-review/1"
+    assert core.stats()["reviews"]["prompt_tokens"] == 180  # type: ignore[index]
+
+
+async def test_events_outside_the_band_without_a_note_never_leave(
+    services: Build, reviewing: Callable[..., Settings], llm: LlmServer
+) -> None:
+    core = await services(reviewing(**NONE))
+    body = (await core.score(payment())).as_dict()  # type: ignore[arg-type]
+    assert body["source"] == "model" and "review" not in body and "scores" not in body
+    assert llm.requests == []
+    with pytest.raises(ReviewNotFound):
+        await core.review("evt-1")
+
+
+async def test_a_note_the_model_cannot_read_sends_the_event_for_review(
+    services: Build, reviewing: Callable[..., Settings], llm: LlmServer
+) -> None:
+    core = await services(reviewing(band_low=0.0, band_high=0.0))
+    body = (await core.score(payment(note="buying gift cards for my boss"))).as_dict()  # type: ignore[arg-type]
+    assert body["source"] == "llm"
+    assert "gift cards" in llm.requests[0]["body"]["messages"][1]["content"]
+
+
+async def test_only_the_listed_fields_leave_the_service_and_never_an_id(
+    services: Build, reviewing: Callable[..., Settings], llm: LlmServer
+) -> None:
+    core = await services(reviewing(**ALL))
+    await core.score(payment(event_id="evt-secret-7", user_id="u-secret-9", merchant_id="m-secret-3"))  # type: ignore[arg-type]
+    sent = orjson.dumps(llm.requests[0]["body"]).decode()
+    for identifier in ("evt-secret-7", "u-secret-9", "m-secret-3"):
+        assert identifier not in sent
+    fields = orjson.loads(llm.requests[0]["body"]["messages"][1]["content"].split("\n", 1)[1])
+    assert set(fields) <= set(SENT_FIELDS)
+
+
+async def test_a_slow_review_answers_locally_then_becomes_readable(
+    services: Build, reviewing: Callable[..., Settings], llm: LlmServer
+) -> None:
+    llm.behaviour.delay_s = 0.6
+    core = await services(reviewing(**ALL, timeout_ms=100.0))
+    started = time.perf_counter()
+    body = (await core.score(payment())).as_dict()  # type: ignore[arg-type]
+    assert time.perf_counter() - started < 0.4, "the request waited past LLM_TIMEOUT_MS"
+    assert body["source"] == "model" and body["review"] == {"status": "pending", "id": "evt-1"}
+    assert (await core.review("evt-1"))["status"] == "pending"
+    for _ in range(40):
+        await asyncio.sleep(0.05)
+        if (kept := await core.review("evt-1"))["status"] != "pending":
+            break
+    assert kept["status"] == "done" and "llm" in kept["scores"]  # type: ignore[operator]
+    assert core.stats()["reviews"]["pending"] == 1  # type: ignore[index]
+
+
+async def test_another_replica_reads_a_pending_review_through_redis(
+    services: Build, reviewing: Callable[..., Settings], llm: LlmServer, redis_url: str, redis_prefix: str
+) -> None:
+    llm.behaviour.delay_s = 0.4
+    shared_redis = {"redis_url": redis_url, "redis_prefix": redis_prefix, "features_file": None}
+    a = await services(replace(reviewing(**ALL, timeout_ms=50.0), **shared_redis))
+    b = await services(replace(reviewing(**ALL), **shared_redis))
+    assert (await a.score(payment(event_id="evt-r"))).review.status == "pending"  # type: ignore[arg-type,union-attr]
+    await asyncio.sleep(0.1)  # the record's background write
+    assert (await b.review("evt-r"))["status"] == "pending"
+    await asyncio.sleep(0.6)
+    assert (await b.review("evt-r"))["status"] == "done"
+
+
+async def test_a_429_is_honoured_no_call_goes_before_its_retry_after(
+    services: Build, reviewing: Callable[..., Settings], llm: LlmServer
+) -> None:
+    llm.behaviour.fault, llm.behaviour.retry_after = "429", "30"
+    core = await services(reviewing(**ALL))
+    first = (await core.score(payment(event_id="e1", amount=10.0))).as_dict()  # type: ignore[arg-type]
+    assert first["source"] == "model" and first["review"]["status"] == "failed"  # type: ignore[index]
+    assert "429" in first["review"]["reason"]  # type: ignore[index]
+    second = (await core.score(payment(event_id="e2", amount=11.0))).as_dict()  # type: ignore[arg-type]
+    assert second["review"]["status"] == "skipped" and "breaker open" in second["review"]["reason"]  # type: ignore[index]
+    assert len(llm.requests) == 1
+    assert any("breaker open" in d for d in core.readiness().degraded)
+
+
+async def test_failures_open_the_breaker_and_a_later_probe_closes_it(
+    services: Build, reviewing: Callable[..., Settings], llm: LlmServer
+) -> None:
+    llm.behaviour.fault = "500"
+    core = await services(reviewing(**ALL, breaker_failures=2, breaker_reset_s=0.3))
+    statuses = [(await core.score(payment(event_id=f"e{i}"))).review.status for i in range(4)]  # type: ignore[arg-type,union-attr]
+    assert statuses == ["failed", "failed", "skipped", "skipped"]
+    assert len(llm.requests) == 2 and core.stats()["reviews"]["breaker"] == "open"  # type: ignore[index]
+    llm.behaviour.fault = None
+    await asyncio.sleep(0.35)
+    assert (await core.score(payment(event_id="e9"))).source == "llm"  # type: ignore[arg-type]
+    assert core.stats()["reviews"]["breaker"] == "closed"  # type: ignore[index]
+    assert core.readiness().degraded == []
+
+
+async def test_an_answer_off_the_schema_is_a_failed_review_never_a_decision(
+    services: Build, reviewing: Callable[..., Settings], llm: LlmServer
+) -> None:
+    llm.behaviour.fault = "bad"
+    core = await services(reviewing(**ALL))
+    body = (await core.score(payment())).as_dict()  # type: ignore[arg-type]
+    assert body["source"] == "model" and body["review"]["status"] == "failed"  # type: ignore[index]
+    assert "schema" in body["review"]["reason"]  # type: ignore[index]
+    assert (await core.review("evt-1"))["status"] == "failed"
+
+
+async def test_the_bucket_holds_under_a_burst(
+    services: Build, reviewing: Callable[..., Settings], llm: LlmServer
+) -> None:
+    core = await services(reviewing(**ALL, max_rps=3.0, max_share=1.0))
+    burst = await asyncio.gather(*(core.score(payment(event_id=f"b{i}", amount=100.0 + i)) for i in range(30)))  # type: ignore[arg-type]
+    statuses = [s.review.status for s in burst]  # type: ignore[union-attr]
+    assert statuses.count("done") == 3 and statuses.count("skipped") == 27
+    assert len(llm.requests) == 3
+    assert all("rate limit" in s.review.reason for s in burst if s.review.status == "skipped")  # type: ignore[union-attr]
+
+
+async def test_the_share_of_traffic_reviewed_is_capped(
+    services: Build, reviewing: Callable[..., Settings], llm: LlmServer
+) -> None:
+    core = await services(reviewing(**ALL, max_rps=1000.0, max_share=0.1))
+    for i in range(100):
+        await core.score(payment(event_id=f"s{i}", amount=200.0 + i))  # type: ignore[arg-type]
+    assert 10 <= len(llm.requests) <= 20  # the share, plus the few saved up at the start
+
+
+async def test_the_same_question_is_answered_once(
+    services: Build, reviewing: Callable[..., Settings], llm: LlmServer
+) -> None:
+    core = await services(reviewing(**ALL))
+    first = await core.score(payment(event_id="q1"))  # type: ignore[arg-type]
+    again = await core.score(payment(event_id="q2"))  # type: ignore[arg-type]
+    assert first.source == again.source == "llm" and first.risk_score == again.risk_score
+    assert len(llm.requests) == 1 and core.stats()["reviews"]["cached"] == 1  # type: ignore[index]
+    assert (await core.review("q2"))["status"] == "done"
+
+
+async def test_shutdown_does_not_wait_for_a_slow_review(
+    services: Build, reviewing: Callable[..., Settings], llm: LlmServer
+) -> None:
+    from shared.build import build_service
+
+    llm.behaviour.delay_s = 5.0
+    core = await build_service(reviewing(**ALL, timeout_ms=20.0))
+    await core.score(payment())  # type: ignore[arg-type]
+    started = time.perf_counter()
+    await core.aclose()
+    assert time.perf_counter() - started < 2.5
+
+
+async def test_without_an_endpoint_nothing_changes(service: ScoringService) -> None:
+    body = (await service.score(payment())).as_dict()  # type: ignore[arg-type]
+    assert "review" not in body and body["source"] == "model"
+    with pytest.raises(ReviewNotFound, match="reviews are off"):
+        await service.review("evt-1")
