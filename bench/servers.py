@@ -65,31 +65,62 @@ class Server:
             self.process.wait()
 
 
-def start_granian(name: str, target: str, env: dict[str, str], ready_path: str = "/api/health/ready") -> Server:
-    """Granian, one worker, on a free loopback port; timed from spawn to a 200 on `ready_path`."""
+SERVERS = ("granian", "uvicorn")
+
+
+def server_command(server: str, target: str, port: int) -> list[str]:
+    """One worker of `server` serving the ASGI `target` on 127.0.0.1:`port`.
+
+    granian: what `make run` used first (Rust HTTP, asyncio loop); uvicorn: uvloop + httptools.
+    """
+    if server == "granian":
+        flags = ["--interface", "asgi", "--workers", "1", "--no-ws", "--log-level", "warning"]
+        return [sys.executable, "-m", "granian", *flags, "--host", "127.0.0.1", "--port", str(port), target]
+    if server == "uvicorn":
+        flags = [
+            "--loop",
+            "uvloop",
+            "--http",
+            "httptools",
+            "--workers",
+            "1",
+            "--no-access-log",
+            "--log-level",
+            "warning",
+        ]
+        return [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            *flags,
+            "--lifespan",
+            "on",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            target,
+        ]
+    raise ValueError(f"unknown server {server!r}")
+
+
+def start_server(
+    name: str, target: str, env: dict[str, str], *, server: str = "granian", ready_path: str = "/api/health/ready"
+) -> Server:
+    """`server` with one worker on a free loopback port; timed from spawn to a 200 on `ready_path`."""
     port = free_port()
-    cmd = [
-        sys.executable,
-        "-m",
-        "granian",
-        "--interface",
-        "asgi",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--workers",
-        "1",
-        "--no-ws",
-        "--log-level",
-        "warning",
-        target,
-    ]
     started = time.perf_counter()
     with open(Path(tempfile.gettempdir()) / f"bench-{name}.log", "wb") as log:  # the child keeps its own handle
-        process = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            server_command(server, target, port), env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT
+        )
     wait_http(f"http://127.0.0.1:{port}{ready_path}")
     return Server(name, port, process, time.perf_counter() - started)
+
+
+def start_granian(name: str, target: str, env: dict[str, str], ready_path: str = "/api/health/ready") -> Server:
+    """Granian, one worker, on a free loopback port; timed from spawn to a 200 on `ready_path`."""
+    return start_server(name, target, env, server="granian", ready_path=ready_path)
 
 
 class Redis:

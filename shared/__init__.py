@@ -9,7 +9,7 @@ Layers (imports run one way, down this list; tests/test_layers.py fails on an up
     features, feature_store          event + user context → the model's row
     serving, registry, decision, rollout, review  one served version · versions · score → decision · fleet sync · LLM review
     service, build                   the transport-free core · wiring once per process
-    http, triggers, asgi, __main__, queue   adapters (queue: the Service Bus batch path)
+    http, triggers, asgi, __main__, local_server, queue   adapters (queue: the Service Bus batch path)
 
 Importing `shared` is cheap: every name below loads its module on first use.
 """

@@ -45,6 +45,7 @@ __all__ = [
 
 GraphOptimization = Literal["disable", "basic", "extended", "all"]
 PredictionL2 = Literal["auto", "always", "never"]
+HttpServer = Literal["granian", "uvicorn"]
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 
@@ -280,6 +281,12 @@ class Settings:
     body_timeout_ms: int = setting(
         "BODY_TIMEOUT_MS", 5000, "longest wait for a request body to arrive whole; past it the answer is 408"
     )
+    http_server: HttpServer = setting(
+        "HTTP_SERVER", "granian", "the server `make run` uses (see README: Performance)", local_only=True
+    )
+    workers: int = setting(
+        "WORKERS", 1, "processes `make run` serves with, each with its own warm sessions and L1 cache", local_only=True
+    )
     http_backpressure: int = setting(
         "HTTP_BACKPRESSURE", 1024, "requests `make run` keeps in flight before it stops accepting more", local_only=True
     )
@@ -323,6 +330,8 @@ class Settings:
         _check(self.max_model_bytes >= 1024, "MAX_MODEL_BYTES", f"an integer >= 1024, got {self.max_model_bytes}")
         _check(100 <= self.body_timeout_ms <= 600_000, "BODY_TIMEOUT_MS", "an integer within 100..600000")
         _check(1 <= self.http_backpressure <= 1_000_000, "HTTP_BACKPRESSURE", "an integer within 1..1000000")
+        _check(self.http_server in ("granian", "uvicorn"), "HTTP_SERVER", "one of granian|uvicorn")
+        _check(1 <= self.workers <= 64, "WORKERS", "an integer within 1..64")
         _check(1 <= self.http_backlog <= 65535, "HTTP_BACKLOG", "an integer within 1..65535")
         _check(100 <= self.http_header_timeout_ms <= 600_000, "HTTP_HEADER_TIMEOUT_MS", "an integer within 100..600000")
         _check(self.gc_gen0_threshold >= 0, "GC_GEN0_THRESHOLD", "an integer >= 0 (0 keeps Python's default)")

@@ -76,6 +76,7 @@ class ServerProcess:
     port: int
     process: subprocess.Popen[bytes]
     log: Path
+    kind: str = "granian"  # HTTP_SERVER
 
     def connect(self) -> socket.socket:
         return socket.create_connection(("127.0.0.1", self.port), timeout=5)
@@ -107,7 +108,7 @@ def running_server(env: Mapping[str, str], workdir: Path, ready_within_s: float 
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    server = ServerProcess(port, process, log)
+    server = ServerProcess(port, process, log, env.get("HTTP_SERVER", "granian"))
     try:
         _wait_ready(server, ready_within_s)
         yield server

@@ -26,7 +26,7 @@ LAYERS: list[set[str]] = [
     {"shared.features", "shared.feature_store"},
     {"shared.serving", "shared.registry", "shared.decision", "shared.rollout", "shared.review"},
     {"shared.service", "shared.build"},
-    {"shared.http", "shared.triggers", "shared.asgi", "shared.__main__", "shared.queue"},
+    {"shared.http", "shared.triggers", "shared.asgi", "shared.__main__", "shared.local_server", "shared.queue"},
 ]
 HEAVY = ("onnxruntime", "numpy", "redis", "azure.storage", "openai")
 

@@ -1,6 +1,7 @@
-"""The local server (`python -m shared`, Granian) at its edges: stalled clients, malformed framing.
+"""The local server (`python -m shared`) at its edges: stalled clients, malformed framing.
 
-One server for the module, with limits small enough to overrun in a test: 16 connections
+Every test runs on each server `make run` can use (HTTP_SERVER: Granian, uvicorn), one
+server per module and kind, with limits small enough to overrun in a test: 16 connections
 held, 1 s to send a body, 1 s to send the headers. Every socket is closed by the test
 that opened it, and every wait is bounded.
 """
@@ -10,11 +11,12 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
+from pathlib import Path
 
 import orjson
 import pytest
 
-import shared.__main__
+import shared.local_server
 from tests.conftest import event
 from tests.onnx_models import make_model
 from tests.server_process import ServerProcess, read_reply, running_server
@@ -27,8 +29,8 @@ LIVE_WITHIN_S = 10.0  # a few timeouts: the stalled connections ahead of the pro
 pytestmark = pytest.mark.timeout(90)
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+@pytest.fixture(scope="module", params=["granian", "uvicorn"])
+def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     root = tmp_path_factory.mktemp("server")
     (root / "models" / "fraud" / "1").mkdir(parents=True)
     (root / "models" / "fraud" / "1" / "model.onnx").write_bytes(make_model())
@@ -39,6 +41,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         "BODY_TIMEOUT_MS": str(int(TIMEOUT_S * 1000)),
         "HTTP_HEADER_TIMEOUT_MS": str(int(TIMEOUT_S * 1000)),
         "LOG_LEVEL": "WARNING",
+        "HTTP_SERVER": request.param,
     }
     with running_server(env, root) as running:
         yield running
@@ -79,7 +82,8 @@ def test_stalled_body_flood_leaves_liveness_answering(live: ServerProcess) -> No
 
         waited = assert_live_within(live, LIVE_WITHIN_S)
 
-        assert waited >= TIMEOUT_S * 0.8, "HTTP_BACKPRESSURE should hold the probe until stalled requests time out"
+        if live.kind == "granian":  # NOTE: uvicorn holds every connection: the probe answers at once
+            assert waited >= TIMEOUT_S * 0.8, "HTTP_BACKPRESSURE should hold the probe until stalled requests time out"
         deadline = time.monotonic() + LIVE_WITHIN_S
         for sock in stalled:
             reply = read_reply(sock, max(deadline - time.monotonic(), 0.1))
@@ -109,9 +113,13 @@ def test_slowloris_headers_do_not_block_liveness_past_the_header_timeout(live: S
     ids=["bad-first-size", "bad-later-size"],
 )
 def test_malformed_chunked_body_is_a_json_400(live: ServerProcess, chunks: bytes) -> None:
-    """Defect 9a: Granian ends a body it cannot parse with http.disconnect; that was a 500."""
+    """Defect 9a: Granian ends a body it cannot parse with http.disconnect; that was a 500.
+    uvicorn answers a chunk size httptools cannot parse itself (documented in shared/local_server.py)."""
     reply = live.send(post("/api/score", chunks, "Transfer-Encoding: chunked"))
     assert reply is not None and reply.status == 400
+    if live.kind == "uvicorn":
+        assert reply.body.decode() in (shared.local_server.__doc__ or "")
+        return
     assert reply.json()["error"] == "bad_request" and reply.json()["detail"]
 
 
@@ -137,10 +145,44 @@ GRANIAN_OWNS = {
 
 
 @pytest.mark.parametrize(("raw", "status"), GRANIAN_OWNS.values(), ids=GRANIAN_OWNS.keys())
-def test_answers_granian_owns_are_empty_and_documented(live: ServerProcess, raw: bytes, status: int) -> None:
-    """Defect 9c: these never reach the app, so they cannot be JSON; the NOTE in shared/__main__.py says so."""
+def test_answers_the_server_owns_are_documented(live: ServerProcess, raw: bytes, status: int) -> None:
+    """Defect 9c: these never reach the app, so they cannot be JSON; shared/local_server.py says what they are."""
     reply = live.send(raw)
-    assert reply is not None and reply.status == status
-    assert reply.body == b"" and reply.headers.get("connection") == "close"
-    assert str(status) in (shared.__main__.__doc__ or ""), f"document Granian's {status} in shared/__main__.py"
+    doc = shared.local_server.__doc__ or ""
+    if live.kind == "granian":
+        assert reply is not None and reply.status == status
+        assert reply.body == b"" and reply.headers.get("connection") == "close"
+        assert str(status) in doc, f"document Granian's {status} in shared/local_server.py"
+    elif status == 431:  # uvicorn sets no limit on the number of header fields
+        assert reply is not None and reply.status == 200
+    else:  # uvicorn answers what httptools cannot parse with its own 400, or closes
+        assert reply is None or (reply.status == 400 and reply.body.decode() in doc)
     assert_live_within(live, LIVE_WITHIN_S)
+
+
+@pytest.mark.parametrize("kind", ["granian", "uvicorn"])
+def test_workers_are_processes_that_each_serve(kind: str, tmp_path: Path) -> None:
+    """WORKERS=2: two processes, each with its own warm service, both answering."""
+    (tmp_path / "models" / "fraud" / "1").mkdir(parents=True)
+    (tmp_path / "models" / "fraud" / "1" / "model.onnx").write_bytes(make_model())
+    env = {"MODELS_DIR": str(tmp_path / "models"), "FEATURES_FILE": "", "HTTP_SERVER": kind, "WORKERS": "2"}
+    with running_server(env, tmp_path) as server:
+        workers = children(server.process.pid)
+        assert len(workers) >= 2, f"expected 2 worker processes under {kind}, found {workers}"
+        for i in range(20):
+            body = orjson.dumps(event(event_id=f"evt-{i}"))
+            reply = server.send(post("/api/score", body, f"Content-Length: {len(body)}"))
+            assert reply is not None and reply.status == 200
+
+
+def children(pid: int) -> list[int]:
+    """Every descendant process of `pid` (Linux /proc)."""
+    found: list[int] = []
+    pending = [pid]
+    while pending:
+        current = pending.pop()
+        for task in Path(f"/proc/{current}/task").iterdir():
+            kids = [int(k) for k in (task / "children").read_text().split()]
+            found.extend(kids)
+            pending.extend(kids)
+    return found
