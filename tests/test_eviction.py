@@ -54,7 +54,8 @@ def small_redis(request: pytest.FixtureRequest) -> Iterator[str]:
 async def defaulted_share_under_prediction_pressure(settings: Settings, url: str) -> tuple[float, int, int]:
     """Seed users, drive the service's own prediction writes until Redis is full, then score every user."""
     assert await seed_redis(url, USERS) == len(USERS)
-    cache = CachePolicy(l1_size=0, prediction_l2="always", features_l1_ttl_s=0.001)
+    # NOTE: a generous round-trip deadline: on a loaded machine a 50 ms one skips writes, and Redis never fills
+    cache = CachePolicy(l1_size=0, prediction_l2="always", features_l1_ttl_s=0.001, redis_timeout_ms=1000)
     service = await build_service(replace(settings, redis_url=url, features_file=None, cache=cache))
     client = Redis.from_url(url)
     try:

@@ -101,15 +101,27 @@ async def test_a_slow_review_answers_locally_then_becomes_readable(
 async def test_another_replica_reads_a_pending_review_through_redis(
     services: Build, reviewing: Callable[..., Settings], llm: LlmServer, redis_url: str, redis_prefix: str
 ) -> None:
-    llm.behaviour.delay_s = 0.4
+    llm.behaviour.delay_s = 1.0
     shared_redis = {"redis_url": redis_url, "redis_prefix": redis_prefix, "features_file": None}
     a = await services(replace(reviewing(**ALL, timeout_ms=50.0), **shared_redis))
     b = await services(replace(reviewing(**ALL), **shared_redis))
     assert (await a.score(payment(event_id="evt-r"))).review.status == "pending"  # type: ignore[arg-type,union-attr]
-    await asyncio.sleep(0.1)  # the record's background write
-    assert (await b.review("evt-r"))["status"] == "pending"
-    await asyncio.sleep(0.6)
-    assert (await b.review("evt-r"))["status"] == "done"
+    assert await read_through(b, "evt-r", until="pending") == "pending"  # the record's background write landed
+    assert await read_through(b, "evt-r", until="done") == "done"
+
+
+async def read_through(core: ScoringService, event_id: str, until: str, within_s: float = 3.0) -> str:
+    """The status another replica reads, polled until it is `until` (or the time is up)."""
+    status = "absent"
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline and status != until:
+        try:
+            status = str((await core.review(event_id))["status"])
+        except ReviewNotFound:
+            status = "absent"
+        if status != until:
+            await asyncio.sleep(0.02)
+    return status
 
 
 async def test_a_429_is_honoured_no_call_goes_before_its_retry_after(
