@@ -2,7 +2,7 @@
 
     python -m bench.review [--rate 300] [--seconds 8] [--rounds 3]
 
-One run, four apps side by side (Granian, embedded defaults), each driven in turn by the
+One run, four apps side by side (make run's server, embedded defaults), each driven in turn by the
 open-loop generator at the same offered rate, rounds interleaved, medians reported:
 
     off       AZURE_OPENAI_ENDPOINT unset
@@ -30,7 +30,8 @@ from pathlib import Path
 import orjson
 
 from bench.loadgen import event_body, open_loop
-from bench.servers import Server, free_port, start_granian
+from bench.servers import Server, free_port, start_server
+from shared.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 MODES: dict[str, list[str] | None] = {
@@ -101,7 +102,7 @@ def main() -> None:
                     "LLM_MAX_RPS": "100000",
                     "LLM_MAX_SHARE": "1",
                 }
-            apps[mode] = start_granian(f"review-{mode}", "shared.asgi:app", env)
+            apps[mode] = start_server(f"review-{mode}", "shared.asgi:app", env, server=Settings().http_server)
         time.sleep(0.5)
         runs: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
         offset = 50_000_000

@@ -5,9 +5,11 @@
 Steps (progress is printed as it goes):
   1. Redis (REDIS_URL, or our own redis-server), demo user features seeded under a fresh prefix;
   2. closed loop, wrk -t2 -c16, rounds interleaved so every figure sees the same machine:
-     bare Starlette on Granian (the ceiling, same stack) · raw ASGI on Granian (fastest we have) ·
-     /api/score on the miss path (unique rows; PREDICTION_L2 auto, and always = a Redis read
-     per batch) · the hit path · /api/score/batch (8 events);
+     a raw ASGI echo on every server we can install (Granian; uvicorn with uvloop + httptools):
+     the fastest of them in a round is that round's ceiling · bare Starlette on make run's server
+     (same stack) · /api/score on the miss path (unique rows; PREDICTION_L2 auto, and always = a
+     Redis read per batch) · the hit path · both again on the other server · the miss path with
+     WORKERS=2 · /api/score/batch with 8 and 64 events;
   3. open loop at fixed offered rates on the miss path: latency percentiles and per-stage timings;
   4. in-process: raw ONNX Runtime on the model (the floor) and the batcher's added latency;
   5. report.md, results.json and PNG plots in --out.
@@ -31,7 +33,8 @@ from pathlib import Path
 
 from bench import floor, report
 from bench.loadgen import open_loop
-from bench.servers import Redis, rss_mib, start_granian
+from bench.servers import SERVERS, Redis, rss_mib, start_server
+from shared.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 WRK_SCRIPT = ROOT / "bench" / "wrk" / "score.lua"
@@ -43,6 +46,8 @@ def say(step: str) -> None:
 
 def wrk(port: int, seconds: float, connections: int, mode: str, path: str = "/api/score") -> dict[str, float]:
     env = {**os.environ, "MODE": mode}
+    if mode == "batch64":
+        env |= {"MODE": "batch", "BATCH": "64"}
     cmd = [
         "wrk",
         "-t2",
@@ -108,31 +113,40 @@ def main() -> None:
         },
     }
     try:
-        say("starting the servers: app (Granian + Starlette + core), bare Starlette, raw ASGI")
+        default = Settings().http_server  # what `make run` serves with
+        other = next(x for x in SERVERS if x != default)
+        results["servers"] = {"default": default, "other": other}
+        say(f"starting the servers: app ({default} + Starlette + core), bare Starlette, raw ASGI on {SERVERS}")
         starts = []
         for _ in range(3):
-            server = start_granian("app-start", "shared.asgi:app", app_env)
+            server = start_server("app-start", "shared.asgi:app", app_env, server=default)
             starts.append(server.start_to_ready_s)
             server.stop()
         results["start_to_ready_s"] = statistics.median(starts)
 
         always = {"PREDICTION_L2": "always"}
-        targets: dict[str, tuple[str, str, dict[str, str]]] = {
-            "ceiling_starlette": ("bench.ceiling:starlette_app", "hit", {}),
-            "ceiling_raw_asgi": ("bench.ceiling:raw_app", "hit", {}),
-            "score_miss": ("shared.asgi:app", "miss", {}),
-            "score_miss_redis": ("shared.asgi:app", "miss", always),
-            "score_hit": ("shared.asgi:app", "hit", {}),
-            "batch_8": ("shared.asgi:app", "batch", {}),
+        app, bare = "shared.asgi:app", "bench.ceiling"
+        # name: (target, wrk mode, extra env, server, workers)
+        targets: dict[str, tuple[str, str, dict[str, str], str, int]] = {
+            **{f"ceiling_raw_{x}": (f"{bare}:raw_app", "hit", {}, x, 1) for x in SERVERS},
+            "ceiling_starlette": (f"{bare}:starlette_app", "hit", {}, default, 1),
+            "score_miss": (app, "miss", {}, default, 1),
+            "score_miss_redis": (app, "miss", always, default, 1),
+            "score_hit": (app, "hit", {}, default, 1),
+            f"score_miss_{other}": (app, "miss", {}, other, 1),
+            f"score_hit_{other}": (app, "hit", {}, other, 1),
+            "score_miss_2_workers": (app, "miss", {}, default, 2),
+            "batch_8": (app, "batch", {}, default, 1),
+            "batch_64": (app, "batch64", {}, default, 1),
         }
         runs: dict[str, list[dict[str, float]]] = {name: [] for name in targets}
         memory: dict[str, float] = {}
         for round_no in range(1, args.rounds + 1):
-            for name, (target, mode, extra) in targets.items():
+            for name, (target, mode, extra, kind, workers) in targets.items():
                 say(
                     f"round {round_no}/{args.rounds}: wrk {name} ({args.seconds:.0f} s, {args.connections} connections)"
                 )
-                server = start_granian(name, target, {**app_env, **extra})
+                server = start_server(name, target, {**app_env, **extra}, server=kind, workers=workers)
                 try:
                     if mode == "hit":
                         wrk(server.port, 1, args.connections, mode)  # warm the cache with the hit set
@@ -142,12 +156,13 @@ def main() -> None:
                     server.stop()
         wrk_results = {name: median_of(r) for name, r in runs.items()}
         wrk_results["batch_8"]["events_per_s"] = wrk_results["batch_8"]["rps"] * 8
+        wrk_results["batch_64"]["events_per_s"] = wrk_results["batch_64"]["rps"] * 64
         results["wrk"] = wrk_results
         results["wrk_rounds"] = runs
         results["memory_mib"] = memory
 
         say("open loop on the miss path at fixed offered rates")
-        server = start_granian("open-loop", "shared.asgi:app", app_env)
+        server = start_server("open-loop", "shared.asgi:app", app_env, server=default)
         open_results = []
         try:
             asyncio.run(open_loop(server.port, 200, 1.0, offset=10_000_000))  # warm

@@ -68,13 +68,13 @@ class Server:
 SERVERS = ("granian", "uvicorn")
 
 
-def server_command(server: str, target: str, port: int) -> list[str]:
-    """One worker of `server` serving the ASGI `target` on 127.0.0.1:`port`.
+def server_command(server: str, target: str, port: int, workers: int = 1) -> list[str]:
+    """`workers` processes of `server` serving the ASGI `target` on 127.0.0.1:`port`.
 
-    granian: what `make run` used first (Rust HTTP, asyncio loop); uvicorn: uvloop + httptools.
+    granian: Rust HTTP, asyncio loop; uvicorn: uvloop + httptools (shared/local_server.py).
     """
     if server == "granian":
-        flags = ["--interface", "asgi", "--workers", "1", "--no-ws", "--log-level", "warning"]
+        flags = ["--interface", "asgi", "--workers", str(workers), "--no-ws", "--log-level", "warning"]
         return [sys.executable, "-m", "granian", *flags, "--host", "127.0.0.1", "--port", str(port), target]
     if server == "uvicorn":
         flags = [
@@ -105,22 +105,22 @@ def server_command(server: str, target: str, port: int) -> list[str]:
 
 
 def start_server(
-    name: str, target: str, env: dict[str, str], *, server: str = "granian", ready_path: str = "/api/health/ready"
+    name: str,
+    target: str,
+    env: dict[str, str],
+    *,
+    server: str = "granian",
+    workers: int = 1,
+    ready_path: str = "/api/health/ready",
 ) -> Server:
-    """`server` with one worker on a free loopback port; timed from spawn to a 200 on `ready_path`."""
+    """`server` with `workers` processes on a free loopback port; timed from spawn to a 200 on `ready_path`."""
     port = free_port()
     started = time.perf_counter()
+    command = server_command(server, target, port, workers)
     with open(Path(tempfile.gettempdir()) / f"bench-{name}.log", "wb") as log:  # the child keeps its own handle
-        process = subprocess.Popen(
-            server_command(server, target, port), env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT
-        )
+        process = subprocess.Popen(command, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT)
     wait_http(f"http://127.0.0.1:{port}{ready_path}")
     return Server(name, port, process, time.perf_counter() - started)
-
-
-def start_granian(name: str, target: str, env: dict[str, str], ready_path: str = "/api/health/ready") -> Server:
-    """Granian, one worker, on a free loopback port; timed from spawn to a 200 on `ready_path`."""
-    return start_server(name, target, env, server="granian", ready_path=ready_path)
 
 
 class Redis:
