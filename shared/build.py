@@ -70,6 +70,12 @@ async def build_service(settings: Settings) -> ScoringService:
     )
     rollout = Rollout(registry, source, redis, poll_s=settings.model_poll_s)
     service = ScoringService(settings, registry, features, predictions, redis, rollout=rollout)
+    if settings.telemetry:
+        from shared.telemetry.setup import configure
+
+        telemetry = configure(settings)  # NOTE: once per process; later builds reuse it
+        if telemetry is not None:
+            telemetry.watch(service)  # before start: the first activations count
     try:
         await service.start()
     except BaseException:
