@@ -166,7 +166,7 @@ CATALOGUE: tuple[Spec, ...] = (
     ),
 )
 
-_UNIT_WORDS = {"s": "seconds", "1": "ratio"}
+_UNIT_WORDS = {"s": "seconds", "1": ""}  # NOTE: the exporter adds no word for "1"
 
 
 def by_name(name: str) -> Spec:

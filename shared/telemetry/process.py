@@ -17,8 +17,8 @@ def current() -> Telemetry | None:
     return _current
 
 
-def install(telemetry: Telemetry) -> None:
-    """Make `telemetry` the process's (tests: one with in-memory readers and span exporters)."""
+def install(telemetry: Telemetry | None) -> None:
+    """Make `telemetry` the process's (tests: one with in-memory readers and span exporters; None: none)."""
     global _current
     _current = telemetry
 
