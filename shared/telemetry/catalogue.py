@@ -42,6 +42,7 @@ class Spec:
 
 
 CATALOGUE: tuple[Spec, ...] = (
+    Spec("process.uptime", "gauge", "s", "seconds since this process set its telemetry up"),
     # -- requests and stages --------------------------------------------------------------
     Spec(
         "http.server.request.duration",

@@ -17,6 +17,8 @@ Heavy: imported by `configure` (from `build_service`) only, never on function_ap
 from __future__ import annotations
 
 import logging
+import time
+import weakref
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -44,6 +46,7 @@ __all__ = ["Telemetry", "Watched", "configure", "traceparent_of"]
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = "fraud-scoring"
+_HOOKED: weakref.WeakSet[Any] = weakref.WeakSet()
 STAGE_ORDER = ("parse", "features", "queue", "cache", "inference", "llm")  # laid end to end in a trace
 
 
@@ -152,12 +155,15 @@ class Telemetry:
     def watch(self, service: Any) -> None:
         """Read `service`'s counters at each collection and follow its models' lifecycle."""
         self._watched = service
-        service.on_model("activated", lambda e: metrics.model_event(e.name, "activated"))
-        service.on_model("failed", lambda e: metrics.model_event(e.name, "failed"))
+        if service not in _HOOKED:  # NOTE: the counters are the process's: one hook per service
+            _HOOKED.add(service)
+            service.on_model("activated", lambda e: metrics.model_event(e.name, "activated"))
+            service.on_model("failed", lambda e: metrics.model_event(e.name, "failed"))
 
     def _observe(self) -> None:
         meter = self.meter_provider.get_meter("shared.telemetry")
         for name, callback, kind in (
+            ("process.uptime", self._uptime, "gauge"),
             ("scoring.events", self._events, "counter"),
             ("scoring.cache.lookups", self._lookups, "counter"),
             ("scoring.features.defaulted.ratio", self._defaulted, "gauge"),
@@ -166,6 +172,10 @@ class Telemetry:
             spec = by_name(name)
             create = meter.create_observable_counter if kind == "counter" else meter.create_observable_gauge
             create(name, callbacks=[callback], unit=spec.unit, description=spec.description)
+
+    def _uptime(self, options: CallbackOptions) -> Iterable[Observation]:
+        # NOTE: always one point, so a collection is never empty and the bridge always runs
+        return [Observation((time.time_ns() - self.bridge.started) / 1e9)]
 
     def _stats(self) -> dict[str, Any]:
         return self._watched.stats() if self._watched is not None else {}
