@@ -39,9 +39,12 @@ def test_a_score_records_its_request_and_every_stage(client: TestClient, observe
         assert total(reader, "scoring.stage.duration", **{"scoring.stage": stage}) == count + 1
     assert total(reader, "scoring.batch.size", **{"scoring.model": "fraud"}) >= 1
     assert total(reader, "scoring.model.active", **{"scoring.model": "fraud", "scoring.model.version": "1"}) == 1
-    [(attrs, histogram)] = [
-        (a, p) for a, p in points(reader, "http.server.request.duration") if a.get("http.response.status_code") == "200"
-        and a.get("http.route") == "/api/score" and a.get("scoring.source") == "model"
+    [(_, histogram)] = [
+        (a, p)
+        for a, p in points(reader, "http.server.request.duration")
+        if a.get("http.response.status_code") == "200"
+        and a.get("http.route") == "/api/score"
+        and a.get("scoring.source") == "model"
     ]
     assert histogram.sum > 0 and list(histogram.explicit_bounds)[:2] == [0.0005, 0.001]
 
@@ -53,7 +56,9 @@ def test_a_cache_hit_is_counted_by_tier_and_labelled_on_the_request(client: Test
     hits = total(observed.reader, "http.server.request.duration", **ROUTE, **{"scoring.source": "cache"})
     assert client.post("/api/score", json=body).json()["source"] == "cache"
     reader = observed.reader
-    assert total(reader, "scoring.cache.lookups", **{"scoring.cache": "predictions", "scoring.cache.tier": "l1"}) == l1 + 1
+    assert (
+        total(reader, "scoring.cache.lookups", **{"scoring.cache": "predictions", "scoring.cache.tier": "l1"}) == l1 + 1
+    )
     assert total(reader, "http.server.request.duration", **ROUTE, **{"scoring.source": "cache"}) == hits + 1
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from shared.queue.handler import PaymentBatch
 from shared.queue.idempotency import MemoryResultStore
 from shared.queue.messages import Incoming
@@ -75,14 +77,14 @@ async def test_reloads_and_failures_are_counted_and_the_active_version_follows(
     activated = total(reader, "scoring.model.reloads", **{"scoring.model": "fraud", "scoring.outcome": "activated"})
     failed = total(reader, "scoring.model.reloads", **{"scoring.model": "fraud", "scoring.outcome": "failed"})
     await service.install_model(ModelRef("fraud", "2"), make_model(bias=0.5))
-    try:
+    with pytest.raises(ModelInvalid):
         await service.install_model(ModelRef("fraud", "3"), b"not an onnx file")
-    except ModelInvalid:
-        pass
     assert total(reader, "scoring.model.reloads", **{"scoring.model": "fraud", "scoring.outcome": "activated"}) == (
         activated + 1
     )
-    assert total(reader, "scoring.model.reloads", **{"scoring.model": "fraud", "scoring.outcome": "failed"}) == failed + 1
+    assert (
+        total(reader, "scoring.model.reloads", **{"scoring.model": "fraud", "scoring.outcome": "failed"}) == failed + 1
+    )
     assert [a["scoring.model.version"] for a, _ in points(reader, "scoring.model.active")] == ["2"]
 
 
