@@ -168,7 +168,7 @@ def create_app(holder: ServiceHolder, *, hosted: bool = False) -> ASGIApp:
     async def metrics(request: Request) -> Response:
         from shared.telemetry.setup import configure
 
-        telemetry = configure(holder.settings)
+        telemetry = configure(holder.settings) if holder.settings.telemetry else None
         if telemetry is None:
             return json_response({"error": "not_found", "detail": "telemetry is off (TELEMETRY=false)"}, 404)
         return Response(telemetry.prometheus_text(), media_type="text/plain; version=0.0.4; charset=utf-8")
