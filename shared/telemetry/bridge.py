@@ -106,16 +106,17 @@ def _histogram_point(
         return None
     bounds = series.bounds
     if last is None:
-        return HistogramDataPoint(attributes, start, now, count, total, counts, bounds, series.min, series.max)
+        return HistogramDataPoint(
+            attributes, start, now, count, total, counts, bounds, series.low(), series.lifetime_max()
+        )
     before = last.get((name, key), (0.0, 0.0, *([0] * len(counts))))
     last[(name, key)] = (count, total, *counts)
     if count == before[0]:
         return None
-    low, high = series.window_min, series.window_max  # NOTE: one delta reader per process (Azure Monitor)
-    series.window_min, series.window_max = float("inf"), float("-inf")
+    high = series.take_window_max()  # NOTE: one delta reader per process (Azure Monitor)
     diff = [int(c - b) for c, b in zip(counts, before[2:], strict=True)]
     return HistogramDataPoint(
-        attributes, start, now, int(count - before[0]), total - before[1], diff, bounds, low, high
+        attributes, start, now, int(count - before[0]), total - before[1], diff, bounds, series.low(diff), high
     )
 
 

@@ -118,7 +118,7 @@ def test_a_delta_reader_sees_each_interval_once_with_its_own_max() -> None:
     metrics.queue_age(0.5)
     [age] = [m for m in bridge.collect(reader, delta=True) if m.name == "scoring.queue.message.age"]
     [point] = age.data.data_points
-    assert (point.count, point.max, point.min, point.sum) == (2, 7.5, 0.5, 8.0)
+    assert (point.count, point.max, point.min, point.sum) == (2, 7.5, 0.25, 8.0)  # min: its bucket's lower bound
     assert not [m for m in bridge.collect(reader, delta=True) if m.name == "scoring.queue.message.age"]
 
 

@@ -174,7 +174,7 @@ def check_app_metrics(root: Path) -> list[str]:
                 continue
             for criterion in _body(res)["properties"]["criteria"]["allOf"]:
                 query = str(_var_text(tree, criterion["query"]))
-                query = re.sub(r"\$\{(\w+)\}", lambda m: str(params.get(m.group(1), m.group(0))), query)
+                query = re.sub(r"\$\{(\w+)\}", lambda m, p=params: str(p.get(m.group(1), m.group(0))), query)
                 for metric in re.findall(r"customMetrics\s*\|\s*where\s+name\s*==\s*\\?'([^'\\]+)", query):
                     spec = catalogue.get(metric)
                     if spec is None:
