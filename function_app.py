@@ -9,6 +9,7 @@
     score_batch  score/batch                POST     function    up to MAX_BATCH_ITEMS events
     reviews      reviews/{event_id}         GET      function    an event's review by Azure OpenAI
     stats        stats                      GET      function    cache and batch counters
+    metrics      metrics                    GET      function    every metric, Prometheus text format
     payments     Service Bus `payments` (batches) -> `risk-completed` | `risk-rejected` (SDK publisher)
     model_blob   Blob `%MODELS_CONTAINER%/{name}/{version}/model.onnx` (Event Grid source)
 
@@ -77,6 +78,12 @@ async def reviews(req: func.HttpRequest, context: func.Context) -> func.HttpResp
 @app.function_name("stats")
 @app.route(route="stats", methods=["GET"], auth_level=KEYED)
 async def stats(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
+    return await handlers.http(req, context)
+
+
+@app.function_name("metrics")
+@app.route(route="metrics", methods=["GET"], auth_level=KEYED)
+async def metrics(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
     return await handlers.http(req, context)
 
 

@@ -1,11 +1,12 @@
 """CPU per request of the ASGI app called in-process: no server, no load generator, no network.
 
-    .venv/bin/python -m bench.inprocess [--profile hit|miss]
+    .venv/bin/python -m bench.inprocess [--profile hit|miss] [--telemetry]
 
 The same app object `make run` serves, driven through its ASGI interface in groups of 8
 concurrent requests; `time.process_time` per request, median of 5 rounds, beside the bare
 Starlette endpoint. This isolates the Python cost of the score path from the machine's noise
-(embedded defaults: no Redis). `--profile` prints the cProfile of one path.
+(embedded defaults: no Redis). `--profile` prints the cProfile of one path. `--telemetry`
+compares the app with TELEMETRY=false and true, rounds interleaved, in one run.
 """
 
 from __future__ import annotations
@@ -62,6 +63,34 @@ async def cpu_per_request(app: Any, bodies: list[bytes]) -> float:
     return (time.process_time() - started) / len(bodies) * 1e6
 
 
+async def telemetry_overhead() -> None:
+    """hit and miss CPU per request, TELEMETRY off vs on (1% traced), interleaved rounds, medians."""
+    apps = {}
+    for name, on in (("off", False), ("on", True)):
+        holder = ServiceHolder(lambda on=on: Settings(gc_gen0_threshold=0, telemetry=on))  # type: ignore[misc]
+        apps[name] = (holder, create_app(holder))
+        await holder.get()
+    hits = [event_body(n) for n in range(200)] * 20
+    for _, app in apps.values():
+        for body in hits[:200]:
+            await call(app, body)
+    rounds: dict[tuple[str, str], list[float]] = {}
+    for r in range(7):
+        for name in ("off", "on") if r % 2 == 0 else ("on", "off"):
+            app = apps[name][1]
+            rounds.setdefault(("hit", name), []).append(await cpu_per_request(app, hits))
+            misses = [event_body(10_000_000 * (r + 1) + (0 if name == "off" else 5_000_000) + n) for n in range(4000)]
+            rounds.setdefault(("miss", name), []).append(await cpu_per_request(app, misses))
+    for path in ("hit", "miss"):
+        cpu_off, cpu_on = (statistics.median(rounds[(path, n)]) for n in ("off", "on"))
+        print(
+            f"{path}: {cpu_off:.1f} µs off, {cpu_on:.1f} µs on, +{cpu_on - cpu_off:.1f} µs "
+            f"({cpu_on / cpu_off:.3f}x), median of 7 rounds"
+        )
+    for holder, _ in apps.values():
+        await holder.aclose()
+
+
 async def main(profile: str | None) -> None:
     holder = ServiceHolder(lambda: Settings(gc_gen0_threshold=0))
     app = create_app(holder)
@@ -90,4 +119,6 @@ async def main(profile: str | None) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", choices=["hit", "miss"])
-    asyncio.run(main(parser.parse_args().profile))
+    parser.add_argument("--telemetry", action="store_true", help="TELEMETRY off vs on, in one run")
+    options = parser.parse_args()
+    asyncio.run(telemetry_overhead() if options.telemetry else main(options.profile))

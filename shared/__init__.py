@@ -2,7 +2,7 @@
 
 Layers (imports run one way, down this list; tests/test_layers.py fails on an upward one):
 
-    settings, errors, exports        configuration · the one error tree · lazy package surfaces
+    settings, errors, exports, telemetry  configuration · errors · lazy surfaces · metrics, traces, logs
     events                           the payment event schema and its decoding
     cache, batching, background, deadlines  tiers, prediction cache · micro-batcher · jobs · deadlines
     models                           spec (metadata contract) · runtime (ONNX Runtime) · source

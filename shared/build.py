@@ -75,6 +75,12 @@ async def build_service(settings: Settings) -> ScoringService:
     rollout = Rollout(registry, source, redis, poll_s=settings.model_poll_s)
     reviewer = build_reviewer(settings, redis) if settings.review.enabled else None
     service = ScoringService(settings, registry, features, predictions, redis, reviewer=reviewer, rollout=rollout)
+    if settings.telemetry:
+        from shared.telemetry.setup import configure
+
+        telemetry = configure(settings)  # NOTE: once per process; later builds reuse it
+        if telemetry is not None:
+            telemetry.watch(service)  # before start: the first activations count
     try:
         await service.start()
     except BaseException:

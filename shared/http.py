@@ -10,6 +10,7 @@ Routes (the same paths locally and in Azure, where host.json's routePrefix is "a
     DELETE /api/models/{name}/activate  release the pin: the newest version serves again
     GET  /api/reviews/{event_id}    the review of an event by Azure OpenAI (done, pending, failed)
     GET  /api/stats                 cache and batch counters
+    GET  /api/metrics               every metric, Prometheus text format (shared/telemetry)
     GET  /api/health/live           the process answers
     GET  /api/health/ready          200 only once every model is loaded and warmed
 
@@ -39,6 +40,8 @@ from shared.build import ServiceHolder
 from shared.deadlines import Deadlines
 from shared.errors import BadRequest, BodyTimeout, PayloadTooLarge, ScoringError, UnsupportedMediaType, error_body
 from shared.events import decode_activation
+from shared.telemetry.asgi import Measured
+from shared.telemetry.logs import rejections
 
 if TYPE_CHECKING:
     from shared.service import ScoringService
@@ -115,11 +118,12 @@ class CatchAll:
                 await json_response({"error": "internal", "detail": "internal error"}, 500)(scope, receive, send)
 
 
-def create_app(holder: ServiceHolder) -> ASGIApp:
+def create_app(holder: ServiceHolder, *, hosted: bool = False) -> ASGIApp:
     """The ASGI app over the service that `holder` builds (lazily, once).
 
     Nothing is read or built here: settings and the service come on first use, so a bad
     setting shows on /api/health/ready instead of breaking the Functions import.
+    `hosted`: served by the Functions host, which records each request itself.
     """
     deadlines = Deadlines()  # NOTE: its sweeper task starts inside the running loop, on first use
 
@@ -132,6 +136,7 @@ def create_app(holder: ServiceHolder) -> ASGIApp:
         body = await read_json_body(request, settings.max_body_bytes, settings.body_timeout_ms / 1000, deadlines)
         core = await service()
         scored = await core.score_json(body, request.path_params.get("name"), started=started)
+        request.scope["scoring"] = scored  # NOTE: the telemetry middleware reads its source and stage timings
         return json_response(scored.as_dict())
 
     async def score_batch(request: Request) -> Response:
@@ -164,6 +169,14 @@ def create_app(holder: ServiceHolder) -> ASGIApp:
     async def review(request: Request) -> Response:
         return json_response(await (await service()).review(request.path_params["event_id"]))
 
+    async def metrics(request: Request) -> Response:
+        from shared.telemetry.setup import configure
+
+        telemetry = configure(holder.settings) if holder.settings.telemetry else None
+        if telemetry is None:
+            return json_response({"error": "not_found", "detail": "telemetry is off (TELEMETRY=false)"}, 404)
+        return Response(telemetry.prometheus_text(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
     async def live(request: Request) -> Response:
         return json_response({"status": "live"})
 
@@ -188,6 +201,7 @@ def create_app(holder: ServiceHolder) -> ASGIApp:
         Route("/api/models/{name}/activate", activate, methods=["POST", "DELETE"]),
         Route("/api/reviews/{event_id}", review, methods=["GET"]),
         Route("/api/stats", stats, methods=["GET"]),
+        Route("/api/metrics", metrics, methods=["GET"]),
         Route("/api/health/live", live, methods=["GET"]),
         Route("/api/health/ready", ready, methods=["GET"]),
     ]
@@ -197,7 +211,7 @@ def create_app(holder: ServiceHolder) -> ASGIApp:
         lifespan=lifespan,
     )
     app.router.redirect_slashes = False  # NOTE: its 307 builds Location from the client's Host header
-    return CatchAll(app)
+    return CatchAll(Measured(app, lambda: holder.settings.telemetry, hosted=hosted))
 
 
 def _slashed(route: Route) -> Route:
@@ -209,7 +223,13 @@ async def _scoring_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ScoringError)
     if exc.status >= 500:
         log.warning("%s %s -> %s: %s", request.method, request.url.path, exc.status, exc.detail)
+    else:
+        rejections.rejected("http", exc.code, exc.detail, status=exc.status, route=_route(request))
     return json_response(error_body(exc), exc.status)
+
+
+def _route(request: Request) -> str:
+    return str(getattr(request.scope.get("route"), "path", "")).rstrip("/")
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

@@ -32,6 +32,7 @@ from shared.registry import EventKind, Hook, ModelRegistry
 from shared.rollout import Rollout
 from shared.serving import LoadedModel, Row
 from shared.settings import Settings
+from shared.telemetry import metrics
 
 if TYPE_CHECKING:
     from shared.review.reviewer import Reviewer
@@ -135,6 +136,7 @@ class ScoringService:
         self._defaulted = 0  # events scored with at least one user feature on its model default
         self._window_defaulted = 0
         self._recent_defaulted: float | None = None  # the share in the last full window of events
+        self._record_stages = metrics.stages if settings.telemetry else None
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -328,6 +330,8 @@ class ScoringService:
             "inference": round(prediction.inference_s * 1000, 3),
             "total": round((t2 - t0 + parse_s) * 1000, 3),
         }
+        if self._record_stages is not None:
+            self._record_stages(timings)
         return Scored(
             event_id=event.event_id,
             risk_score=risk_score,

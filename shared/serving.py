@@ -23,6 +23,7 @@ from shared.features import FeatureMapper
 from shared.models.runtime import OnnxModel
 from shared.models.spec import ModelSpec
 from shared.settings import BatchPolicy
+from shared.telemetry import metrics
 
 __all__ = ["LoadedModel", "Prediction", "Row"]
 
@@ -80,6 +81,7 @@ class LoadedModel:
 
     async def _run(self, items: list[tuple[str, Row]]) -> list[Prediction]:
         started = time.perf_counter()
+        metrics.batch(self.name, len(items))  # NOTE: once per batch, not per row
         cache = self.predictions
         use_l2 = cache is not None and cache.pays(self.batch_run_s)
         known: dict[str, tuple[float, Origin]] = {}

@@ -304,6 +304,27 @@ class Settings:
     )
     port: int = setting("PORT", 7071, "local port of `make run` (the Functions host owns it in Azure)", local_only=True)
     log_level: str = setting("LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING or ERROR")
+    # -- telemetry (shared/telemetry) ------------------------------------------------------
+    telemetry: bool = setting(
+        "TELEMETRY", True, "metrics, traces and the rejection log; `false` turns them off (a benchmark's baseline)"
+    )
+    trace_sample_ratio: float = setting(
+        "TRACE_SAMPLE_RATIO", 0.01, "share of requests without a sampled parent that are traced (0..1)"
+    )
+    log_rejections_per_s: float = setting(
+        "LOG_REJECTIONS_PER_S", 10.0, "rejected-input log lines per second at most; the rest are counted"
+    )
+    applicationinsights_connection_string: str | None = setting(
+        "APPLICATIONINSIGHTS_CONNECTION_STRING",
+        None,
+        "Application Insights: set → traces, metrics and logs go to Azure Monitor; unset → nothing is exported",
+        secret=True,
+    )
+    applicationinsights_authentication_string: str | None = setting(
+        "APPLICATIONINSIGHTS_AUTHENTICATION_STRING",
+        None,
+        "`Authorization=AAD;ClientId=<identity>`: Entra ingestion with that managed identity",
+    )
     # -- the queue path (shared/queue) ---------------------------------------------------
     service_bus_namespace: str | None = setting(
         "ServiceBusConnection__fullyQualifiedNamespace",
@@ -344,6 +365,8 @@ class Settings:
             _check(_is_redis_url(self.redis_url), "REDIS_URL", "a redis://, rediss:// or unix:// URL with a host")
         _check(bool(self.default_model), "DEFAULT_MODEL", "a model name")
         _check(0 <= self.model_poll_s <= 3600, "MODEL_POLL_SECONDS", "a number of seconds within 0..3600")
+        _check(0 <= self.trace_sample_ratio <= 1, "TRACE_SAMPLE_RATIO", "a number within 0..1")
+        _check(self.log_rejections_per_s >= 0, "LOG_REJECTIONS_PER_S", "a number >= 0")
         _check(self.result_ttl_s >= 600, "RESULT_TTL_S", "a number >= 600 (the duplicate-detection window, 10 min)")
 
     @property

@@ -21,6 +21,7 @@ from shared.queue.handler import PaymentBatch
 from shared.queue.idempotency import ResultStore
 from shared.queue.messages import Incoming, rejection_record, trace_properties
 from shared.queue.publisher import Publisher
+from shared.telemetry.logs import rejections
 
 __all__ = ["FunctionHandlers", "handlers", "incoming", "rejection"]
 
@@ -40,7 +41,7 @@ class FunctionHandlers:
         self.publisher = publisher  # NOTE: the seams of the queue path; None: built from settings
         self.store = store
         self._queue: PaymentBatch | None = None
-        self._asgi = func.AsgiMiddleware(create_app(holder))  # type: ignore[no-untyped-call,unused-ignore]
+        self._asgi = func.AsgiMiddleware(create_app(holder, hosted=True))  # type: ignore[no-untyped-call,unused-ignore]
         self._warm_up: asyncio.Task[None] | None = None
 
     def warm_up_soon(self) -> None:
@@ -82,8 +83,8 @@ class FunctionHandlers:
         """
         handled = await self.queue().handle([incoming(m) for m in msgs])
         for verdict in handled:
-            if verdict.outcome == "rejected":
-                log.warning("rejected message %s: %s", verdict.message_id, verdict.reason)
+            if verdict.outcome == "rejected" and verdict.error is not None:
+                rejections.rejected("queue", verdict.error.code, verdict.error.detail, message_id=verdict.message_id)
         failed = [h for h in handled if h.outcome == "failed"]
         if failed:
             raise BatchIncomplete(

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO / "shared"
 
 LAYERS: list[set[str]] = [
-    {"shared.settings", "shared.errors", "shared.exports"},
+    {"shared.settings", "shared.errors", "shared.exports", "shared.telemetry"},
     {"shared.events"},
     {"shared.cache", "shared.batching", "shared.background", "shared.deadlines"},
     {"shared.models"},
@@ -28,7 +28,7 @@ LAYERS: list[set[str]] = [
     {"shared.service", "shared.build"},
     {"shared.http", "shared.triggers", "shared.asgi", "shared.__main__", "shared.local_server", "shared.queue"},
 ]
-HEAVY = ("onnxruntime", "numpy", "redis", "azure.storage", "openai")
+HEAVY = ("onnxruntime", "numpy", "redis", "azure.storage", "openai", "opentelemetry", "prometheus_client")
 
 
 def module_name(path: Path) -> str:
@@ -129,8 +129,8 @@ import json, sys, time
 started = time.perf_counter()
 import function_app
 elapsed = time.perf_counter() - started
-print(json.dumps({"heavy": [m for m in sys.modules if m.split(".")[0] in ("onnxruntime", "numpy", "redis", "openai")
-                             or m.startswith("azure.storage")], "s": elapsed}))
+print(json.dumps({"heavy": [m for m in sys.modules if m.split(".")[0] in ("onnxruntime", "numpy", "redis", "openai",
+                             "opentelemetry", "prometheus_client") or m.startswith("azure.storage")], "s": elapsed}))
 """
     result = json.loads(run_python(code))
     assert result["heavy"] == [], f"function_app imports {sorted(set(m.split('.')[0] for m in result['heavy']))}"

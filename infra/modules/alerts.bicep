@@ -46,8 +46,8 @@ param queueDepthThreshold int = 10000
 @description('Oldest acceptable message age, in ms, at the time it is scored.')
 param queueAgeThresholdMs int = 5000
 
-@description('Custom metric the app emits with each queue message: enqueue-to-start age in ms.')
-param queueAgeMetricName string = 'queue_age_ms'
+@description('Custom metric the app emits per completed queue message: enqueued time to completion, in seconds (shared/telemetry/catalogue.py).')
+param queueAgeMetricName string = 'scoring.queue.message.age'
 
 var actionGroups = empty(alertEmail) ? [] : [actionGroup.id]
 var metricActions = empty(alertEmail) ? [] : [
@@ -167,7 +167,7 @@ resource queueAge 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = {
     criteria: {
       allOf: [
         {
-          query: 'customMetrics | where name == \'${queueAgeMetricName}\' | summarize age_ms = max(valueMax)'
+          query: 'customMetrics | where name == \'${queueAgeMetricName}\' | summarize age_ms = 1000.0 * max(valueMax)'
           timeAggregation: 'Maximum'
           metricMeasureColumn: 'age_ms'
           operator: 'GreaterThan'

@@ -149,6 +149,9 @@ var hostSettings = [
   { name: 'ModelStorage__clientId', value: appClientId }
   { name: 'APPLICATIONINSIGHTS_CONNECTION_STRING', value: appInsights.properties.ConnectionString }
   { name: 'APPLICATIONINSIGHTS_AUTHENTICATION_STRING', value: 'Authorization=AAD;ClientId=${appClientId}' }
+  // host.json telemetryMode OpenTelemetry: the worker attaches each invocation's trace context
+  // and streams its own logs (the host does not copy them); the app configures the exporter once.
+  { name: 'PYTHON_ENABLE_OPENTELEMETRY', value: 'true' }
 ]
 
 // shared/settings.py APP_SETTING_NAMES, one entry each (values are strings).
@@ -197,6 +200,9 @@ var serviceSettings = [
   { name: 'LLM_BREAKER_FAILURES', value: '5' }
   { name: 'LLM_BREAKER_RESET_S', value: '30' }
   { name: 'REVIEW_TTL_S', value: '86400' }
+  { name: 'TELEMETRY', value: 'true' }
+  { name: 'TRACE_SAMPLE_RATIO', value: '0.01' }
+  { name: 'LOG_REJECTIONS_PER_S', value: '10' }
 ]
 
 var openAiSettings = [

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from datetime import UTC
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
@@ -28,6 +29,8 @@ from shared.queue.idempotency import MemoryResultStore, RedisResultStore, Result
 from shared.queue.messages import Incoming, Outbound, enqueued_iso, rejection_record
 from shared.queue.publisher import Publisher, ServiceBusPublisher
 from shared.settings import Settings
+from shared.telemetry import metrics, process
+from shared.telemetry.tracing import sampled
 
 if TYPE_CHECKING:
     from shared.service import Scored, ScoringService
@@ -37,6 +40,7 @@ __all__ = ["COMPLETED_QUEUE", "REJECTED_QUEUE", "Handled", "Outcome", "PaymentBa
 COMPLETED_QUEUE = "risk-completed"
 REJECTED_QUEUE = "risk-rejected"
 Outcome = Literal["completed", "duplicate", "rejected", "failed"]
+INPUT = "payments"  # the trigger's queue, as telemetry names it
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +100,7 @@ class PaymentBatch:
     async def handle(self, messages: Sequence[Incoming]) -> list[Handled]:
         """A verdict per message, in order; raises nothing a message caused."""
         started = time.perf_counter()
+        traced = self._traced(messages)
         done: list[Handled | None] = [None] * len(messages)
         primary: dict[str, int] = {}  # event_id → the first message of the batch carrying it
         events: dict[int, PaymentEvent] = {}
@@ -112,15 +117,58 @@ class PaymentBatch:
             parse_s[i] = time.perf_counter() - t0
             if primary.setdefault(event.event_id, i) == i:
                 events[i] = event
-        await self._results(messages, events, parse_s, done, started)
+        await self._results(messages, events, parse_s, done, started, traced)
         for i, msg in enumerate(messages):  # a payment twice in one batch: the second follows the first
             if done[i] is None:
                 first = done[primary[ids[i]]]
                 assert first is not None
                 outcome: Outcome = "duplicate" if first.outcome in ("completed", "duplicate") else first.outcome
                 done[i] = Handled(msg.message_id, outcome, first.body, first.error)
-        verdicts = [d for d in done if d is not None]
-        return await self._publish(messages, verdicts, ids)
+        verdicts = await self._publish(messages, [d for d in done if d is not None], ids, traced)
+        self._measure(messages, verdicts, started, traced)
+        return verdicts
+
+    @staticmethod
+    def _traced(messages: Sequence[Incoming]) -> dict[int, Any]:
+        """A span per sampled message, under the trace context its properties carry."""
+        telemetry = process.current()
+        if telemetry is None:
+            return {}
+        from opentelemetry.trace import SpanKind
+
+        spans: dict[int, Any] = {}
+        for i, msg in enumerate(messages):
+            parent = msg.properties.get("traceparent")
+            if sampled(parent, telemetry.ratio):
+                spans[i] = telemetry.span(
+                    f"{INPUT} process",
+                    kind=SpanKind.CONSUMER,
+                    traceparent=parent,
+                    tracestate=msg.properties.get("tracestate"),
+                    attributes={
+                        "messaging.system": "servicebus",
+                        "messaging.destination.name": INPUT,
+                        "messaging.message.id": msg.message_id,
+                        "messaging.message.delivery_count": msg.delivery_count,
+                    },
+                )
+        return spans
+
+    @staticmethod
+    def _measure(messages: Sequence[Incoming], verdicts: list[Handled], started: float, traced: dict[int, Any]) -> None:
+        """Verdicts counted, completed messages' age, the batch's duration; spans ended."""
+        now = time.time()
+        counts: dict[str, int] = {}
+        for msg, verdict in zip(messages, verdicts, strict=True):
+            counts[verdict.outcome] = counts.get(verdict.outcome, 0) + 1
+            if verdict.outcome == "completed" and msg.enqueued_time is not None:
+                metrics.queue_age(now - _timestamp(msg))
+        for outcome, count in counts.items():
+            metrics.queue_message(outcome, count)
+        metrics.queue_batch(INPUT, time.perf_counter() - started)
+        for i, span in traced.items():
+            span.set_attribute("scoring.outcome", verdicts[i].outcome)
+            span.end()
 
     def _decode(self, msg: Incoming) -> PaymentEvent:
         if len(msg.body) > self._cap:
@@ -134,6 +182,7 @@ class PaymentBatch:
         parse_s: dict[int, float],
         done: list[Handled | None],
         started: float,
+        traced: dict[int, Any],
     ) -> None:
         """Fill `done` for every decoded message: kept result, new result, or failure."""
         order = list(events)
@@ -162,6 +211,8 @@ class PaymentBatch:
                 done[i] = Handled(messages[i].message_id, outcome, body, result)
             else:
                 new.append((i, completed_body(result, messages[i], started)))
+                if i in traced:
+                    _stage_spans(traced[i], result, started)
         try:
             stored = await self._store.keep([(events[i].event_id, body) for i, body in new])
         except ScoringError as exc:
@@ -189,7 +240,7 @@ class PaymentBatch:
             done[i] = Handled(messages[i].message_id, "failed", None, exc)
 
     async def _publish(
-        self, messages: Sequence[Incoming], verdicts: list[Handled], ids: dict[int, str]
+        self, messages: Sequence[Incoming], verdicts: list[Handled], ids: dict[int, str], traced: dict[int, Any]
     ) -> list[Handled]:
         """One send for the batch; if it fails, every message it carried fails (and is redelivered)."""
         outbound: list[Outbound] = []
@@ -199,7 +250,8 @@ class PaymentBatch:
                 continue
             queue = REJECTED_QUEUE if verdict.outcome == "rejected" else COMPLETED_QUEUE
             message_id = msg.message_id if verdict.outcome == "rejected" else ids[i]
-            outbound.append(Outbound(queue, verdict.body, message_id, msg.correlation_id, msg.properties))
+            properties = _continued(msg.properties, traced.get(i))
+            outbound.append(Outbound(queue, verdict.body, message_id, msg.correlation_id, properties))
             carried.append(i)
         try:
             await self.publisher.publish(outbound)
@@ -211,6 +263,31 @@ class PaymentBatch:
     async def aclose(self) -> None:
         await self.publisher.aclose()
         await self._store.aclose()
+
+
+def _timestamp(msg: Incoming) -> float:
+    assert msg.enqueued_time is not None
+    when = msg.enqueued_time if msg.enqueued_time.tzinfo else msg.enqueued_time.replace(tzinfo=UTC)
+    return when.timestamp()
+
+
+def _continued(properties: Mapping[str, str], span: Any) -> Mapping[str, str]:
+    """The trace context a result carries: from this message's span when it has one, else as received."""
+    if span is None:
+        return properties
+    from shared.telemetry.setup import traceparent_of
+
+    traceparent = traceparent_of(span)
+    return {**properties, "traceparent": traceparent, "Diagnostic-Id": traceparent}
+
+
+def _stage_spans(span: Any, scored: Scored, started: float) -> None:
+    telemetry = process.current()
+    if telemetry is not None:
+        begun = time.time_ns() - int((time.perf_counter() - started) * 1e9)
+        telemetry.stage_spans(span, begun, scored.timings_ms)
+        span.set_attribute("scoring.model", scored.model)
+        span.set_attribute("scoring.model.version", scored.model_version)
 
 
 def completed_body(scored: Scored, msg: Incoming, started: float) -> bytes:

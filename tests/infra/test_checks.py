@@ -9,6 +9,7 @@ import pytest
 from checks import check_schemas
 from checks.bicep_lang import check_language
 from checks.contract import (
+    check_app_metrics,
     check_function_app,
     check_lock_budget,
     check_logging_feeds_alerts,
@@ -33,6 +34,11 @@ def test_roles_are_reviewed_built_ins_and_least_privilege() -> None:
 
 def test_metric_names_exist_for_their_resource_type() -> None:
     assert check_metrics(REPO) == []
+
+
+def test_alerts_read_the_metrics_the_app_emits() -> None:
+    """The queue-age alert reads `customMetrics` by the name in shared/telemetry/catalogue.py."""
+    assert check_app_metrics(REPO) == []
 
 
 def test_host_json_logs_what_the_alerts_query() -> None:

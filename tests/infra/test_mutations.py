@@ -14,6 +14,7 @@ import pytest
 from checks import check_schemas
 from checks.bicep_lang import check_language
 from checks.contract import (
+    check_app_metrics,
     check_function_app,
     check_lock_budget,
     check_logging_feeds_alerts,
@@ -30,6 +31,7 @@ CHECKS: dict[str, Callable[[Path], list[str]]] = {
     "language": lambda root: check_language(root / "infra"),
     "roles": check_roles,
     "metrics": check_metrics,
+    "app_metrics": check_app_metrics,
     "logging": check_logging_feeds_alerts,
     "locks": lambda root: check_lock_budget(root, TRIGGER_QUEUE),
     "function_app": lambda root: check_function_app(root, app_setting_names()),
@@ -128,6 +130,27 @@ MUTATIONS = [
         "MetricName == \\'DeadletteredMessages\\'",
         "MetricName == \\'DeadLetteredMessage\\'",
     ),
+    (
+        "alert-reads-a-metric-nobody-emits",
+        "app_metrics",
+        "infra/modules/alerts.bicep",
+        "param queueAgeMetricName string = 'scoring.queue.message.age'",
+        "param queueAgeMetricName string = 'queue_age_ms'",
+    ),
+    (
+        "app-renames-the-alerted-metric",
+        "app_metrics",
+        "shared/telemetry/catalogue.py",
+        '"scoring.queue.message.age",',
+        '"scoring.queue.age",',
+    ),
+    (
+        "seconds-compared-as-ms",
+        "app_metrics",
+        "infra/modules/alerts.bicep",
+        "age_ms = 1000.0 * max(valueMax)",
+        "age_ms = max(valueMax)",
+    ),
     ("log-level-hides-requests", "logging", "host.json", '"Host.Results": "Information"', '"Host.Results": "Error"'),
     ("requests-sampled", "logging", "host.json", '"excludedTypes": "Request"', '"excludedTypes": "Exception"'),
     (
@@ -196,7 +219,14 @@ MUTATIONS = [
     ),
 ]
 
-COPIED = ("infra", "host.json", "function_app.py", "azure.yaml", "shared/queue/handler.py")
+COPIED = (
+    "infra",
+    "host.json",
+    "function_app.py",
+    "azure.yaml",
+    "shared/queue/handler.py",
+    "shared/telemetry/catalogue.py",
+)
 
 
 @pytest.fixture(scope="module")

@@ -144,6 +144,46 @@ def check_metrics(root: Path) -> list[str]:
     return findings
 
 
+def _catalogue(root: Path) -> dict[str, Any]:
+    """shared/telemetry/catalogue.py of `root` (standard library only), as {name: spec}."""
+    import importlib.util
+    import sys
+
+    path = root / "shared" / "telemetry" / "catalogue.py"
+    spec = importlib.util.spec_from_file_location("_telemetry_catalogue", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # NOTE: dataclasses resolve annotations through sys.modules
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[spec.name]
+    return {s.name: s for s in module.CATALOGUE}
+
+
+def check_app_metrics(root: Path) -> list[str]:
+    """Every customMetrics name a log alert reads is one the app emits (the catalogue), and a
+    metric the app records in seconds is scaled to the alert's milliseconds."""
+    catalogue = _catalogue(root)
+    findings: list[str] = []
+    for path in sorted((root / "infra").rglob("*.bicep")):
+        tree = parse(path)
+        params = {k: v.get("default") for k, v in tree.get("parameters", {}).items()}
+        for name, res in tree.get("resources", {}).items():
+            if res["type"].lower() != "microsoft.insights/scheduledqueryrules":
+                continue
+            for criterion in _body(res)["properties"]["criteria"]["allOf"]:
+                query = str(_var_text(tree, criterion["query"]))
+                query = re.sub(r"\$\{(\w+)\}", lambda m, p=params: str(p.get(m.group(1), m.group(0))), query)
+                for metric in re.findall(r"customMetrics\s*\|\s*where\s+name\s*==\s*\\?'([^'\\]+)", query):
+                    spec = catalogue.get(metric)
+                    if spec is None:
+                        findings.append(f"{path.name}: {name}: the app emits no metric {metric!r}")
+                    elif spec.unit == "s" and "_ms" in query and "1000" not in query:
+                        findings.append(f"{path.name}: {name}: {metric!r} is in seconds; the query compares ms")
+    return findings
+
+
 # --- host.json against the alerts and the queue ------------------------------------------
 
 

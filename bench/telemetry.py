@@ -1,0 +1,69 @@
+"""The overhead of telemetry on /api/score: the app twice, TELEMETRY=false and true, in one run.
+
+    .venv/bin/python -m bench.telemetry [--rounds 5 --seconds 5 --connections 16]
+
+Both servers (Granian, one worker each, embedded defaults: no Redis) run side by side; wrk
+drives one at a time, in interleaved rounds (off, on, on, off, ...), for cache misses and
+cache hits. Medians of req/s and p99 are reported, with the on/off ratio. With telemetry on,
+the defaults trace 1% of requests (TRACE_SAMPLE_RATIO) and `/api/metrics` is scraped once a
+round, as a Prometheus would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import urllib.request
+
+from bench.run import wrk
+from bench.servers import start_server
+from shared.settings import Settings
+
+VARIANTS = {"off": {"TELEMETRY": "false"}, "on": {"TELEMETRY": "true"}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--connections", type=int, default=16)
+    args = parser.parse_args()
+    base = {"GC_GEN0_THRESHOLD": "50000", "ORT_USE_GPU": "false", "REDIS_URL": "", "LOG_LEVEL": "WARNING"}
+    servers = {
+        name: start_server(f"telemetry-{name}", "shared.asgi:app", {**base, **env}, server=Settings().http_server)
+        for name, env in VARIANTS.items()
+    }
+    results: dict[tuple[str, str], list[dict[str, float]]] = {}
+    try:
+        for mode in ("miss", "hit"):
+            for server in servers.values():  # warm-up: models, caches, first-call imports
+                wrk(server.port, 2, args.connections, mode)
+            for r in range(args.rounds):
+                order = list(servers) if r % 2 == 0 else list(reversed(servers))
+                for name in order:
+                    results.setdefault((mode, name), []).append(
+                        wrk(servers[name].port, args.seconds, args.connections, mode)
+                    )
+                with urllib.request.urlopen(f"http://127.0.0.1:{servers['on'].port}/api/metrics", timeout=5) as scrape:
+                    assert scrape.status == 200
+    finally:
+        for server in servers.values():
+            server.stop()
+    print(
+        f"/api/score, {args.connections} connections, {args.rounds} interleaved rounds of {args.seconds:.0f} s, medians"
+    )
+    print(f"{'mode':6} {'telemetry':9} {'req/s':>9} {'p99 ms':>8} {'errors':>7}")
+    for mode in ("miss", "hit"):
+        med = {}
+        for name in servers:
+            runs = results[(mode, name)]
+            med[name] = {k: statistics.median(run[k] for run in runs) for k in ("rps", "p99_ms", "errors")}
+            print(f"{mode:6} {name:9} {med[name]['rps']:9.0f} {med[name]['p99_ms']:8.2f} {med[name]['errors']:7.0f}")
+        print(
+            f"{mode:6} {'on/off':9} {med['on']['rps'] / med['off']['rps']:9.3f} "
+            f"{med['on']['p99_ms'] / med['off']['p99_ms']:8.3f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""The HTTP middleware: each request's duration by route, method, status and answer source;
+one span per sampled request, with a child per stage of a scored event.
+
+NOTE: per request, unsampled (the common case): two clock reads, a scan of the headers for
+`traceparent`, one random draw, and one histogram record (~1 µs). A score endpoint leaves
+its `Scored` in `scope["scoring"]`, where the source and stage timings are read.
+
+`hosted=True` (under the Functions host): the host already records the request (App
+Insights `requests`), so the span here is INTERNAL, and its parent is the context the
+Python worker attached for the invocation (PYTHON_ENABLE_OPENTELEMETRY=true), which
+continues the caller's `traceparent`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from shared.telemetry import metrics, process
+from shared.telemetry.tracing import sampled
+
+__all__ = ["Measured"]
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+ASGI = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class Measured:
+    """Wraps an ASGI app; `enabled()` is asked once, on the first request (settings are lazy)."""
+
+    def __init__(self, app: ASGI, enabled: Callable[[], bool], *, hosted: bool = False) -> None:
+        self.app = app
+        self._enabled = enabled
+        self._on: bool | None = None
+        self.hosted = hosted
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self._on is None:
+            try:
+                self._on = bool(self._enabled())
+            except Exception:  # NOTE: invalid settings: the app answers why; measure nothing yet
+                await self.app(scope, receive, send)
+                return
+        if not self._on:
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def sending(message: MutableMapping[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        telemetry = process.current()
+        span = None
+        if telemetry is not None:
+            parent = _header(scope, b"traceparent")
+            context = _worker_context() if self.hosted else None
+            if sampled(parent if context is None else _context_traceparent(context), telemetry.ratio):
+                span = _start(telemetry, scope, parent, context, self.hosted)
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            seconds = time.perf_counter() - started
+            route = scope.get("route")
+            template = getattr(route, "path", "").rstrip("/")
+            scored = scope.get("scoring")
+            source = getattr(scored, "source", "")
+            metrics.request(scope["method"], template, status, source, seconds)
+            if span is not None and telemetry is not None:
+                _finish(telemetry, span, template, status, scored, seconds)
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None
+
+
+def _worker_context() -> Any:
+    """The OpenTelemetry context the Functions worker attached to this invocation, if valid."""
+    from opentelemetry import context as otel_context
+    from opentelemetry import trace
+
+    ctx = otel_context.get_current()
+    return ctx if trace.get_current_span(ctx).get_span_context().is_valid else None
+
+
+def _context_traceparent(context: Any) -> str:
+    from opentelemetry import trace
+
+    from shared.telemetry.setup import traceparent_of
+
+    return traceparent_of(trace.get_current_span(context))
+
+
+def _start(telemetry: Any, scope: Scope, parent: str | None, context: Any, hosted: bool) -> Any:
+    from opentelemetry.trace import SpanKind
+
+    method = scope["method"]
+    return telemetry.span(
+        f"{method} {scope['path']}",
+        kind=SpanKind.INTERNAL if hosted else SpanKind.SERVER,
+        traceparent=parent,
+        tracestate=_header(scope, b"tracestate"),
+        context=context,
+        attributes={"http.request.method": method, "url.path": scope["path"]},
+    )
+
+
+def _finish(telemetry: Any, span: Any, template: str, status: int, scored: Any, seconds: float) -> None:
+    from opentelemetry.trace import StatusCode
+
+    span.set_attribute("http.route", template)
+    span.set_attribute("http.response.status_code", status)
+    if template:
+        span.update_name(f"{span.name.split(' ', 1)[0]} {template}")
+    if status >= 500:
+        span.set_status(StatusCode.ERROR)
+    if scored is not None:
+        span.set_attribute("scoring.model", scored.model)
+        span.set_attribute("scoring.model.version", scored.model_version)
+        span.set_attribute("scoring.source", scored.source)
+        end = time.time_ns()
+        telemetry.stage_spans(span, end - int(seconds * 1e9), scored.timings_ms)
+    span.end()

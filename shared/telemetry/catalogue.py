@@ -1,0 +1,196 @@
+"""Every instrument the service emits: name, kind, unit, attributes and meaning, in one table.
+
+Names follow the OpenTelemetry semantic conventions where one exists
+(`http.server.request.duration`, `messaging.process.duration`, `gen_ai.client.*`);
+the rest live under `scoring.`. Units are UCUM (`s`, `1`, `{request}`): durations are
+in seconds, as the conventions ask. Prometheus sees the same instruments under
+`prometheus_name(spec)` (dots to underscores, the unit and `_total` appended, as the
+OpenTelemetry Prometheus exporter writes them); Application Insights keeps the
+OpenTelemetry name in `customMetrics.name`.
+
+NOTE: standard library only. The infra checks (their own venv) and the ops checks read
+this table to hold the Azure Monitor alerts, the Prometheus rules and the Grafana
+dashboard to the names the code emits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["CATALOGUE", "DURATION_BUCKETS_S", "Kind", "Spec", "by_name", "prometheus_name", "prometheus_names"]
+
+Kind = Literal["counter", "histogram", "gauge"]
+
+# Seconds: dense below the 50 ms budget, where the service lives.
+DURATION_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+AGE_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+BATCH_BUCKETS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
+TOKEN_BUCKETS = (16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    """One instrument as emitted."""
+
+    name: str
+    kind: Kind
+    unit: str
+    description: str
+    attributes: tuple[str, ...] = ()
+    buckets: tuple[float, ...] = ()
+
+
+CATALOGUE: tuple[Spec, ...] = (
+    Spec("process.uptime", "gauge", "s", "seconds since this process set its telemetry up"),
+    # -- requests and stages --------------------------------------------------------------
+    Spec(
+        "http.server.request.duration",
+        "histogram",
+        "s",
+        "HTTP request duration, as the app measured it (from its first byte read to its answer built)",
+        ("http.request.method", "http.route", "http.response.status_code", "scoring.source"),
+        DURATION_BUCKETS_S,
+    ),
+    Spec(
+        "scoring.stage.duration",
+        "histogram",
+        "s",
+        "time of one stage of one scored event: parse, features, cache, queue (batch wait), inference, llm, total",
+        ("scoring.stage",),
+        DURATION_BUCKETS_S,
+    ),
+    Spec(
+        "scoring.events",
+        "counter",
+        "{event}",
+        "events scored, by whether a user feature fell back to its model default",
+        ("scoring.defaulted",),
+    ),
+    Spec(
+        "scoring.features.defaulted.ratio",
+        "gauge",
+        "1",
+        "share of the last 100 events scored with a user feature on its model default",
+    ),
+    # -- caches and batches ---------------------------------------------------------------
+    Spec(
+        "scoring.cache.lookups",
+        "counter",
+        "{lookup}",
+        "cache lookups by cache (predictions, features) and the tier that answered (l1, l2, miss)",
+        ("scoring.cache", "scoring.cache.tier"),
+    ),
+    Spec(
+        "scoring.batch.size",
+        "histogram",
+        "{request}",
+        "requests per model batch (recorded once per batch)",
+        ("scoring.model",),
+        BATCH_BUCKETS,
+    ),
+    # -- models ---------------------------------------------------------------------------
+    Spec(
+        "scoring.model.active",
+        "gauge",
+        "1",
+        "1 for the version serving each model name (an info metric: the version is the attribute)",
+        ("scoring.model", "scoring.model.version"),
+    ),
+    Spec(
+        "scoring.model.reloads",
+        "counter",
+        "{reload}",
+        "model versions activated or rejected (outcome: activated, failed)",
+        ("scoring.model", "scoring.outcome"),
+    ),
+    # -- the queue path -------------------------------------------------------------------
+    Spec(
+        "scoring.queue.messages",
+        "counter",
+        "{message}",
+        "queue messages by verdict: completed, duplicate, rejected, failed",
+        ("scoring.outcome",),
+    ),
+    Spec(
+        "scoring.queue.message.age",
+        "histogram",
+        "s",
+        "enqueued time to completion of each completed message (the queue-age alert reads its max)",
+        (),
+        AGE_BUCKETS_S,
+    ),
+    Spec(
+        "messaging.process.duration",
+        "histogram",
+        "s",
+        "one invocation's batch of queue messages, decode to publish",
+        ("messaging.system", "messaging.destination.name"),
+        DURATION_BUCKETS_S,
+    ),
+    # -- the LLM review of the uncertain tail (recorded by shared/review) -------------------
+    Spec(
+        "scoring.llm.calls",
+        "counter",
+        "{call}",
+        "LLM review calls by outcome (ok, error, timeout, skipped: budget or breaker open)",
+        ("gen_ai.request.model", "scoring.outcome"),
+    ),
+    Spec(
+        "scoring.llm.failures",
+        "counter",
+        "{call}",
+        "LLM review calls that failed, by error type",
+        ("gen_ai.request.model", "error.type"),
+    ),
+    Spec(
+        "scoring.llm.breaker.state",
+        "gauge",
+        "1",
+        "the LLM circuit breaker: 0 closed, 1 half-open, 2 open",
+    ),
+    Spec(
+        "gen_ai.client.token.usage",
+        "histogram",
+        "{token}",
+        "tokens per LLM call (gen_ai.token.type: input, output)",
+        ("gen_ai.request.model", "gen_ai.token.type"),
+        TOKEN_BUCKETS,
+    ),
+    Spec(
+        "gen_ai.client.operation.duration",
+        "histogram",
+        "s",
+        "duration of one LLM call",
+        ("gen_ai.request.model", "error.type"),
+        DURATION_BUCKETS_S,
+    ),
+)
+
+_UNIT_WORDS = {"s": "seconds", "1": ""}  # NOTE: the exporter adds no word for "1"
+
+
+def by_name(name: str) -> Spec:
+    """The spec named `name` (KeyError when the catalogue has none)."""
+    for spec in CATALOGUE:
+        if spec.name == name:
+            return spec
+    raise KeyError(name)
+
+
+def prometheus_name(spec: Spec) -> str:
+    """The name Prometheus scrapes for `spec` (histograms add _bucket, _sum, _count to it)."""
+    base = spec.name.replace(".", "_")
+    unit = _UNIT_WORDS.get(spec.unit, "" if spec.unit.startswith("{") else spec.unit)
+    if unit and not base.endswith("_" + unit):
+        base = f"{base}_{unit}"
+    return f"{base}_total" if spec.kind == "counter" else base
+
+
+def prometheus_names() -> set[str]:
+    """Every series name a scrape can hold: histogram parts, counters' and gauges' names."""
+    names: set[str] = set()
+    for spec in CATALOGUE:
+        name = prometheus_name(spec)
+        names.update({name + "_bucket", name + "_sum", name + "_count"} if spec.kind == "histogram" else {name})
+    return names
