@@ -225,6 +225,9 @@ class Settings:
     )
     port: int = setting("PORT", 7071, "local port of `make run` (the Functions host owns it in Azure)", local_only=True)
     log_level: str = setting("LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING or ERROR")
+    grpc_port: int = setting(
+        "GRPC_PORT", 0, "port of the Open Inference Protocol (V2) gRPC server in the same process; `0` = none"
+    )
     # -- the queue path (shared/queue) ---------------------------------------------------
     service_bus_namespace: str | None = setting(
         "ServiceBusConnection__fullyQualifiedNamespace",
@@ -256,6 +259,7 @@ class Settings:
         _check(self.gc_gen0_threshold >= 0, "GC_GEN0_THRESHOLD", "an integer >= 0 (0 keeps Python's default)")
         _check(self.models_keep_versions >= 1, "MODELS_KEEP_VERSIONS", "an integer >= 1")
         _check(1 <= self.port <= 65535, "PORT", "a TCP port within 1..65535")
+        _check(0 <= self.grpc_port <= 65535, "GRPC_PORT", "a TCP port within 1..65535, or 0 for no gRPC server")
         _check(
             self.log_level in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"), "LOG_LEVEL", "DEBUG|INFO|WARNING|ERROR"
         )

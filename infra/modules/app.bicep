@@ -126,6 +126,9 @@ var isPlaceholder = empty(containerImage)
 var image = isPlaceholder ? placeholderImage : containerImage
 var port = 80
 
+@description('Port of the Open Inference Protocol (V2) gRPC server; reachable inside the environment only.')
+param grpcPort int = 8001
+
 resource appInsights 'Microsoft.Insights/components@2020-02-02' existing = {
   name: appInsightsName
 }
@@ -184,6 +187,7 @@ var serviceSettings = [
   { name: 'MODELS_KEEP_VERSIONS', value: '2' }
   { name: 'GC_GEN0_THRESHOLD', value: '50000' }
   { name: 'LOG_LEVEL', value: logLevel }
+  { name: 'GRPC_PORT', value: string(grpcPort) } // the V2 gRPC server in the same process (ingress below)
 ]
 
 var openAiSettings = [
