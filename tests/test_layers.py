@@ -24,11 +24,11 @@ LAYERS: list[set[str]] = [
     {"shared.cache", "shared.batching", "shared.background", "shared.deadlines"},
     {"shared.models"},
     {"shared.features", "shared.feature_store"},
-    {"shared.serving", "shared.registry", "shared.decision", "shared.rollout"},
+    {"shared.serving", "shared.registry", "shared.decision", "shared.rollout", "shared.signature", "shared.ensembles"},
     {"shared.service", "shared.build"},
-    {"shared.http", "shared.triggers", "shared.asgi", "shared.__main__", "shared.queue"},
+    {"shared.http", "shared.triggers", "shared.asgi", "shared.__main__", "shared.queue", "shared.oip"},
 ]
-HEAVY = ("onnxruntime", "numpy", "redis", "azure.storage", "openai")
+HEAVY = ("onnxruntime", "numpy", "redis", "azure.storage", "openai", "grpc", "google.protobuf")
 
 
 def module_name(path: Path) -> str:
@@ -129,8 +129,8 @@ import json, sys, time
 started = time.perf_counter()
 import function_app
 elapsed = time.perf_counter() - started
-print(json.dumps({"heavy": [m for m in sys.modules if m.split(".")[0] in ("onnxruntime", "numpy", "redis", "openai")
-                             or m.startswith("azure.storage")], "s": elapsed}))
+print(json.dumps({"heavy": [m for m in sys.modules if m.split(".")[0] in ("onnxruntime", "numpy", "redis", "openai", "grpc")
+                             or m.startswith(("azure.storage", "google.protobuf"))], "s": elapsed}))
 """
     result = json.loads(run_python(code))
     assert result["heavy"] == [], f"function_app imports {sorted(set(m.split('.')[0] for m in result['heavy']))}"
