@@ -121,13 +121,15 @@ param redisKeyPrefix string = ''
 ])
 param logLevel string = 'INFO'
 
+@description('Port of the Open Inference Protocol (V2) gRPC server in the app process; reachable inside the environment only (docs/deploy.md).')
+@minValue(1)
+@maxValue(65535)
+param grpcPort int = 8001
+
 var placeholderImage = 'mcr.microsoft.com/azure-functions/python:4-python3.11'
 var isPlaceholder = empty(containerImage)
 var image = isPlaceholder ? placeholderImage : containerImage
 var port = 80
-
-@description('Port of the Open Inference Protocol (V2) gRPC server; reachable inside the environment only.')
-param grpcPort int = 8001
 
 resource appInsights 'Microsoft.Insights/components@2020-02-02' existing = {
   name: appInsightsName
@@ -293,6 +295,15 @@ resource app 'Microsoft.App/containerApps@2026-07-01' = {
         targetPort: port
         transport: 'auto'
         allowInsecure: false
+        // V2 gRPC (GRPC_PORT): a TCP port of the app, internal to the environment. The Functions
+        // host never sees it, so no function key guards it: the network does (docs/deploy.md).
+        additionalPortMappings: [
+          {
+            external: false
+            targetPort: grpcPort
+            exposedPort: grpcPort
+          }
+        ]
       }
       registries: [
         {
