@@ -58,7 +58,9 @@ async def member_scores(service: ScoringService, row: np.ndarray) -> tuple[float
     return a.scores[0], b.scores[0]
 
 
-async def test_weighted_average_over_the_union_of_columns(two_models: Path, settings: Settings, services: Build) -> None:
+async def test_weighted_average_over_the_union_of_columns(
+    two_models: Path, settings: Settings, services: Build
+) -> None:
     declare(two_models, "combo", {"members": MEMBERS, "method": "weighted_average", "weights": [3, 1]})
     service = await services(settings)
     info = service.metadata("combo")
@@ -71,7 +73,9 @@ async def test_weighted_average_over_the_union_of_columns(two_models: Path, sett
     assert done.scores[0] == pytest.approx((3 * a + b) / 4) and (done.model, done.model_version) == ("combo", "1")
 
 
-async def test_voting_counts_members_over_their_thresholds(two_models: Path, settings: Settings, services: Build) -> None:
+async def test_voting_counts_members_over_their_thresholds(
+    two_models: Path, settings: Settings, services: Build
+) -> None:
     declare(two_models, "vote", {"members": MEMBERS, "method": "voting", "thresholds": [0.0, 1.0]})
     service = await services(settings)
     done = await service.infer("vote", None, list(union_row(3)))

@@ -176,4 +176,3 @@ def test_the_grpc_port_is_mapped_inside_the_environment_only(app: Module) -> Non
 
     assert check_grpc_ingress(INFRA.parent) == []
     assert app.resolve("grpcPort") == 8001
-

@@ -190,8 +190,20 @@ MUTATIONS = [
     ),
     ("missing-app-setting", "function_app", "infra/modules/app.bicep", "{ name: 'BATCH_MAX_SIZE', value: '8' }", ""),
     ("grpc-port-public", "grpc_ingress", "infra/modules/app.bicep", "external: false", "external: true"),
-    ("grpc-port-not-the-setting", "grpc_ingress", "infra/modules/app.bicep", "targetPort: grpcPort", "targetPort: 8002"),
-    ("grpc-setting-missing", "grpc_ingress", "infra/modules/app.bicep", "{ name: 'GRPC_PORT', value: string(grpcPort) }", ""),
+    (
+        "grpc-port-not-the-setting",
+        "grpc_ingress",
+        "infra/modules/app.bicep",
+        "targetPort: grpcPort",
+        "targetPort: 8002",
+    ),
+    (
+        "grpc-setting-missing",
+        "grpc_ingress",
+        "infra/modules/app.bicep",
+        "{ name: 'GRPC_PORT', value: string(grpcPort) }",
+        "",
+    ),
     ("misspelled-port-mapping", "schema", "infra/modules/app.bicep", "exposedPort: grpcPort", "exposedPrt: grpcPort"),
     (
         "probe-off-health-route",

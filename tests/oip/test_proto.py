@@ -38,7 +38,9 @@ MESSAGES = sorted(ours.DESCRIPTOR.message_types_by_name)
 
 @pytest.mark.parametrize("name", MESSAGES)
 def test_every_message_matches_the_protocol(name: str) -> None:
-    assert incompatible(ours.DESCRIPTOR.message_types_by_name[name], triton.DESCRIPTOR.message_types_by_name[name]) == []
+    assert (
+        incompatible(ours.DESCRIPTOR.message_types_by_name[name], triton.DESCRIPTOR.message_types_by_name[name]) == []
+    )
 
 
 def test_the_service_and_its_methods_are_the_protocols() -> None:
