@@ -9,7 +9,9 @@ rotates), so the machine's noise falls on each alike; figures are medians over r
 ratios are taken round by round. Every request is a fresh row (a cache miss): `/api/score`
 sends unique events (features, model, decision); V2 sends one row of random features (model
 only). The HTTP clients speak raw HTTP/1.1 keep-alive over asyncio (cheap on a 2-core
-machine); the gRPC client is grpc.aio on one channel with `raw_input_contents`.
+machine); the gRPC client is grpc.aio on one channel with `raw_input_contents`. Beside latency
+and throughput, each round records the server process's CPU time per request (from /proc):
+the protocol's cost on the server, whatever the client and the neighbours spend.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import time
 import urllib.request
@@ -32,6 +35,20 @@ from bench.servers import free_port, start_granian
 
 Call = Callable[[int], Awaitable[None]]
 PROTOCOLS = ("api_score", "v2_rest", "v2_grpc")
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process and its children (Linux /proc), all threads."""
+    total, pids = 0, [pid]
+    while pids:
+        p = pids.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+            pids.extend(int(c) for c in Path(f"/proc/{p}/task/{p}/children").read_text().split())
+        except OSError:
+            continue
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 async def closed_loop(call: Call, clients: int, seconds: float) -> dict[str, float]:
@@ -129,7 +146,10 @@ async def run(rounds: int, seconds: float, clients: int) -> dict[str, Any]:
             order = PROTOCOLS[r % 3 :] + PROTOCOLS[: r % 3]
             for proto in order:
                 offset[0] += 10_000_000  # fresh rows: every request a cache miss
-                results[proto].append(await closed_loop(calls[proto], clients, seconds))
+                before = cpu_s(server.process.pid)
+                result = await closed_loop(calls[proto], clients, seconds)
+                result["server_cpu_us"] = (cpu_s(server.process.pid) - before) / result["n"] * 1e6
+                results[proto].append(result)
                 print(f"round {r + 1} {proto:9s} " + "  ".join(f"{k} {v:.2f}" for k, v in results[proto][-1].items()),
                       flush=True)  # fmt: skip
         await channel.close(None)
@@ -141,9 +161,8 @@ async def run(rounds: int, seconds: float, clients: int) -> dict[str, Any]:
 
 def summarize(results: dict[str, list[dict[str, float]]], clients: int, seconds: float) -> dict[str, Any]:
     """Medians over rounds, and round-by-round ratios against gRPC."""
-    medians = {
-        p: {k: statistics.median(r[k] for r in rs) for k in ("rps", "p50_ms", "p99_ms")} for p, rs in results.items()
-    }
+    keys = ("rps", "p50_ms", "p99_ms", "server_cpu_us")
+    medians = {p: {k: statistics.median(r.get(k, 0.0) for r in rs) for k in keys} for p, rs in results.items()}
     grpc_rounds = results["v2_grpc"]
     ratios = {
         p: {
@@ -166,12 +185,11 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(exist_ok=True)
     (out / "protocols.json").write_text(json.dumps(summary, indent=2))
-    print(
-        f"\n{'protocol':10s} {'req/s':>8s} {'p50 ms':>8s} {'p99 ms':>8s} {'req/s ÷ gRPC':>13s} {'p50 - gRPC ms':>14s}"
-    )
+    print(f"\n{'protocol':10s} {'req/s':>8s} {'p50 ms':>8s} {'p99 ms':>8s} {'server CPU µs':>14s} "
+          f"{'req/s ÷ gRPC':>13s} {'p50 - gRPC ms':>14s}")  # fmt: skip
     for proto in PROTOCOLS:
         m, r = summary["medians"][proto], summary["ratios"][proto]
-        print(f"{proto:10s} {m['rps']:8.0f} {m['p50_ms']:8.2f} {m['p99_ms']:8.2f} "
+        print(f"{proto:10s} {m['rps']:8.0f} {m['p50_ms']:8.2f} {m['p99_ms']:8.2f} {m['server_cpu_us']:14.0f} "
               f"{r['rps_vs_grpc']:13.2f} {r['p50_minus_grpc_ms']:14.2f}")  # fmt: skip
 
 

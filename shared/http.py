@@ -186,8 +186,10 @@ def create_app(holder: ServiceHolder) -> ASGIApp:
         yield
         await holder.aclose()
 
+    v2 = v2_routes(service, v2_body)
     routes = [
         Route("/api/score", score, methods=["POST"]),
+        *v2[:2],  # NOTE: V2 infer next: Starlette tries routes in order, on every request
         Route("/api/score/batch", score_batch, methods=["POST"]),
         Route("/api/models/{name}/score", score, methods=["POST"]),
         Route("/api/models", models, methods=["GET"]),
@@ -195,7 +197,7 @@ def create_app(holder: ServiceHolder) -> ASGIApp:
         Route("/api/stats", stats, methods=["GET"]),
         Route("/api/health/live", live, methods=["GET"]),
         Route("/api/health/ready", ready, methods=["GET"]),
-        *v2_routes(service, v2_body),
+        *v2[2:],
     ]
     app = Starlette(
         routes=routes + [_slashed(route) for route in routes],  # NOTE: after the originals: the hot path matches first

@@ -46,7 +46,7 @@ def v2_routes(
     service: Callable[[], Awaitable[ScoringService]], read_body: Callable[[Request], Awaitable[bytes]]
 ) -> list[Route]:
     """The V2 routes over the core that `service()` gives (built on first use); `read_body`
-    reads a request's body within the app's size and time limits."""
+    reads a request's body within the app's size and time limits. The two infer routes first."""
     current: dict[str, DataPlane] = {}
 
     async def plane() -> DataPlane:
@@ -94,14 +94,14 @@ def v2_routes(
     model = "/v2/models/{name}"
     versioned = model + "/versions/{version}"
     return [
+        Route(model + "/infer", _v2(infer), methods=["POST"]),
+        Route(versioned + "/infer", _v2(infer), methods=["POST"]),
         Route("/v2", _v2(server), methods=["GET"]),
         Route("/v2/health/{probe}", _v2(health), methods=["GET"]),
         Route(model, _v2(metadata), methods=["GET"]),
         Route(versioned, _v2(metadata), methods=["GET"]),
         Route(model + "/ready", _v2(model_ready), methods=["GET"]),
         Route(versioned + "/ready", _v2(model_ready), methods=["GET"]),
-        Route(model + "/infer", _v2(infer), methods=["POST"]),
-        Route(versioned + "/infer", _v2(infer), methods=["POST"]),
     ]
 
 
