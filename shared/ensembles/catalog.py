@@ -43,7 +43,12 @@ class Ensembles:
     async def load(self) -> None:
         """Read the newest declaration of each ensemble, then build what can be built."""
         newest: dict[str, ModelRef] = {}
-        for ref in await asyncio.to_thread(self._source.ensembles):
+        try:
+            refs = await asyncio.to_thread(self._source.ensembles)
+        except ModelSourceError as exc:  # NOTE: the models loaded; ensembles must not take them down
+            log.error("ensembles not listed: %s", exc.detail)
+            refs = ()
+        for ref in refs:
             if ref.name not in newest or version_key(ref.version) > version_key(newest[ref.name].version):
                 newest[ref.name] = ref
         for name, ref in sorted(newest.items()):
@@ -86,7 +91,8 @@ class Ensembles:
             self._reject(name, exc.detail)
             return
         if self.errors.pop(name, None) is not None or name not in self._active:
-            log.info("ensemble %s/%s active over %s", name, built.version, ", ".join(built.describe()["members"]))  # type: ignore[arg-type]
+            shown = ", ".join(f"{m.name}/{m.version}" for m in built.members)
+            log.info("ensemble %s/%s active over %s", name, built.version, shown)
         self._active[name] = built
 
     def _reject(self, name: str, reason: str) -> None:
