@@ -1,18 +1,21 @@
 """Azure Functions (Python v2 model): triggers and bindings only; the work is in `shared`.
 
-    function     route (prefix /api)        methods  auth        what
-    health       health/{probe}             GET      anonymous   live / ready (Container Apps probes)
-    model_activate  models/{name}/activate  POST, DELETE  function  pin a version everywhere / release it
-    model_score  models/{name}/score        POST     function    one event, a named model
-    models       models                     GET      function    loaded models and versions
-    score        score                      POST     function    one event, the default model
-    score_batch  score/batch                POST     function    up to MAX_BATCH_ITEMS events
-    reviews      reviews/{event_id}         GET      function    an event's review by Azure OpenAI
-    stats        stats                      GET      function    cache and batch counters
-    metrics      metrics                    GET      function    every metric, Prometheus text format
+    function     route (no prefix)          methods  auth        what
+    health       api/health/{probe}         GET      anonymous   live / ready (Container Apps probes)
+    metrics      api/metrics                GET      function    every metric, Prometheus text format
+    model_activate  api/models/{name}/activate  POST, DELETE  function  pin a version everywhere / release it
+    model_score  api/models/{name}/score    POST     function    one event, a named model (or an ensemble)
+    models       api/models                 GET      function    loaded models, versions and ensembles
+    reviews      api/reviews/{event_id}     GET      function    an event's review by Azure OpenAI
+    score        api/score                  POST     function    one event, the default model
+    score_batch  api/score/batch            POST     function    up to MAX_BATCH_ITEMS events
+    stats        api/stats                  GET      function    cache and batch counters
+    v2_*         v2/...                     GET/POST function    Open Inference Protocol V2 (below)
     payments     Service Bus `payments` (batches) -> `risk-completed` | `risk-rejected` (SDK publisher)
     model_blob   Blob `%MODELS_CONTAINER%/{name}/{version}/model.onnx` (Event Grid source)
 
+NOTE: host.json's routePrefix is "" so that the V2 routes sit at the root paths standard
+clients call (`/v2/...`); every other route names its `api/` itself.
 NOTE: one explicit route per HTTP function, no catch-all. The host puts routes into one
 first-match table in the order of function names, with no precedence: a keyed catch-all
 named before `health` answered the probes with 401. Explicit routes cannot overlap, so
@@ -34,56 +37,109 @@ handlers.warm_up_soon()  # under the worker: load models now, not at the first p
 
 
 @app.function_name("health")
-@app.route(route="health/{probe}", methods=["GET"], auth_level=func.AuthLevel.ANONYMOUS)
+@app.route(route="api/health/{probe}", methods=["GET"], auth_level=func.AuthLevel.ANONYMOUS)
 async def health(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
     return await handlers.http(req, context)
 
 
 @app.function_name("score")
-@app.route(route="score", methods=["POST"], auth_level=KEYED)
+@app.route(route="api/score", methods=["POST"], auth_level=KEYED)
 async def score(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
     return await handlers.http(req, context)
 
 
 @app.function_name("score_batch")
-@app.route(route="score/batch", methods=["POST"], auth_level=KEYED)
+@app.route(route="api/score/batch", methods=["POST"], auth_level=KEYED)
 async def score_batch(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
     return await handlers.http(req, context)
 
 
 @app.function_name("model_score")
-@app.route(route="models/{name}/score", methods=["POST"], auth_level=KEYED)
+@app.route(route="api/models/{name}/score", methods=["POST"], auth_level=KEYED)
 async def model_score(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
     return await handlers.http(req, context)
 
 
 @app.function_name("model_activate")
-@app.route(route="models/{name}/activate", methods=["POST", "DELETE"], auth_level=KEYED)
+@app.route(route="api/models/{name}/activate", methods=["POST", "DELETE"], auth_level=KEYED)
 async def model_activate(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
     return await handlers.http(req, context)
 
 
 @app.function_name("models")
-@app.route(route="models", methods=["GET"], auth_level=KEYED)
+@app.route(route="api/models", methods=["GET"], auth_level=KEYED)
 async def models(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
     return await handlers.http(req, context)
 
 
 @app.function_name("reviews")
-@app.route(route="reviews/{event_id}", methods=["GET"], auth_level=KEYED)
+@app.route(route="api/reviews/{event_id}", methods=["GET"], auth_level=KEYED)
 async def reviews(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
     return await handlers.http(req, context)
 
 
 @app.function_name("stats")
-@app.route(route="stats", methods=["GET"], auth_level=KEYED)
+@app.route(route="api/stats", methods=["GET"], auth_level=KEYED)
 async def stats(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
     return await handlers.http(req, context)
 
 
 @app.function_name("metrics")
-@app.route(route="metrics", methods=["GET"], auth_level=KEYED)
+@app.route(route="api/metrics", methods=["GET"], auth_level=KEYED)
 async def metrics(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
+    return await handlers.http(req, context)
+
+
+# -- the Open Inference Protocol (V2), served by the same ASGI app (shared/oip/rest.py) --------------
+# NOTE: keyed like every non-probe route, health included: the platform's probes use
+# /api/health/*, and V2 clients (tritonclient's `headers=`) send the key as they do for infer.
+
+
+@app.function_name("v2_server")
+@app.route(route="v2", methods=["GET"], auth_level=KEYED)
+async def v2_server(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
+    return await handlers.http(req, context)
+
+
+@app.function_name("v2_health")
+@app.route(route="v2/health/{probe}", methods=["GET"], auth_level=KEYED)
+async def v2_health(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
+    return await handlers.http(req, context)
+
+
+@app.function_name("v2_model")
+@app.route(route="v2/models/{name}", methods=["GET"], auth_level=KEYED)
+async def v2_model(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
+    return await handlers.http(req, context)
+
+
+@app.function_name("v2_model_ready")
+@app.route(route="v2/models/{name}/ready", methods=["GET"], auth_level=KEYED)
+async def v2_model_ready(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
+    return await handlers.http(req, context)
+
+
+@app.function_name("v2_model_infer")
+@app.route(route="v2/models/{name}/infer", methods=["POST"], auth_level=KEYED)
+async def v2_model_infer(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
+    return await handlers.http(req, context)
+
+
+@app.function_name("v2_version")
+@app.route(route="v2/models/{name}/versions/{version}", methods=["GET"], auth_level=KEYED)
+async def v2_version(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
+    return await handlers.http(req, context)
+
+
+@app.function_name("v2_version_ready")
+@app.route(route="v2/models/{name}/versions/{version}/ready", methods=["GET"], auth_level=KEYED)
+async def v2_version_ready(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
+    return await handlers.http(req, context)
+
+
+@app.function_name("v2_version_infer")
+@app.route(route="v2/models/{name}/versions/{version}/infer", methods=["POST"], auth_level=KEYED)
+async def v2_version_infer(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
     return await handlers.http(req, context)
 
 

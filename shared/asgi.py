@@ -2,8 +2,9 @@
 
 from shared.build import ServiceHolder
 from shared.http import create_app
+from shared.oip.jobs import grpc_server
 
 __all__ = ["app", "holder"]
 
-holder = ServiceHolder()
+holder = ServiceHolder(on_built=[grpc_server("127.0.0.1")])  # NOTE: loopback, as Granian binds
 app = create_app(holder)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from shared.errors import NotReady, ScoringError, SettingsError
@@ -73,8 +73,13 @@ async def build_service(settings: Settings) -> ScoringService:
         source, settings.ort, settings.batch, settings.models_keep_versions, predictions, catalogue=features.catalogue
     )
     rollout = Rollout(registry, source, redis, poll_s=settings.model_poll_s)
+    from shared.ensembles import Ensembles
+
+    ensembles = Ensembles(registry, source, settings.ort, settings.batch.max_size)
     reviewer = build_reviewer(settings, redis) if settings.review.enabled else None
-    service = ScoringService(settings, registry, features, predictions, redis, reviewer=reviewer, rollout=rollout)
+    service = ScoringService(
+        settings, registry, features, predictions, redis, reviewer=reviewer, rollout=rollout, ensembles=ensembles
+    )
     if settings.telemetry:
         from shared.telemetry.setup import configure
 
@@ -177,8 +182,14 @@ class ServiceHolder:
     (one line naming it), or the last failed start (retried on the next call).
     """
 
-    def __init__(self, settings: Callable[[], Settings] = Settings.from_env) -> None:
+    def __init__(
+        self,
+        settings: Callable[[], Settings] = Settings.from_env,
+        *,
+        on_built: Sequence[Callable[[ScoringService], None]] = (),
+    ) -> None:
         self._settings_factory = settings
+        self._on_built = tuple(on_built)  # e.g. an adapter adding its server to the core's background jobs
         self._settings: Settings | None = None
         self._task: asyncio.Task[ScoringService] | None = None
         self._service: ScoringService | None = None
@@ -201,8 +212,18 @@ class ServiceHolder:
             self.last_error = "start cancelled" if exc is None else _public(exc)
             self._task = None
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(build_service(self.settings))
+            self._task = asyncio.get_running_loop().create_task(self._build(self.settings))
         return self._task
+
+    async def _build(self, settings: Settings) -> ScoringService:
+        service = await build_service(settings)
+        try:
+            for hook in self._on_built:
+                hook(service)
+        except BaseException:
+            await service.aclose()
+            raise
+        return service
 
     async def get(self) -> ScoringService:
         service = self.peek()  # NOTE: the per-request path: no future, no task

@@ -13,6 +13,7 @@ Routes (the same paths locally and in Azure, where host.json's routePrefix is "a
     GET  /api/metrics               every metric, Prometheus text format (shared/telemetry)
     GET  /api/health/live           the process answers
     GET  /api/health/ready          200 only once every model is loaded and warmed
+    /v2/...                         the Open Inference Protocol (V2) over the same core: shared/oip/rest.py
 
 Each path answers the same with a trailing slash (the Functions host routes `score/` as
 `score`); nothing redirects. A body must arrive whole within BODY_TIMEOUT_MS (else 408).
@@ -40,6 +41,7 @@ from shared.build import ServiceHolder
 from shared.deadlines import Deadlines
 from shared.errors import BadRequest, BodyTimeout, PayloadTooLarge, ScoringError, UnsupportedMediaType, error_body
 from shared.events import decode_activation
+from shared.oip.rest import v2_routes
 from shared.telemetry.asgi import Measured
 from shared.telemetry.logs import rejections
 
@@ -55,12 +57,15 @@ def json_response(body: object, status: int = 200) -> Response:
     return Response(orjson.dumps(body), status_code=status, media_type="application/json")
 
 
-async def read_json_body(request: Request, cap: int, timeout_s: float, deadlines: Deadlines) -> bytes:
-    """The body of a JSON request, refusing other media types, bodies over `cap` bytes, and
-    bodies not arrived whole within `timeout_s` (a stalled client must not hold a connection)."""
+async def read_json_body(
+    request: Request, cap: int, timeout_s: float, deadlines: Deadlines, *, any_media_type: bool = False
+) -> bytes:
+    """The body of a JSON request, refusing other media types (unless `any_media_type`), bodies
+    over `cap` bytes, and bodies not arrived whole within `timeout_s` (a stalled client must not
+    hold a connection)."""
     headers = request.headers
     media_type = headers.get("content-type", "").partition(";")[0].strip().lower()
-    if media_type != "application/json" and not media_type.endswith("+json"):
+    if not any_media_type and media_type != "application/json" and not media_type.endswith("+json"):
         raise UnsupportedMediaType(f"expected content-type application/json, got {media_type or 'none'}")
     declared = headers.get("content-length", "")
     if declared.isdigit() and int(declared) > cap:
@@ -184,6 +189,11 @@ def create_app(holder: ServiceHolder, *, hosted: bool = False) -> ASGIApp:
         readiness = holder.readiness()
         return json_response(readiness.as_dict(), 200 if readiness.ready else 503)
 
+    async def v2_body(request: Request) -> bytes:
+        settings = holder.settings  # NOTE: a V2 request carries up to MAX_BATCH_ITEMS rows, like a batch
+        cap, timeout_s = settings.max_body_bytes * 16, settings.body_timeout_ms / 1000
+        return await read_json_body(request, cap, timeout_s, deadlines, any_media_type=True)
+
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         try:
@@ -193,8 +203,10 @@ def create_app(holder: ServiceHolder, *, hosted: bool = False) -> ASGIApp:
         yield
         await holder.aclose()
 
+    v2 = v2_routes(service, v2_body)
     routes = [
         Route("/api/score", score, methods=["POST"]),
+        *v2[:2],  # NOTE: V2 infer next: Starlette tries routes in order, on every request
         Route("/api/score/batch", score_batch, methods=["POST"]),
         Route("/api/models/{name}/score", score, methods=["POST"]),
         Route("/api/models", models, methods=["GET"]),
@@ -204,6 +216,7 @@ def create_app(holder: ServiceHolder, *, hosted: bool = False) -> ASGIApp:
         Route("/api/metrics", metrics, methods=["GET"]),
         Route("/api/health/live", live, methods=["GET"]),
         Route("/api/health/ready", ready, methods=["GET"]),
+        *v2[2:],
     ]
     app = Starlette(
         routes=routes + [_slashed(route) for route in routes],  # NOTE: after the originals: the hot path matches first

@@ -7,6 +7,7 @@ all, so requests from every path land in the same micro-batches and share the ca
     score_json / score_batch_json   bytes → validated events → scored (decoded and timed here)
     score / score_many              validated events → scored
     infer                           tensor level: feature rows → scores (protocols, ensembles)
+    metadata / model_ready          a served name's versions, tensors and readiness (protocols)
     models / readiness / stats      what the adapters report
     review                          a review of the uncertain tail, by event id (shared/review)
     install_model / on_model        the lifecycle (Blob trigger, subscribers)
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Literal
 from shared.background import Background
 from shared.cache import L2Tier, PredictionCache
 from shared.decision import Decider, Review, ThresholdDecider
+from shared.ensembles import Ensemble, Ensembles
 from shared.errors import BatcherClosed, ModelNotFound, NotReady, ReviewNotFound, ScoringError
 from shared.events import PaymentEvent, decode_event, decode_events
 from shared.feature_store import FeatureStore
@@ -32,6 +34,7 @@ from shared.registry import EventKind, Hook, ModelRegistry
 from shared.rollout import Rollout
 from shared.serving import LoadedModel, Row
 from shared.settings import Settings
+from shared.signature import ModelInfo, tensors
 from shared.telemetry import metrics
 
 if TYPE_CHECKING:
@@ -121,6 +124,7 @@ class ScoringService:
         decider: Decider | None = None,
         reviewer: Reviewer | None = None,
         rollout: Rollout | None = None,
+        ensembles: Ensembles | None = None,
     ) -> None:
         self.settings = settings
         self.background = Background()
@@ -131,6 +135,7 @@ class ScoringService:
         self._reviewer = reviewer
         self._decider: Decider = decider or reviewer or ThresholdDecider()
         self._rollout = rollout
+        self._ensembles = ensembles
         self._default = settings.default_model
         self._events = 0
         self._defaulted = 0  # events scored with at least one user feature on its model default
@@ -145,6 +150,8 @@ class ScoringService:
         if self._rollout is not None:
             await self._rollout.restore_pins()
         await self._registry.load_all()
+        if self._ensembles is not None:
+            await self._ensembles.load()
         if self._rollout is not None:
             self.background.add("rollout", self._rollout.run)
         self.background.start()
@@ -154,6 +161,8 @@ class ScoringService:
         if self._reviewer is not None:
             await self._reviewer.aclose()
         await self._registry.aclose()
+        if self._ensembles is not None:
+            self._ensembles.release()
         if self._l2 is not None:
             await self._l2.aclose()
 
@@ -212,7 +221,24 @@ class ScoringService:
         return [r for r in reasons if r]
 
     def models(self) -> list[dict[str, object]]:
-        return self._registry.describe()
+        return self._registry.describe() + (self._ensembles.describe() if self._ensembles is not None else [])
+
+    def metadata(self, name: str, version: str | None = None) -> ModelInfo:
+        """What `name` (a model or an ensemble) takes and gives; `ModelNotFound` if not served."""
+        served = self._served(name, version)
+        inputs, outputs = tensors(served.spec)
+        if isinstance(served, Ensemble):
+            return ModelInfo(name, [served.version], served.platform, inputs, outputs, _features(served))
+        platform = "onnx_onnxv1"
+        return ModelInfo(name, self._registry.loaded_versions(name), platform, inputs, outputs, _features(served))
+
+    def model_ready(self, name: str, version: str | None = None) -> bool:
+        """Whether `name` (at `version`) would serve a request now."""
+        try:
+            self._served(name, version)
+        except (ModelNotFound, NotReady):
+            return False
+        return True
 
     def active(self, name: str | None = None, version: str | None = None) -> LoadedModel:
         """The version serving `name` (the default model if None), or the named loaded version."""
@@ -294,14 +320,42 @@ class ScoringService:
         return list(await asyncio.gather(*(one(e) for e in events)))
 
     async def infer(self, name: str, version: str | None, rows: Sequence[Row]) -> Inferred:
-        """Scores for feature rows (already in the model's column order), through caches and batches."""
-        loaded = self._registry.active(name, version)
-        done = await asyncio.gather(*(loaded.score(row) for row in rows))
-        return Inferred(loaded.name, loaded.version, [d.value.score for d in done])
+        """Scores for feature rows (already in the model's column order), through caches and batches.
+
+        `name` is a model or an ensemble; each row goes through the batcher as one request.
+        """
+        try:
+            return await self._infer(name, version, rows)
+        except BatcherClosed:
+            return await self._infer(name, version, rows)  # NOTE: swapped while waiting: the new one answers
+
+    async def _infer(self, name: str, version: str | None, rows: Sequence[Row]) -> Inferred:
+        served = self._served(name, version)
+        done = await asyncio.gather(*(served.score(row) for row in rows))
+        return Inferred(served.name, served.version, [d.value.score for d in done])
+
+    def _served(self, name: str, version: str | None = None) -> LoadedModel | Ensemble:
+        """The model version or the ensemble that serves `name`."""
+        try:
+            return self._registry.active(name, version)
+        except ModelNotFound:
+            ensemble = self._ensembles.get(name) if self._ensembles is not None else None
+            if ensemble is None:
+                if self._ensembles is not None and self._ensembles.declared(name):
+                    raise ModelNotFound(
+                        f"ensemble {name!r} is not active: {self._ensembles.errors.get(name)}"
+                    ) from None
+                raise
+            if version is not None and version != ensemble.version:
+                raise ModelNotFound(f"ensemble {name!r} has no version {version!r}") from None
+            return ensemble
 
     async def _score(self, event: PaymentEvent, name: str, parse_s: float, wait_s: float | None) -> Scored:
         t0 = time.perf_counter()
-        loaded = self._registry.active(name)
+        try:
+            loaded: LoadedModel | Ensemble = self._registry.active(name)
+        except ModelNotFound:  # NOTE: a try costs nothing until it raises: the model path pays no lookup
+            loaded = self._served(name)
         user = None
         if loaded.mapper.uses_user_features:
             user, _ = await self._features.get(event.user_id)
@@ -342,6 +396,10 @@ class ScoringService:
             defaulted=row.defaulted,
             timings_ms=timings,
             reason=verdict.reason,
-            scores=verdict.scores,
+            scores=verdict.scores if prediction.parts is None else {**prediction.parts, **verdict.scores},
             review=review,
         )
+
+
+def _features(served: LoadedModel | Ensemble) -> list[str]:
+    return [f.name for f in served.spec.features]

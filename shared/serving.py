@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
@@ -32,12 +33,14 @@ Origin = Literal["l1", "l2", "model"]
 
 
 class Prediction(NamedTuple):
-    """One row's score, where it came from, and the batch's cache and model time."""
+    """One row's score, where it came from, and the batch's cache and model time
+    (and, from an ensemble, each member's score by `name/version`)."""
 
     score: float
     source: Origin
     cache_s: float = 0.0
     inference_s: float = 0.0
+    parts: Mapping[str, float] | None = None
 
 
 @dataclass(eq=False)

@@ -271,7 +271,7 @@ class Settings:
     max_body_bytes: int = setting(
         "MAX_BODY_BYTES", 64 * 1024, "body cap of one event (a batch may carry 16 times that)"
     )
-    max_batch_items: int = setting("MAX_BATCH_ITEMS", 256, "events per `/api/score/batch`")
+    max_batch_items: int = setting("MAX_BATCH_ITEMS", 256, "events per `/api/score/batch`, rows per V2 infer request")
     max_message_bytes: int = setting(
         "MAX_MESSAGE_BYTES", 256 * 1024, "queue message cap: a larger body is rejected with an excerpt, never scored"
     )
@@ -325,6 +325,9 @@ class Settings:
         None,
         "`Authorization=AAD;ClientId=<identity>`: Entra ingestion with that managed identity",
     )
+    grpc_port: int = setting(
+        "GRPC_PORT", 0, "port of the Open Inference Protocol (V2) gRPC server in the same process; `0` = none"
+    )
     # -- the queue path (shared/queue) ---------------------------------------------------
     service_bus_namespace: str | None = setting(
         "ServiceBusConnection__fullyQualifiedNamespace",
@@ -358,6 +361,7 @@ class Settings:
         _check(self.gc_gen0_threshold >= 0, "GC_GEN0_THRESHOLD", "an integer >= 0 (0 keeps Python's default)")
         _check(self.models_keep_versions >= 1, "MODELS_KEEP_VERSIONS", "an integer >= 1")
         _check(1 <= self.port <= 65535, "PORT", "a TCP port within 1..65535")
+        _check(0 <= self.grpc_port <= 65535, "GRPC_PORT", "a TCP port within 1..65535, or 0 for no gRPC server")
         _check(
             self.log_level in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"), "LOG_LEVEL", "DEBUG|INFO|WARNING|ERROR"
         )

@@ -17,6 +17,7 @@ from shared.build import ServiceHolder
 from shared.errors import BatchIncomplete, ScoringError
 from shared.http import create_app
 from shared.models.source import check_size, parse_model_path
+from shared.oip.jobs import grpc_server
 from shared.queue.handler import PaymentBatch
 from shared.queue.idempotency import ResultStore
 from shared.queue.messages import Incoming, rejection_record, trace_properties
@@ -143,4 +144,5 @@ def rejection(msg: func.ServiceBusMessage, exc: ScoringError) -> str:
     return rejection_record(incoming(msg), exc).decode()
 
 
-handlers = FunctionHandlers(ServiceHolder())
+# NOTE: every address: in Azure the gRPC port is reached through the environment's ingress
+handlers = FunctionHandlers(ServiceHolder(on_built=[grpc_server("0.0.0.0")]))

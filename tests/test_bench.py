@@ -50,3 +50,16 @@ def test_targets_use_paired_ratios_against_the_fastest_bare_endpoint_of_each_rou
 
 def test_event_bodies_are_unique_rows() -> None:
     assert event_body(1) != event_body(2)
+
+
+def test_protocol_summary_takes_medians_and_round_by_round_ratios() -> None:
+    from bench.protocols import summarize
+
+    def rounds(*rps: float) -> list[dict[str, float]]:
+        return [{"rps": r, "p50_ms": 1000 / r, "p99_ms": 2000 / r} for r in rps]
+
+    s = summarize(
+        {"api_score": rounds(100, 50, 90), "v2_rest": rounds(100, 50, 90), "v2_grpc": rounds(200, 100, 90)}, 16, 4
+    )
+    assert s["medians"]["v2_grpc"]["rps"] == 100 and s["ratios"]["v2_rest"]["rps_vs_grpc"] == 0.5
+    assert s["ratios"]["v2_grpc"]["p50_minus_grpc_ms"] == 0

@@ -36,12 +36,14 @@ def _plain(binding: dict[str, Any]) -> dict[str, str]:
 
 
 def readme_routes() -> list[tuple[str, str, str]]:
-    """(method, path, auth) of every route the README documents, `{name}` filled in."""
+    """(method, path, auth) of every route the README documents, its `{parameters}` filled in."""
     rows = re.findall(
-        r"^\| `(GET|POST|PUT|DELETE) (/api/[^`]+)` \|.*\| (function key|anonymous) \|$", README.read_text(), re.M
+        r"^\| `(GET|POST|PUT|DELETE) (/(?:api|v2)[^`]*)` \|.*\| (function key|anonymous) \|$", README.read_text(), re.M
     )
-    assert len(rows) >= 7, "the README's HTTP API table was not found"
-    return [(m, p.replace("{name}", "fraud"), "function" if a == "function key" else "anonymous") for m, p, a in rows]
+    assert len(rows) >= 15, "the README's HTTP API tables were not found"
+    fill = {"{name}": "fraud", "{version}": "1", "{probe}": "live", "{event_id}": "evt-1"}
+    return [(m, re.sub(r"\{\w+\}", lambda g: fill[g[0]], p), "function" if a == "function key" else "anonymous")
+            for m, p, a in rows]  # fmt: skip
 
 
 def host_table() -> list[host_routes.HostRoute]:
@@ -59,6 +61,15 @@ def test_every_documented_route_is_answered_by_its_own_function_with_its_auth(
     assert route.auth_level == auth, f"{method} {path} is answered by {route.function} ({route.auth_level})"
     matching = [r.function for r in table if r.pattern.match(path) and method in r.methods]
     assert matching == [route.function], f"{method} {path} matches {matching}: the answer depends on name order"
+
+
+def test_routes_sit_under_api_or_v2_with_no_prefix() -> None:
+    """routePrefix "" puts V2 at the root paths its clients call; nothing else may sit at the root."""
+    assert json.loads((REPO / "host.json").read_text())["extensions"]["http"]["routePrefix"] == ""
+    for route in host_table():
+        assert route.template.split("/")[0] in ("api", "v2"), f"{route.function} routes {route.template}"
+        if route.template.startswith("v2"):
+            assert route.auth_level == "function", f"{route.function} must be keyed"
 
 
 def test_probes_reach_the_anonymous_health_function() -> None:
@@ -109,6 +120,14 @@ def test_function_names() -> None:
         "score",
         "score_batch",
         "stats",
+        "v2_health",
+        "v2_model",
+        "v2_model_infer",
+        "v2_model_ready",
+        "v2_server",
+        "v2_version",
+        "v2_version_infer",
+        "v2_version_ready",
     ]
 
 

@@ -24,11 +24,37 @@ LAYERS: list[set[str]] = [
     {"shared.cache", "shared.batching", "shared.background", "shared.deadlines"},
     {"shared.models"},
     {"shared.features", "shared.feature_store"},
-    {"shared.serving", "shared.registry", "shared.decision", "shared.rollout", "shared.review"},
+    {
+        "shared.serving",
+        "shared.registry",
+        "shared.decision",
+        "shared.rollout",
+        "shared.review",
+        "shared.signature",
+        "shared.ensembles",
+    },
     {"shared.service", "shared.build"},
-    {"shared.http", "shared.triggers", "shared.asgi", "shared.__main__", "shared.local_server", "shared.queue"},
+    {
+        "shared.http",
+        "shared.triggers",
+        "shared.asgi",
+        "shared.__main__",
+        "shared.local_server",
+        "shared.queue",
+        "shared.oip",
+    },
 ]
-HEAVY = ("onnxruntime", "numpy", "redis", "azure.storage", "openai", "opentelemetry", "prometheus_client")
+HEAVY = (
+    "onnxruntime",
+    "numpy",
+    "redis",
+    "azure.storage",
+    "openai",
+    "opentelemetry",
+    "prometheus_client",
+    "grpc",
+    "google.protobuf",
+)
 
 
 def module_name(path: Path) -> str:
@@ -130,7 +156,7 @@ started = time.perf_counter()
 import function_app
 elapsed = time.perf_counter() - started
 print(json.dumps({"heavy": [m for m in sys.modules if m.split(".")[0] in ("onnxruntime", "numpy", "redis", "openai",
-                             "opentelemetry", "prometheus_client") or m.startswith("azure.storage")], "s": elapsed}))
+                             "opentelemetry", "prometheus_client", "grpc") or m.startswith(("azure.storage", "google.protobuf"))], "s": elapsed}))
 """
     result = json.loads(run_python(code))
     assert result["heavy"] == [], f"function_app imports {sorted(set(m.split('.')[0] for m in result['heavy']))}"

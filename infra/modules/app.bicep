@@ -121,6 +121,11 @@ param redisKeyPrefix string = ''
 ])
 param logLevel string = 'INFO'
 
+@description('Port of the Open Inference Protocol (V2) gRPC server in the app process; reachable inside the environment only (docs/deploy.md).')
+@minValue(1)
+@maxValue(65535)
+param grpcPort int = 8001
+
 var placeholderImage = 'mcr.microsoft.com/azure-functions/python:4-python3.11'
 var isPlaceholder = empty(containerImage)
 var image = isPlaceholder ? placeholderImage : containerImage
@@ -203,6 +208,7 @@ var serviceSettings = [
   { name: 'TELEMETRY', value: 'true' }
   { name: 'TRACE_SAMPLE_RATIO', value: '0.01' }
   { name: 'LOG_REJECTIONS_PER_S', value: '10' }
+  { name: 'GRPC_PORT', value: string(grpcPort) } // the V2 gRPC server in the same process (ingress below)
 ]
 
 var openAiSettings = [
@@ -309,6 +315,15 @@ resource app 'Microsoft.App/containerApps@2026-07-01' = {
         targetPort: port
         transport: 'auto'
         allowInsecure: false
+        // V2 gRPC (GRPC_PORT): a TCP port of the app, internal to the environment. The Functions
+        // host never sees it, so no function key guards it: the network does (docs/deploy.md).
+        additionalPortMappings: [
+          {
+            external: false
+            targetPort: grpcPort
+            exposedPort: grpcPort
+          }
+        ]
       }
       registries: [
         {

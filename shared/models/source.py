@@ -1,6 +1,7 @@
 """Where model files come from: a local directory or a Blob container, same layout.
 
     {name}/{version}/model.onnx
+    {name}/{version}/ensemble.json      an ensemble (shared/ensembles), with any file it names
 
 Names and versions are checked here, for every source and the Blob trigger alike:
 
@@ -32,6 +33,7 @@ __all__ = [
     "ModelSource",
     "check_ref",
     "check_size",
+    "parse_ensemble_path",
     "parse_model_path",
     "version_key",
 ]
@@ -39,6 +41,8 @@ __all__ = [
 NAME = r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}"
 VERSION = r"[1-9][0-9]{0,8}"
 _PATH = re.compile(rf"\A(?:(?P<container>[^/]+)/)?(?P<name>{NAME})/(?P<version>{VERSION})/model\.onnx\Z")
+_ENSEMBLE_PATH = re.compile(rf"\A(?P<name>{NAME})/(?P<version>{VERSION})/ensemble\.json\Z")
+_FILE = re.compile(r"\A[A-Za-z0-9_-]{1,64}\.(?:onnx|json)\Z")
 _NAME, _VERSION = re.compile(rf"\A{NAME}\Z"), re.compile(rf"\A{VERSION}\Z")
 
 
@@ -53,6 +57,18 @@ def parse_model_path(path: str, *, container: str | None = None) -> ModelRef | N
     if match is None or match["container"] != container:
         return None
     return ModelRef(match["name"], match["version"])
+
+
+def parse_ensemble_path(path: str) -> ModelRef | None:
+    """`stack/1/ensemble.json` → ModelRef of the ensemble's declaration."""
+    match = _ENSEMBLE_PATH.match(path.strip("/"))
+    return None if match is None else ModelRef(match["name"], match["version"])
+
+
+def _check_file(ref: ModelRef, filename: str) -> str:
+    if not _FILE.match(filename):
+        raise ModelInvalid(f"{ref.name}/{ref.version}: file name {filename[:80]!r} must be like meta.onnx")
+    return f"{ref.name}/{ref.version}/{filename}"
 
 
 def check_ref(name: str, version: str) -> ModelRef:
@@ -93,6 +109,14 @@ class ModelSource(Protocol):
         """Put a model file in place whole (readers never see half a file)."""
         ...
 
+    def ensembles(self) -> tuple[ModelRef, ...]:
+        """The ensemble declarations (`{name}/{version}/ensemble.json`)."""
+        ...
+
+    def read_file(self, ref: ModelRef, filename: str) -> bytes:
+        """Another file of a version's folder (an ensemble's declaration or meta-model)."""
+        ...
+
 
 class DirectorySource:
     """Models under a local directory (the repo's `models/` by default)."""
@@ -117,6 +141,20 @@ class DirectorySource:
             return path.read_bytes()
         except OSError as exc:
             raise ModelSourceError(f"cannot read {ref.name}/{ref.version}: {exc.strerror}") from exc
+
+    def ensembles(self) -> tuple[ModelRef, ...]:
+        if not self.root.is_dir():
+            raise ModelSourceError("MODELS_DIR: the model directory does not exist")
+        refs = (parse_ensemble_path(p.relative_to(self.root).as_posix()) for p in self.root.glob("*/*/ensemble.json"))
+        return tuple(sorted(r for r in refs if r is not None))
+
+    def read_file(self, ref: ModelRef, filename: str) -> bytes:
+        path = self.root / _check_file(ref, filename)
+        try:
+            check_size(path.stat().st_size, self._max_bytes, ref)
+            return path.read_bytes()
+        except OSError as exc:
+            raise ModelSourceError(f"cannot read {ref.name}/{ref.version}/{filename}: {exc.strerror}") from exc
 
     def stamp(self, ref: ModelRef) -> str:
         try:
@@ -181,6 +219,25 @@ class BlobSource:
             return blob.download_blob().readall()
         except AzureError as exc:
             raise ModelSourceError(f"cannot read {ref.name}/{ref.version}: {type(exc).__name__}") from exc
+
+    def ensembles(self) -> tuple[ModelRef, ...]:
+        from azure.core.exceptions import AzureError
+
+        try:
+            refs = (parse_ensemble_path(b.name) for b in self._container.list_blobs())
+            return tuple(sorted(r for r in refs if r is not None))
+        except AzureError as exc:
+            raise ModelSourceError(f"cannot list {self.description}: {type(exc).__name__}") from exc
+
+    def read_file(self, ref: ModelRef, filename: str) -> bytes:
+        from azure.core.exceptions import AzureError
+
+        try:
+            blob = self._container.get_blob_client(_check_file(ref, filename))
+            check_size(blob.get_blob_properties().size, self._max_bytes, ref)
+            return blob.download_blob().readall()
+        except AzureError as exc:
+            raise ModelSourceError(f"cannot read {ref.name}/{ref.version}/{filename}: {type(exc).__name__}") from exc
 
     def stamp(self, ref: ModelRef) -> str:
         from azure.core.exceptions import AzureError

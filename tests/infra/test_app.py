@@ -169,3 +169,10 @@ def test_telemetry_connection_string_comes_from_the_resource(app_env: dict[str, 
 def test_openai_settings_are_identity_only(app_env: dict[str, Any]) -> None:
     assert {"AZURE_OPENAI_ENDPOINT", "AZURE_OPENAI_DEPLOYMENT"} <= set(app_env)
     assert not [n for n in app_env if "OPENAI" in n and "KEY" in n]
+
+
+def test_the_grpc_port_is_mapped_inside_the_environment_only(app: Module) -> None:
+    from checks.grpc_ingress import check_grpc_ingress
+
+    assert check_grpc_ingress(INFRA.parent) == []
+    assert app.resolve("grpcPort") == 8001

@@ -57,6 +57,6 @@ def test_blob_trigger_container_and_event_grid_hook(modules: dict[str, Module], 
 
 def test_probe_routes_are_served_anonymously() -> None:
     routes = [decos["route"] for decos in function_app_bindings().values() if "route" in decos]
-    health = [r for r in routes if str(r.get("route", "")).startswith("health")]
+    health = [r for r in routes if str(r.get("route", "")).startswith("api/health")]
     assert health, "function_app.py has no health route for the probes"
     assert all("ANONYMOUS" in str(r.get("auth_level")) for r in health), "probes must not need a function key"

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from checks import check_schemas
 from checks.bicep_lang import check_language
+from checks.grpc_ingress import check_grpc_ingress
 from checks.contract import (
     check_app_metrics,
     check_function_app,
@@ -36,6 +37,7 @@ CHECKS: dict[str, Callable[[Path], list[str]]] = {
     "locks": lambda root: check_lock_budget(root, TRIGGER_QUEUE),
     "function_app": lambda root: check_function_app(root, app_setting_names()),
     "override_version": check_override_api_version,
+    "grpc_ingress": check_grpc_ingress,
 }
 
 # (id, check that must catch it, file, text, replacement)
@@ -210,6 +212,22 @@ MUTATIONS = [
         "'ServiceBus__fullyQualifiedNamespace'",
     ),
     ("missing-app-setting", "function_app", "infra/modules/app.bicep", "{ name: 'BATCH_MAX_SIZE', value: '8' }", ""),
+    ("grpc-port-public", "grpc_ingress", "infra/modules/app.bicep", "external: false", "external: true"),
+    (
+        "grpc-port-not-the-setting",
+        "grpc_ingress",
+        "infra/modules/app.bicep",
+        "targetPort: grpcPort",
+        "targetPort: 8002",
+    ),
+    (
+        "grpc-setting-missing",
+        "grpc_ingress",
+        "infra/modules/app.bicep",
+        "{ name: 'GRPC_PORT', value: string(grpcPort) }",
+        "",
+    ),
+    ("misspelled-port-mapping", "schema", "infra/modules/app.bicep", "exposedPort: grpcPort", "exposedPrt: grpcPort"),
     (
         "probe-off-health-route",
         "function_app",

@@ -1,0 +1,49 @@
+"""The gRPC server is a job of the core: started when the holder builds it, stopped with it."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import replace
+
+import grpc
+import pytest
+
+from shared.build import ServiceHolder
+from shared.oip import grpc_predict_v2_pb2 as pb
+from shared.oip.jobs import grpc_server
+from shared.settings import Settings
+from tests.conftest import closed_port
+
+
+async def test_started_with_the_core_and_stopped_with_it(settings: Settings) -> None:
+    port = closed_port()
+    holder = ServiceHolder(lambda: replace(settings, grpc_port=port), on_built=[grpc_server("127.0.0.1")])
+    service = await holder.get()
+    try:
+        assert "grpc" in service.background.running
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            live = channel.unary_unary(
+                "/inference.GRPCInferenceService/ServerLive",
+                request_serializer=pb.ServerLiveRequest.SerializeToString,
+                response_deserializer=pb.ServerLiveResponse.FromString,
+            )
+            assert (await live(pb.ServerLiveRequest(), timeout=10)).live
+    finally:
+        await holder.aclose()
+    with socket.socket() as s:  # the port is free again
+        s.bind(("127.0.0.1", port))
+
+
+async def test_no_port_no_server(settings: Settings) -> None:
+    holder = ServiceHolder(lambda: settings, on_built=[grpc_server("127.0.0.1")])
+    service = await holder.get()
+    assert service.settings.grpc_port == 0 and "grpc" not in service.background.running
+    await holder.aclose()
+
+
+@pytest.mark.parametrize("value", ["-1", "70000", "grpc"])
+def test_a_bad_port_names_the_setting(value: str) -> None:
+    from shared.errors import SettingsError
+
+    with pytest.raises(SettingsError, match="GRPC_PORT"):
+        Settings.from_env({"GRPC_PORT": value})
