@@ -33,6 +33,7 @@ class Review:
     reason: str = ""
     risk_score: float | None = None
     rationale: str = ""
+    waited_s: float = 0.0  # how long the caller waited for it (the `llm` stage of its timings)
 
     def as_dict(self) -> dict[str, object]:
         body: dict[str, object] = {"status": self.status, "id": self.id}

@@ -384,6 +384,8 @@ class ScoringService:
             "inference": round(prediction.inference_s * 1000, 3),
             "total": round((t2 - t0 + parse_s) * 1000, 3),
         }
+        if review is not None:
+            timings["llm"] = round(review.waited_s * 1000, 3)
         if self._record_stages is not None:
             self._record_stages(timings)
         return Scored(

@@ -21,11 +21,11 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from shared.cache.tiered import TieredCache
 from shared.decision import Decider, Review, ReviewStatus, Verdict
-from shared.errors import ReviewFailed, ReviewSkipped
+from shared.errors import ReviewFailed, ReviewSkipped, ReviewTimeout
 from shared.events import PaymentEvent
 from shared.models.spec import Thresholds
 from shared.review.client import Answer, ReviewClient
@@ -33,6 +33,7 @@ from shared.review.guard import Breaker, ShareBudget, TokenBucket
 from shared.review.prompt import Opinion, Prompt
 from shared.review.store import ReviewStore
 from shared.settings import ReviewPolicy
+from shared.telemetry import metrics
 
 __all__ = ["ReviewStats", "Reviewer"]
 
@@ -79,6 +80,7 @@ class Reviewer:
         self._clock = clock
         self._low, self._high = policy.band_low, policy.band_high
         self._wait_s = policy.timeout_ms / 1000
+        self._model = policy.deployment  # NOTE: the gen_ai.request.model of its metrics
         self._bucket = TokenBucket(policy.max_rps, policy.max_rps, clock())
         self._share = ShareBudget(policy.max_share)
         self.breaker = Breaker(policy.breaker_failures, policy.breaker_reset_s)
@@ -93,11 +95,17 @@ class Reviewer:
         if not (self._low <= score <= self._high or (event.note and self._policy.review_notes)):
             return local
         self.stats.asked += 1
+        started = time.perf_counter()
+        verdict = await self._await_review(event, score, local, self._wait_s if wait_s is None else wait_s)
+        assert verdict.review is not None
+        return verdict._replace(review=replace(verdict.review, waited_s=time.perf_counter() - started))
+
+    async def _await_review(self, event: PaymentEvent, score: float, local: Verdict, wait_s: float) -> Verdict:
         task = asyncio.get_running_loop().create_task(self._review(event, score, local))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         try:
-            await asyncio.wait_for(asyncio.shield(task), self._wait_s if wait_s is None else wait_s)
+            await asyncio.wait_for(asyncio.shield(task), wait_s)
         except TimeoutError:
             if not task.done():  # NOTE: else it ended while the wait was called off: use its outcome
                 self.stats.pending += 1
@@ -147,6 +155,40 @@ class Reviewer:
 
     async def _ask(self, fields: dict[str, object]) -> Opinion:
         """One call to Azure OpenAI, if the bounds allow it now."""
+        try:
+            self._admit()
+        except ReviewSkipped:
+            metrics.llm_call(self._model, 0.0, outcome="skipped")
+            raise
+        finally:
+            metrics.llm_breaker(self.breaker.state)
+        self.stats.called += 1
+        started = time.perf_counter()
+        try:
+            answer: Answer = await asyncio.wait_for(self._client.ask(fields), self._policy.call_timeout_ms / 1000)
+        except TimeoutError:
+            self._failed(started, "timeout")
+            raise ReviewTimeout(f"no answer within {self._policy.call_timeout_ms:.0f} ms") from None
+        except ReviewFailed as exc:
+            self._failed(started, "timeout" if isinstance(exc, ReviewTimeout) else exc.code, exc)
+            raise
+        except BaseException:
+            self.breaker.released()
+            raise
+        self.breaker.succeeded()
+        metrics.llm_breaker(self.breaker.state)
+        self.stats.prompt_tokens += answer.prompt_tokens
+        self.stats.completion_tokens += answer.completion_tokens
+        metrics.llm_call(
+            self._model,
+            time.perf_counter() - started,
+            input_tokens=answer.prompt_tokens,
+            output_tokens=answer.completion_tokens,
+        )
+        return answer.opinion
+
+    def _admit(self) -> None:
+        """Whether the bounds let a call go now: the breaker, then the rate, then the share."""
         now = self._clock()
         if not self.breaker.allow(now):
             raise ReviewSkipped(f"breaker open for {self.breaker.open_for(now):.1f} s")
@@ -156,22 +198,12 @@ class Reviewer:
         if not self._share.spend():
             self.breaker.released()
             raise ReviewSkipped(f"share limit of {self._policy.max_share:.0%} of events")
-        self.stats.called += 1
-        try:
-            answer: Answer = await asyncio.wait_for(self._client.ask(fields), self._policy.call_timeout_ms / 1000)
-        except TimeoutError:
-            self.breaker.failed(self._clock())
-            raise ReviewFailed(f"no answer within {self._policy.call_timeout_ms:.0f} ms") from None
-        except ReviewFailed as exc:
-            self.breaker.failed(self._clock(), getattr(exc, "retry_after_s", None))
-            raise
-        except BaseException:
-            self.breaker.released()
-            raise
-        self.breaker.succeeded()
-        self.stats.prompt_tokens += answer.prompt_tokens
-        self.stats.completion_tokens += answer.completion_tokens
-        return answer.opinion
+
+    def _failed(self, started: float, error: str, exc: ReviewFailed | None = None) -> None:
+        self.breaker.failed(self._clock(), getattr(exc, "retry_after_s", None))
+        metrics.llm_breaker(self.breaker.state)
+        outcome = "timeout" if error == "timeout" else "error"
+        metrics.llm_call(self._model, time.perf_counter() - started, outcome=outcome, error=error)
 
     def _record(self, event: PaymentEvent, verdict: Verdict, review: Review | None) -> dict[str, object]:
         review = review or verdict.review

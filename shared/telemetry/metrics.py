@@ -228,7 +228,7 @@ def llm_call(
     """One LLM review call (the reviewer records it; a skipped call has outcome `skipped`).
 
     `error` is the failure's type (e.g. `timeout`, `RateLimitError`): the call counts as a
-    failure too. The call's duration also lands in the `llm` stage.
+    failure too. (The `llm` stage is what a request waited for its review: `stages()`.)
     """
     LLM_CALLS.add((model, outcome))
     if error is not None:
@@ -236,7 +236,6 @@ def llm_call(
     if outcome == "skipped":
         return
     LLM_DURATION.series((model, error or "")).record(seconds)
-    _STAGE_SERIES["llm"].record(seconds)
     if input_tokens:
         LLM_TOKENS.series((model, "input")).record(input_tokens)
     if output_tokens:
