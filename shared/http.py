@@ -15,6 +15,10 @@ Routes (the same paths locally and in Azure, where host.json's routePrefix is "a
     GET  /api/health/ready          200 only once every model is loaded and warmed
     /v2/...                         the Open Inference Protocol (V2) over the same core: shared/oip/rest.py
 
+`POST /api/score` (the hot route) is served straight from ASGI by `score_lane`, ahead of
+the framework's router; every other route goes through Starlette. Both give the same
+answers, errors and telemetry (tests/test_http.py holds the two to it).
+
 Each path answers the same with a trailing slash (the Functions host routes `score/` as
 `score`); nothing redirects. A body must arrive whole within BODY_TIMEOUT_MS (else 408).
 Every error is JSON `{"error": code, "detail": message}` with the status its class carries.
@@ -63,11 +67,21 @@ async def read_json_body(
     """The body of a JSON request, refusing other media types (unless `any_media_type`), bodies
     over `cap` bytes, and bodies not arrived whole within `timeout_s` (a stalled client must not
     hold a connection)."""
-    headers = request.headers
-    media_type = headers.get("content-type", "").partition(";")[0].strip().lower()
+    return await read_body(request.scope, request.receive, cap, timeout_s, deadlines, any_media_type=any_media_type)
+
+
+async def read_body(
+    scope: Scope, receive: Receive, cap: int, timeout_s: float, deadlines: Deadlines, *, any_media_type: bool = False
+) -> bytes:
+    """`read_json_body` straight from ASGI (the scoring lane has no `Request`)."""
+    media_type, declared = "", ""
+    for name, value in scope["headers"]:  # NOTE: ASGI header names are lower-case bytes
+        if name == b"content-type":
+            media_type = value.decode("latin-1").partition(";")[0].strip().lower()
+        elif name == b"content-length":
+            declared = value.decode("latin-1")
     if not any_media_type and media_type != "application/json" and not media_type.endswith("+json"):
         raise UnsupportedMediaType(f"expected content-type application/json, got {media_type or 'none'}")
-    declared = headers.get("content-length", "")
     if declared.isdigit() and int(declared) > cap:
         raise PayloadTooLarge(f"body of {declared} bytes exceeds the {cap}-byte limit")
     task = deadlines.arm(timeout_s)
@@ -75,7 +89,7 @@ async def read_json_body(
     size = 0
     try:
         while True:  # NOTE: straight from receive(): the per-request path, no async generator
-            message = await request.receive()
+            message = await receive()
             if message["type"] == "http.disconnect":
                 # NOTE: Granian sends this for a body it cannot parse (a bad chunk) while the client
                 # still waits, so it is the client's fault; to a client that did leave, no one answers.
@@ -224,7 +238,44 @@ def create_app(holder: ServiceHolder, *, hosted: bool = False) -> ASGIApp:
         lifespan=lifespan,
     )
     app.router.redirect_slashes = False  # NOTE: its 307 builds Location from the client's Host header
-    return CatchAll(Measured(app, lambda: holder.settings.telemetry, hosted=hosted))
+    score_route = routes[0]
+
+    async def score_lane(scope: Scope, receive: Receive, send: Send) -> None:
+        """POST /api/score straight from ASGI: the same answer as the framework's route, less
+        per-request work (no Request, no router scan, no Response object)."""
+        started = time.perf_counter()
+        scope["route"] = score_route  # NOTE: the telemetry middleware reads the route template here
+        try:
+            settings = holder.settings  # NOTE: a bad setting is a 503 naming it, like on every route
+            body = await read_body(scope, receive, settings.max_body_bytes, settings.body_timeout_ms / 1000, deadlines)
+            core = holder.peek() or await holder.get()
+            scored = await core.score_json(body, None, started=started)
+            scope["scoring"] = scored
+            payload, status = orjson.dumps(scored.as_dict()), 200
+        except ScoringError as exc:
+            _log_error(exc, scope["method"], scope["path"], score_route.path)
+            payload, status = orjson.dumps(error_body(exc)), exc.status
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": payload})
+
+    async def lanes(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] in SCORE_PATHS and scope["method"] == "POST":
+            await score_lane(scope, receive, send)
+        else:
+            await app(scope, receive, send)
+
+    return CatchAll(Measured(lanes, lambda: holder.settings.telemetry, hosted=hosted))
+
+
+SCORE_PATHS = frozenset(("/api/score", "/api/score/"))
+
+
+def _log_error(exc: ScoringError, method: str, path: str, route: str) -> None:
+    if exc.status >= 500:
+        log.warning("%s %s -> %s: %s", method, path, exc.status, exc.detail)
+    else:
+        rejections.rejected("http", exc.code, exc.detail, status=exc.status, route=route.rstrip("/"))
 
 
 def _slashed(route: Route) -> Route:
@@ -234,15 +285,12 @@ def _slashed(route: Route) -> Route:
 
 async def _scoring_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ScoringError)
-    if exc.status >= 500:
-        log.warning("%s %s -> %s: %s", request.method, request.url.path, exc.status, exc.detail)
-    else:
-        rejections.rejected("http", exc.code, exc.detail, status=exc.status, route=_route(request))
+    _log_error(exc, request.method, request.url.path, _route(request))
     return json_response(error_body(exc), exc.status)
 
 
 def _route(request: Request) -> str:
-    return str(getattr(request.scope.get("route"), "path", "")).rstrip("/")
+    return str(getattr(request.scope.get("route"), "path", ""))
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

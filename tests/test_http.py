@@ -230,3 +230,27 @@ def test_trailing_slash_is_served_not_redirected(client: TestClient) -> None:
     for path in ("/api/score//", "/api/health/live//", "/api/nope/"):
         r = client.post(path, json=event(), follow_redirects=False) if "score" in path else client.get(path)
         assert r.status_code == 404 and r.json()["error"] == "not_found" and "location" not in r.headers, path
+
+
+@pytest.mark.parametrize(
+    ("content", "headers"),
+    [
+        (json.dumps(event()).encode(), {"content-type": "application/json"}),
+        (b"{not json", {"content-type": "application/json"}),
+        (json.dumps(event(amount=-1)).encode(), {"content-type": "application/json"}),
+        (json.dumps(event()).encode(), {"content-type": "text/plain"}),
+        (b"{" + b" " * 70_000 + b"}", {"content-type": "application/json"}),
+    ],
+    ids=["valid", "malformed", "invalid", "media-type", "too-large"],
+)
+def test_the_scoring_lane_answers_as_the_framework_route_does(
+    client: TestClient, content: bytes, headers: dict[str, str]
+) -> None:
+    """POST /api/score is served ahead of the router (shared/http.py `score_lane`); the named-model
+    route is the same endpoint through Starlette: the two must give the same answers."""
+    lane = client.post("/api/score", content=content, headers=headers)
+    routed = client.post("/api/models/fraud/score", content=content, headers=headers)
+    assert lane.status_code == routed.status_code
+    assert lane.headers["content-type"] == routed.headers["content-type"] == "application/json"
+    strip = lambda body: {k: v for k, v in body.items() if k not in ("timings_ms", "source")}  # noqa: E731 (2nd: a cache hit)
+    assert strip(lane.json()) == strip(routed.json())
