@@ -9,8 +9,9 @@ feature then takes its model default), never an error.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TypeAlias
 
@@ -95,6 +96,21 @@ class FeatureStore:
     async def get(self, user_id: str) -> tuple[UserFeatures, Tier | None]:
         """The user's features ({} when unknown) and the tier that served them."""
         return await self.cache.get_or_compute(user_key(user_id), lambda: self._from_fallback(user_id))
+
+    async def get_many(self, user_ids: Iterable[str]) -> dict[str, UserFeatures]:
+        """Features of several users: this process's copies at once, the rest read concurrently."""
+        found: dict[str, UserFeatures] = {}
+        missing: list[str] = []
+        for user_id in set(user_ids):
+            features = self.cache.peek(user_key(user_id))
+            if features is None:
+                missing.append(user_id)
+            else:
+                found[user_id] = features
+        if missing:
+            read = await asyncio.gather(*(self.get(user_id) for user_id in missing))
+            found.update((user_id, features) for user_id, (features, _) in zip(missing, read, strict=True))
+        return found
 
     async def _from_fallback(self, user_id: str) -> UserFeatures:
         return dict(self._fallback.get(user_id, {}))

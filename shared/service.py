@@ -24,15 +24,16 @@ from typing import TYPE_CHECKING, Literal
 
 from shared.background import Background
 from shared.cache import L2Tier, PredictionCache
-from shared.decision import Decider, Review, ThresholdDecider
+from shared.decision import Decider, Review, ThresholdDecider, Verdict
 from shared.ensembles import Ensemble, Ensembles
 from shared.errors import BatcherClosed, ModelNotFound, NotReady, ReviewNotFound, ScoringError
 from shared.events import PaymentEvent, decode_event, decode_events
 from shared.feature_store import FeatureStore
+from shared.features import FeatureRow
 from shared.models.source import ModelRef
 from shared.registry import EventKind, Hook, ModelRegistry
 from shared.rollout import Rollout
-from shared.serving import LoadedModel, Row
+from shared.serving import LoadedModel, Prediction, Row
 from shared.settings import Settings
 from shared.signature import ModelInfo, tensors
 from shared.telemetry import metrics
@@ -307,8 +308,22 @@ class ScoringService:
     async def score_many(
         self, events: Sequence[PaymentEvent | ScoringError], model: str | None = None
     ) -> list[Scored | ScoringError]:
-        """Score events concurrently (so they share batches); errors stay in their slot."""
+        """Score events that arrived together; errors stay in their slot.
 
+        Their rows run as their own model batches: one feature read per user, then one cache
+        lookup and one model run per chunk of rows, with no window and no future per row.
+        An ensemble, a model run off the event loop, or a version swapped meanwhile takes the
+        per-event path instead (the events then share batches with everything else).
+        """
+        try:
+            return await self._score_together(events, model or self._default)
+        except (ModelNotFound, BatcherClosed):
+            pass
+        return await self._score_each(events, model)
+
+    async def _score_each(
+        self, events: Sequence[PaymentEvent | ScoringError], model: str | None
+    ) -> list[Scored | ScoringError]:
         async def one(item: PaymentEvent | ScoringError) -> Scored | ScoringError:
             if isinstance(item, ScoringError):
                 return item
@@ -318,6 +333,30 @@ class ScoringService:
                 return exc
 
         return list(await asyncio.gather(*(one(e) for e in events)))
+
+    async def _score_together(
+        self, events: Sequence[PaymentEvent | ScoringError], name: str
+    ) -> list[Scored | ScoringError]:
+        t0 = time.perf_counter()
+        loaded = self._registry.active(name)
+        valid = [e for e in events if not isinstance(e, ScoringError)]
+        users = await self._features.get_many(e.user_id for e in valid) if loaded.mapper.uses_user_features else {}
+        t1 = time.perf_counter()
+        rows = [loaded.mapper.row(e, users.get(e.user_id)) for e in valid]
+        predictions = await loaded.score_rows([row.values for row in rows])
+        thresholds = loaded.spec.thresholds
+        decide = self._decider.decide
+        if self._reviewer is None:  # NOTE: the local decider never waits: no task per event
+            verdicts = [await decide(e, p.score, thresholds) for e, p in zip(valid, predictions, strict=True)]
+        else:
+            pairs = zip(valid, predictions, strict=True)
+            verdicts = list(await asyncio.gather(*(decide(e, p.score, thresholds) for e, p in pairs)))
+        t2 = time.perf_counter()
+        answers = iter(
+            self._answer(e, loaded, row, p, 0.0, v, (t1 - t0, t2 - t0, 0.0))
+            for e, row, p, v in zip(valid, rows, predictions, verdicts, strict=True)
+        )
+        return [e if isinstance(e, ScoringError) else next(answers) for e in events]
 
     async def infer(self, name: str, version: str | None, rows: Sequence[Row]) -> Inferred:
         """Scores for feature rows (already in the model's column order), through caches and batches.
@@ -364,6 +403,20 @@ class ScoringService:
         done = await loaded.score(row.values)
         prediction = done.value
         verdict = await self._decider.decide(event, prediction.score, loaded.spec.thresholds, wait_s)
+        t2 = time.perf_counter()
+        return self._answer(event, loaded, row, prediction, parse_s, verdict, (t1 - t0, t2 - t0, done.queued_s))
+
+    def _answer(
+        self,
+        event: PaymentEvent,
+        served: LoadedModel | Ensemble,
+        row: FeatureRow,
+        prediction: Prediction,
+        parse_s: float,
+        verdict: Verdict,
+        spent: tuple[float, float, float],
+    ) -> Scored:
+        """The answer for one scored event; `spent` is (features, total, queue) in seconds."""
         self._events += 1
         if row.defaulted:
             self._defaulted += 1
@@ -375,14 +428,14 @@ class ScoringService:
         review = verdict.review
         if review is not None and review.status == "done":
             source, risk_score = "llm", review.risk_score or 0.0
-        t2 = time.perf_counter()
+        features_s, total_s, queued_s = spent
         timings = {  # NOTE: rounded as built: no second dict per event
             "parse": round(parse_s * 1000, 3),
-            "features": round((t1 - t0) * 1000, 3),
+            "features": round(features_s * 1000, 3),
             "cache": round(prediction.cache_s * 1000, 3),
-            "queue": round(done.queued_s * 1000, 3),
+            "queue": round(queued_s * 1000, 3),
             "inference": round(prediction.inference_s * 1000, 3),
-            "total": round((t2 - t0 + parse_s) * 1000, 3),
+            "total": round((total_s + parse_s) * 1000, 3),
         }
         if review is not None:
             timings["llm"] = round(review.waited_s * 1000, 3)
@@ -392,8 +445,8 @@ class ScoringService:
             event_id=event.event_id,
             risk_score=risk_score,
             decision=verdict.decision,
-            model=loaded.name,
-            model_version=loaded.version,
+            model=served.name,
+            model_version=served.version,
             source=source,
             defaulted=row.defaulted,
             timings_ms=timings,

@@ -20,15 +20,17 @@ import numpy.typing as npt
 from shared.batching import Batcher, Completed, split_rows, stack_rows
 from shared.cache import PredictionCache
 from shared.cache.tier import ewma
+from shared.errors import BatcherClosed
 from shared.features import FeatureMapper
 from shared.models.runtime import OnnxModel
 from shared.models.spec import ModelSpec
 from shared.settings import BatchPolicy
 from shared.telemetry import metrics
 
-__all__ = ["LoadedModel", "Prediction", "Row"]
+__all__ = ["ROWS_PER_RUN", "LoadedModel", "Prediction", "Row"]
 
 Row = npt.NDArray[np.float32]
+ROWS_PER_RUN = 64  # rows of a batch request per model run (they arrive together: no window)
 Origin = Literal["l1", "l2", "model"]
 
 
@@ -82,6 +84,34 @@ class LoadedModel:
                 return Completed(Prediction(score, "l1"), 0.0, 0.0, 1)
         return await self.batcher.submit((key, row))
 
+    async def score_rows(self, rows: list[Row]) -> list[Prediction]:
+        """Score rows that arrived together (a batch request): they are their own model batches.
+
+        NOTE: no window to wait for and no future per row: the rows this process holds answer
+        at once, the rest go through `_run` in chunks of up to ROWS_PER_RUN (one cache lookup,
+        one model run each). Only for models run inline, on the event loop, where a run cannot
+        overlap a retirement; `BatcherClosed` tells the caller to take the per-row path.
+        """
+        if not self.inline or self.batcher.closing:
+            raise BatcherClosed(f"{self.name}/{self.version} takes rows one by one")
+        keys = [PredictionCache.key(self.name, self._key_prefix, row.tobytes()) for row in rows]
+        answers: list[Prediction | None] = [None] * len(rows)
+        pending: list[int] = []
+        cache = self.predictions
+        for i, key in enumerate(keys):
+            score = cache.get_l1(key) if cache is not None else None
+            if score is None:
+                pending.append(i)
+            else:
+                answers[i] = Prediction(score, "l1")
+        for start in range(0, len(pending), ROWS_PER_RUN):
+            chunk = pending[start : start + ROWS_PER_RUN]
+            for i, prediction in zip(chunk, await self._run([(keys[i], rows[i]) for i in chunk]), strict=True):
+                answers[i] = prediction
+        self.batcher.batches += (len(pending) + ROWS_PER_RUN - 1) // ROWS_PER_RUN
+        self.batcher.items += len(pending)
+        return answers  # type: ignore[return-value]  # NOTE: every slot is filled above
+
     async def _run(self, items: list[tuple[str, Row]]) -> list[Prediction]:
         started = time.perf_counter()
         metrics.batch(self.name, len(items))  # NOTE: once per batch, not per row
@@ -106,6 +136,8 @@ class LoadedModel:
         return [Prediction(*known[key], cache_s, inference_s) for key, _ in items]
 
     async def _predict(self, rows: list[Row]) -> list[float]:
+        if self.model.released:  # NOTE: only rows of a batch request (score_rows) can get here late
+            raise BatcherClosed(f"{self.name}/{self.version} was retired")
         matrix = stack_rows(rows)
         # NOTE: a small model runs faster inline than the ~50 µs a thread hop costs.
         scores = self.model.predict(matrix) if self.inline else await asyncio.to_thread(self.model.predict, matrix)

@@ -223,3 +223,45 @@ async def test_stats_are_wrong_no_more(
         await core.score(decode_event(body(amount=0.0)))
         predictions = core.stats()["predictions"]
         assert predictions == {"l1_hits": 1, "l2_hits": 0, "misses": 5}, (policy, predictions)
+
+
+def batch_of(n: int, users: int = 4, start: int = 0) -> bytes:
+    events = [event(event_id=f"b-{start + i}", user_id=f"u{i % users}", amount=10.0 + start + i) for i in range(n)]
+    return json.dumps({"events": events}).encode()
+
+
+async def test_a_batch_request_runs_as_its_own_model_batches_and_answers_as_single_events(
+    service: ScoringService,
+) -> None:
+    loaded = service.active()
+    runs, rows, lookups = loaded.batcher.batches, loaded.rows_run, sum(service.stats()["features"].values())  # type: ignore[union-attr, arg-type]
+    together = await service.score_batch_json(batch_of(64, users=4))
+    assert loaded.batcher.batches == runs + 1 and loaded.rows_run == rows + 64  # 64 rows: one model run
+    assert sum(service.stats()["features"].values()) == lookups + 4  # type: ignore[union-attr, arg-type]  # once per user
+    assert [s.event_id for s in together] == [f"b-{i}" for i in range(64)]  # type: ignore[union-attr]
+    alone = [await service.score(decode_event(json.dumps(event(event_id=f"b-{i}", user_id=f"u{i % 4}", amount=10.0 + i)).encode())) for i in range(64)]  # fmt: skip
+    for a, b in zip(together, alone, strict=True):
+        assert not isinstance(a, Exception)
+        assert (a.risk_score, a.decision, a.reason, a.defaulted) == (b.risk_score, b.decision, b.reason, b.defaulted)
+        assert b.source == "cache"  # the batch's scores went into the same cache
+
+
+async def test_a_batch_larger_than_one_run_is_chunked_and_keeps_its_errors_in_place(service: ScoringService) -> None:
+    loaded = service.active()
+    runs = loaded.batcher.batches
+    items = [event(event_id=f"c-{i}", amount=1000.0 + i) for i in range(150)]
+    items[7]["amount"] = -1  # a bad item keeps its slot
+    results = await service.score_batch_json(json.dumps({"events": items}).encode())
+    assert loaded.batcher.batches == runs + 3  # 149 rows: runs of 64, 64, 21
+    assert isinstance(results[7], InvalidEvent)
+    assert [r.event_id for i, r in enumerate(results) if i != 7] == [f"c-{i}" for i in range(150) if i != 7]  # type: ignore[union-attr]
+
+
+async def test_a_model_run_off_the_loop_scores_a_batch_event_by_event(
+    services: Callable[[Settings], Awaitable[ScoringService]], settings: Settings
+) -> None:
+    core = await services(replace(settings, ort=replace(settings.ort, inline=False)))
+    loaded = core.active()
+    results = await core.score_batch_json(batch_of(16))
+    assert all(not isinstance(r, Exception) and r.source == "model" for r in results)
+    assert loaded.batcher.items == 16 and loaded.batcher.batches >= 2  # through the batcher, 8 at most per run

@@ -77,6 +77,11 @@ class Batcher(Generic[T, R]):
         self.batches = 0
         self.items = 0
 
+    @property
+    def closing(self) -> bool:
+        """Draining: its version is being retired; new work goes to the next one."""
+        return self._closing
+
     async def submit(self, item: T) -> Completed[R]:
         """Queue one item and wait for its result."""
         if self._closing:

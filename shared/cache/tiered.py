@@ -62,6 +62,15 @@ class TieredCache(Generic[V]):
         self._flights: SingleFlight[str, tuple[V, Tier | None]] = SingleFlight()
         self.stats = CacheStats()
 
+    def peek(self, key: str) -> V | None:
+        """The L1 value (a hit, counted), or None: no await, no Redis."""
+        if self._l1 is not None:
+            value = self._l1.get(key)
+            if value is not None:
+                self.stats.l1_hits += 1
+                return value
+        return None
+
     async def get_or_compute(self, key: str, compute: Callable[[], Awaitable[V]]) -> tuple[V, Tier | None]:
         """The value and the tier that had it (None: computed now)."""
         if self._l1 is not None:

@@ -140,6 +140,10 @@ class OnnxModel:
         if not worst <= golden.tolerance:  # NOTE: a NaN fails too
             raise ModelInvalid(f"golden scores differ by {worst:.6g} (tolerance {golden.tolerance:g})")
 
+    @property
+    def released(self) -> bool:
+        return self._session is None
+
     def release(self) -> None:
         """Drop the session so ONNX Runtime frees its memory."""
         self._session = None
