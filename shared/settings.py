@@ -282,7 +282,10 @@ class Settings:
         "BODY_TIMEOUT_MS", 5000, "longest wait for a request body to arrive whole; past it the answer is 408"
     )
     http_server: HttpServer = setting(
-        "HTTP_SERVER", "granian", "the server `make run` uses (see README: Performance)", local_only=True
+        "HTTP_SERVER",
+        "uvicorn",
+        "the server `make run` uses: uvicorn (uvloop + httptools) or granian; why: README, Performance",
+        local_only=True,
     )
     workers: int = setting(
         "WORKERS", 1, "processes `make run` serves with, each with its own warm sessions and L1 cache", local_only=True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from dataclasses import replace
 
@@ -30,8 +31,22 @@ async def test_started_with_the_core_and_stopped_with_it(settings: Settings) -> 
             assert (await live(pb.ServerLiveRequest(), timeout=10)).live
     finally:
         await holder.aclose()
-    with socket.socket() as s:  # the port is free again
-        s.bind(("127.0.0.1", port))
+    assert await port_frees(port), "the gRPC server still holds its port after the core closed"
+
+
+async def port_frees(port: int, within_s: float = 5.0) -> bool:
+    """Whether `port` can be bound again within `within_s` (grpc's own threads let it go a moment later)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within_s
+    while True:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return True
+            except OSError:
+                if loop.time() > deadline:
+                    return False
+        await asyncio.sleep(0.05)
 
 
 async def test_no_port_no_server(settings: Settings) -> None:
