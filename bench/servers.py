@@ -42,8 +42,8 @@ def rss_mib(pid: int) -> float:
         try:
             status = Path(f"/proc/{p}/status").read_text()
             total += next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:"))
-            children = Path(f"/proc/{p}/task/{p}/children").read_text().split()
-            pids.extend(int(c) for c in children)
+            for task in Path(f"/proc/{p}/task").iterdir():  # NOTE: every thread: uvicorn spawns workers from one
+                pids.extend(int(c) for c in (task / "children").read_text().split())
         except (OSError, StopIteration):
             continue
     return total / 1024
