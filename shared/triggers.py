@@ -10,11 +10,13 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+from typing import TYPE_CHECKING
 
 import azure.functions as func
 
 from shared.build import ServiceHolder
 from shared.errors import BatchIncomplete, ScoringError
+from shared.fast_lane import fast_lane
 from shared.http import create_app
 from shared.models.source import check_size, parse_model_path
 from shared.oip.jobs import grpc_server
@@ -23,6 +25,9 @@ from shared.queue.idempotency import ResultStore
 from shared.queue.messages import Incoming, rejection_record, trace_properties
 from shared.queue.publisher import Publisher
 from shared.telemetry.logs import rejections
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp
 
 __all__ = ["FunctionHandlers", "handlers", "incoming", "rejection"]
 
@@ -145,4 +150,9 @@ def rejection(msg: func.ServiceBusMessage, exc: ScoringError) -> str:
 
 
 # NOTE: every address: in Azure the gRPC port is reached through the environment's ingress
-handlers = FunctionHandlers(ServiceHolder(on_built=[grpc_server("0.0.0.0")]))
+def _lane_app() -> ASGIApp:
+    """The fast lane's app: the same routes over the same core, measured as a server of its own."""
+    return create_app(handlers.holder)
+
+
+handlers = FunctionHandlers(ServiceHolder(on_built=[grpc_server("0.0.0.0"), fast_lane("0.0.0.0", _lane_app)]))

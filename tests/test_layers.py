@@ -40,6 +40,7 @@ LAYERS: list[set[str]] = [
         "shared.asgi",
         "shared.__main__",
         "shared.local_server",
+        "shared.fast_lane",
         "shared.queue",
         "shared.oip",
     },
@@ -54,6 +55,7 @@ HEAVY = (
     "prometheus_client",
     "grpc",
     "google.protobuf",
+    "uvicorn",
 )
 
 
@@ -156,7 +158,7 @@ started = time.perf_counter()
 import function_app
 elapsed = time.perf_counter() - started
 print(json.dumps({"heavy": [m for m in sys.modules if m.split(".")[0] in ("onnxruntime", "numpy", "redis", "openai",
-                             "opentelemetry", "prometheus_client", "grpc") or m.startswith(("azure.storage", "google.protobuf"))], "s": elapsed}))
+                             "opentelemetry", "prometheus_client", "grpc", "uvicorn") or m.startswith(("azure.storage", "google.protobuf"))], "s": elapsed}))
 """
     result = json.loads(run_python(code))
     assert result["heavy"] == [], f"function_app imports {sorted(set(m.split('.')[0] for m in result['heavy']))}"

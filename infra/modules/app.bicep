@@ -126,6 +126,11 @@ param logLevel string = 'INFO'
 @maxValue(65535)
 param grpcPort int = 8001
 
+@description('Port of the fast lane: HTTP served by the Python worker process itself, skipping the Functions host\'s per-invocation hop; reachable inside the environment only (docs/capacity.md, docs/deploy.md).')
+@minValue(1)
+@maxValue(65535)
+param fastLanePort int = 8081
+
 var placeholderImage = 'mcr.microsoft.com/azure-functions/python:4-python3.11'
 var isPlaceholder = empty(containerImage)
 var image = isPlaceholder ? placeholderImage : containerImage
@@ -209,6 +214,7 @@ var serviceSettings = [
   { name: 'TRACE_SAMPLE_RATIO', value: '0.01' }
   { name: 'LOG_REJECTIONS_PER_S', value: '10' }
   { name: 'GRPC_PORT', value: string(grpcPort) } // the V2 gRPC server in the same process (ingress below)
+  { name: 'FAST_LANE_PORT', value: string(fastLanePort) } // HTTP straight into the worker process (ingress below)
 ]
 
 var openAiSettings = [
@@ -315,13 +321,19 @@ resource app 'Microsoft.App/containerApps@2026-07-01' = {
         targetPort: port
         transport: 'auto'
         allowInsecure: false
-        // V2 gRPC (GRPC_PORT): a TCP port of the app, internal to the environment. The Functions
-        // host never sees it, so no function key guards it: the network does (docs/deploy.md).
+        // V2 gRPC (GRPC_PORT) and the fast lane (FAST_LANE_PORT): ports of the worker process,
+        // internal to the environment. The Functions host never sees them, so no function key
+        // guards them: the network does (docs/deploy.md).
         additionalPortMappings: [
           {
             external: false
             targetPort: grpcPort
             exposedPort: grpcPort
+          }
+          {
+            external: false
+            targetPort: fastLanePort
+            exposedPort: fastLanePort
           }
         ]
       }

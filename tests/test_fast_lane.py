@@ -1,0 +1,82 @@
+"""The fast lane: the worker process serves HTTP itself on FAST_LANE_PORT, beside the host's route."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import replace
+
+import azure.functions as func
+import httpx
+
+from shared.build import ServiceHolder
+from shared.fast_lane import fast_lane
+from shared.http import create_app
+from shared.settings import Settings
+from shared.triggers import FunctionHandlers
+from tests.conftest import closed_port, event
+
+
+def handlers_with_lane(settings: Settings) -> FunctionHandlers:
+    """Wired as shared/triggers.py wires the Functions app (loopback here)."""
+    holder = ServiceHolder(lambda: settings, on_built=[fast_lane("127.0.0.1", lambda: create_app(holder))])
+    return FunctionHandlers(holder)
+
+
+async def test_the_lane_serves_the_same_answers_as_the_hosts_route(settings: Settings) -> None:
+    port = closed_port()
+    handlers = handlers_with_lane(replace(settings, fast_lane_port=port))
+    service = await handlers.holder.get()
+    try:
+        assert "fast_lane" in service.background.running
+        body = json.dumps(event(event_id="lane-1")).encode()
+        hosted = await handlers.http(
+            func.HttpRequest("POST", "http://host/api/score", headers={"content-type": "application/json"}, body=body)
+        )
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            for _ in range(50):  # the server starts with the core's jobs: give it a moment
+                try:
+                    ready = await client.get("/api/health/ready")
+                    break
+                except httpx.ConnectError:
+                    await asyncio.sleep(0.05)
+            assert ready.status_code == 200
+            direct = await client.post("/api/score", content=body, headers={"content-type": "application/json"})
+            bad = await client.post("/api/score", content=b"{", headers={"content-type": "application/json"})
+        assert direct.status_code == hosted.status_code == 200
+        a, b = json.loads(hosted.get_body()), direct.json()
+        assert (a["event_id"], a["risk_score"], a["decision"]) == (b["event_id"], b["risk_score"], b["decision"])
+        assert bad.status_code == 400 and bad.json()["error"] == "malformed_json"
+    finally:
+        await handlers.holder.aclose()
+    assert await frees(port), "the lane still holds its port after the core closed"
+
+
+async def test_no_port_no_lane(settings: Settings) -> None:
+    handlers = handlers_with_lane(settings)
+    service = await handlers.holder.get()
+    assert service.settings.fast_lane_port == 0 and "fast_lane" not in service.background.running
+    await handlers.holder.aclose()
+
+
+def test_the_functions_app_is_wired_with_the_lane() -> None:
+    import shared.triggers
+
+    hooks = shared.triggers.handlers.holder._on_built
+    assert any(getattr(h, "__qualname__", "").startswith("fast_lane") for h in hooks)
+
+
+async def frees(port: int, within_s: float = 5.0) -> bool:
+    import socket
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within_s
+    while True:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return True
+            except OSError:
+                if loop.time() > deadline:
+                    return False
+        await asyncio.sleep(0.05)
