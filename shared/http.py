@@ -240,11 +240,11 @@ def create_app(holder: ServiceHolder, *, hosted: bool = False) -> ASGIApp:
     app.router.redirect_slashes = False  # NOTE: its 307 builds Location from the client's Host header
     score_route = routes[0]
 
-    async def score_lane(scope: Scope, receive: Receive, send: Send) -> None:
+    async def score_lane(scope: Scope, receive: Receive, send: Send) -> int:
         """POST /api/score straight from ASGI: the same answer as the framework's route, less
-        per-request work (no Request, no router scan, no Response object)."""
+        per-request work (no Request, no router scan, no Response object); returns the status."""
         started = time.perf_counter()
-        scope["route"] = score_route  # NOTE: the telemetry middleware reads the route template here
+        scope["route"] = score_route  # NOTE: the telemetry reads the route template here
         try:
             settings = holder.settings  # NOTE: a bad setting is a 503 naming it, like on every route
             body = await read_body(scope, receive, settings.max_body_bytes, settings.body_timeout_ms / 1000, deadlines)
@@ -258,14 +258,24 @@ def create_app(holder: ServiceHolder, *, hosted: bool = False) -> ASGIApp:
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": payload})
+        return status
+
+    measured = Measured(app, lambda: holder.settings.telemetry, hosted=hosted)
 
     async def lanes(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] in SCORE_PATHS and scope["method"] == "POST":
+        if scope["type"] != "http" or scope["path"] not in SCORE_PATHS or scope["method"] != "POST":
+            await measured(scope, receive, send)
+        elif not measured.on:
             await score_lane(scope, receive, send)
-        else:
-            await app(scope, receive, send)
+        else:  # NOTE: measured here, without the middleware's `send` wrapper: the lane knows its status
+            started, span = measured.begin(scope)
+            status = 500
+            try:
+                status = await score_lane(scope, receive, send)
+            finally:
+                measured.end(scope, status, started, span)
 
-    return CatchAll(Measured(lanes, lambda: holder.settings.telemetry, hosted=hosted))
+    return CatchAll(lanes)
 
 
 SCORE_PATHS = frozenset(("/api/score", "/api/score/"))

@@ -37,20 +37,21 @@ class Measured:
         self._on: bool | None = None
         self.hosted = hosted
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    @property
+    def on(self) -> bool:
+        """Whether requests are measured (asked once; invalid settings: not yet)."""
         if self._on is None:
             try:
                 self._on = bool(self._enabled())
             except Exception:  # NOTE: invalid settings: the app answers why; measure nothing yet
-                await self.app(scope, receive, send)
-                return
-        if not self._on:
+                return False
+        return self._on
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self.on:
             await self.app(scope, receive, send)
             return
-        started = time.perf_counter()
+        started, span = self.begin(scope)
         status = 500
 
         async def sending(message: MutableMapping[str, Any]) -> None:
@@ -59,23 +60,36 @@ class Measured:
                 status = message["status"]
             await send(message)
 
-        telemetry = process.current()
-        span = None
-        if telemetry is not None:
-            parent = _header(scope, b"traceparent")
-            context = _worker_context() if self.hosted else None
-            if sampled(parent if context is None else _context_traceparent(context), telemetry.ratio):
-                span = _start(telemetry, scope, parent, context, self.hosted)
         try:
             await self.app(scope, receive, sending)
         finally:
-            seconds = time.perf_counter() - started
-            route = scope.get("route")
-            template = getattr(route, "path", "").rstrip("/")
-            scored = scope.get("scoring")
-            source = getattr(scored, "source", "")
-            metrics.request(scope["method"], template, status, source, seconds)
-            if span is not None and telemetry is not None:
+            self.end(scope, status, started, span)
+
+    def begin(self, scope: Scope) -> tuple[float, Any]:
+        """A request starts: its clock, and its span when it is sampled (else None).
+
+        NOTE: a route that knows its own status (the scoring lane, shared/http.py) calls
+        `begin` and `end` itself, without the `send` wrapper.
+        """
+        started = time.perf_counter()
+        telemetry = process.current()
+        if telemetry is None:
+            return started, None
+        parent = _header(scope, b"traceparent")
+        context = _worker_context() if self.hosted else None
+        if sampled(parent if context is None else _context_traceparent(context), telemetry.ratio):
+            return started, _start(telemetry, scope, parent, context, self.hosted)
+        return started, None
+
+    def end(self, scope: Scope, status: int, started: float, span: Any) -> None:
+        """The request ended with `status`: record it, and finish its span."""
+        seconds = time.perf_counter() - started
+        template = getattr(scope.get("route"), "path", "").rstrip("/")
+        scored = scope.get("scoring")
+        metrics.request(scope["method"], template, status, getattr(scored, "source", ""), seconds)
+        if span is not None:
+            telemetry = process.current()
+            if telemetry is not None:
                 _finish(telemetry, span, template, status, scored, seconds)
 
 
