@@ -352,10 +352,28 @@ class ScoringService:
             pairs = zip(valid, predictions, strict=True)
             verdicts = list(await asyncio.gather(*(decide(e, p.score, thresholds) for e, p in pairs)))
         t2 = time.perf_counter()
-        answers = iter(
-            self._answer(e, loaded, row, p, 0.0, v, (t1 - t0, t2 - t0, 0.0))
-            for e, row, p, v in zip(valid, rows, predictions, verdicts, strict=True)
-        )
+        spent = (t1 - t0, t2 - t0, 0.0)
+        if self._reviewer is not None:  # NOTE: a review adds its own wait to an event's timings
+            each = iter(
+                [
+                    self._answer(e, loaded, row, p, 0.0, v, spent)
+                    for e, row, p, v in zip(valid, rows, predictions, verdicts, strict=True)
+                ]
+            )
+            return [e if isinstance(e, ScoringError) else next(each) for e in events]
+        # NOTE: the rows of one chunk share their timings: one dict each, recorded once with its count
+        shared: dict[tuple[float, float], tuple[dict[str, float], list[int]]] = {}
+        scored: list[Scored] = []
+        for e, row, p, v in zip(valid, rows, predictions, verdicts, strict=True):
+            found = shared.get((p.cache_s, p.inference_s))
+            if found is None:
+                found = shared[(p.cache_s, p.inference_s)] = (self._timings(p, 0.0, spent), [0])
+            found[1][0] += 1
+            scored.append(self._answer(e, loaded, row, p, 0.0, v, spent, timings=found[0]))
+        if self._record_stages is not None:
+            for timings, (count,) in shared.values():
+                self._record_stages(timings, count)
+        answers = iter(scored)
         return [e if isinstance(e, ScoringError) else next(answers) for e in events]
 
     async def infer(self, name: str, version: str | None, rows: Sequence[Row]) -> Inferred:
@@ -406,6 +424,18 @@ class ScoringService:
         t2 = time.perf_counter()
         return self._answer(event, loaded, row, prediction, parse_s, verdict, (t1 - t0, t2 - t0, done.queued_s))
 
+    @staticmethod
+    def _timings(prediction: Prediction, parse_s: float, spent: tuple[float, float, float]) -> dict[str, float]:
+        features_s, total_s, queued_s = spent
+        return {  # NOTE: rounded as built: no second dict per event
+            "parse": round(parse_s * 1000, 3),
+            "features": round(features_s * 1000, 3),
+            "cache": round(prediction.cache_s * 1000, 3),
+            "queue": round(queued_s * 1000, 3),
+            "inference": round(prediction.inference_s * 1000, 3),
+            "total": round((total_s + parse_s) * 1000, 3),
+        }
+
     def _answer(
         self,
         event: PaymentEvent,
@@ -415,8 +445,11 @@ class ScoringService:
         parse_s: float,
         verdict: Verdict,
         spent: tuple[float, float, float],
+        *,
+        timings: dict[str, float] | None = None,
     ) -> Scored:
-        """The answer for one scored event; `spent` is (features, total, queue) in seconds."""
+        """The answer for one scored event; `spent` is (features, total, queue) in seconds;
+        `timings`, when given, are shared with other events and recorded by the caller."""
         self._events += 1
         if row.defaulted:
             self._defaulted += 1
@@ -428,19 +461,12 @@ class ScoringService:
         review = verdict.review
         if review is not None and review.status == "done":
             source, risk_score = "llm", review.risk_score or 0.0
-        features_s, total_s, queued_s = spent
-        timings = {  # NOTE: rounded as built: no second dict per event
-            "parse": round(parse_s * 1000, 3),
-            "features": round(features_s * 1000, 3),
-            "cache": round(prediction.cache_s * 1000, 3),
-            "queue": round(queued_s * 1000, 3),
-            "inference": round(prediction.inference_s * 1000, 3),
-            "total": round((total_s + parse_s) * 1000, 3),
-        }
-        if review is not None:
-            timings["llm"] = round(review.waited_s * 1000, 3)
-        if self._record_stages is not None:
-            self._record_stages(timings)
+        if timings is None:
+            timings = self._timings(prediction, parse_s, spent)
+            if review is not None:
+                timings["llm"] = round(review.waited_s * 1000, 3)
+            if self._record_stages is not None:
+                self._record_stages(timings)
         return Scored(
             event_id=event.event_id,
             risk_score=risk_score,

@@ -177,16 +177,17 @@ def request(method: str, route: str, status: int, source: str, seconds: float) -
     HTTP_DURATION.series((method, route, str(status), source)).record(seconds)
 
 
-def stages(timings_ms: Mapping[str, float]) -> None:
-    """One scored event's stage timings, as `Scored.timings_ms` holds them (milliseconds)."""
+def stages(timings_ms: Mapping[str, float], count: int = 1) -> None:
+    """Scored events' stage timings, as `Scored.timings_ms` holds them (milliseconds); `count`
+    events that share the same timings (the rows of one batch request) are recorded at once."""
     series = _STAGE_SERIES
     for stage, ms in timings_ms.items():
         found = series.get(stage)
         if found is not None:  # NOTE: Series.record inlined: six of these per event
             value = ms / 1000.0
-            found.counts[bisect_left(found.bounds, value)] += 1
-            found.sum += value
-            found.count += 1
+            found.counts[bisect_left(found.bounds, value)] += count
+            found.sum += value * count
+            found.count += count
             if value > found.window_max:
                 found.window_max = value
 
