@@ -56,7 +56,7 @@ async def build_service(settings: Settings) -> ScoringService:
     features = FeatureStore(
         redis=redis,
         fallback=fallback,
-        l1_size=min(settings.cache.l1_size, 100_000),
+        l1_size=settings.cache.features_l1_size,  # NOTE: its own size: CACHE_L1_SIZE=0 once sent every read to Redis
         l1_ttl_s=settings.cache.features_l1_ttl_s,
     )
     policy = settings.cache

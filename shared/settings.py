@@ -108,12 +108,15 @@ class CachePolicy:
     `always` and `never` fix the choice.
     """
 
-    l1_size: int = setting("CACHE_L1_SIZE", 50_000, "in-process LRU entries (0 disables L1)")
+    l1_size: int = setting("CACHE_L1_SIZE", 50_000, "predictions kept in the in-process LRU (0 disables that L1)")
     l1_ttl_s: float = setting("CACHE_L1_TTL_S", 30.0, "prediction lifetime in the in-process LRU, seconds")
     l2_ttl_s: float = setting(
         "CACHE_L2_TTL_S",
         3600.0,
         "prediction lifetime in Redis, seconds; > 0: under volatile-lru only keys with a TTL are evicted, never features",
+    )
+    features_l1_size: int = setting(
+        "FEATURES_L1_SIZE", 100_000, "users whose features a replica keeps in process (0 reads Redis every time)"
     )
     features_l1_ttl_s: float = setting(
         "FEATURES_L1_TTL_S", 5.0, "how long a replica reuses a user's features before re-reading Redis"
@@ -130,6 +133,7 @@ class CachePolicy:
     def __post_init__(self) -> None:
         _check(self.prediction_l2 in ("auto", "always", "never"), "PREDICTION_L2", "one of auto|always|never")
         _check(self.l1_size >= 0, "CACHE_L1_SIZE", f"an integer >= 0, got {self.l1_size}")
+        _check(self.features_l1_size >= 0, "FEATURES_L1_SIZE", f"an integer >= 0, got {self.features_l1_size}")
         _check(
             self.l2_ttl_s > 0, "CACHE_L2_TTL_S", f"a number > 0 (a prediction must be evictable), got {self.l2_ttl_s}"
         )

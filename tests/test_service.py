@@ -265,3 +265,13 @@ async def test_a_model_run_off_the_loop_scores_a_batch_event_by_event(
     results = await core.score_batch_json(batch_of(16))
     assert all(not isinstance(r, Exception) and r.source == "model" for r in results)
     assert loaded.batcher.items == 16 and loaded.batcher.batches >= 2  # through the batcher, 8 at most per run
+
+
+async def test_no_prediction_l1_keeps_the_features_l1(
+    services: Callable[[Settings], Awaitable[ScoringService]], settings: Settings
+) -> None:
+    """CACHE_L1_SIZE=0 once sized the features' L1 too: every event read its user from Redis."""
+    core = await services(replace(settings, cache=replace(settings.cache, l1_size=0)))
+    for i in range(3):
+        await core.score(decode_event(body(event_id=f"l1-{i}", amount=500.0 + i)))
+    assert core.stats()["features"]["l1_hits"] == 2  # type: ignore[index]

@@ -179,6 +179,7 @@ var serviceSettings = [
   { name: 'CACHE_L1_SIZE', value: '50000' }
   { name: 'CACHE_L1_TTL_S', value: '30' }
   { name: 'CACHE_L2_TTL_S', value: '3600' } // > 0: under volatile-lru only predictions are evictable, never features
+  { name: 'FEATURES_L1_SIZE', value: '100000' }
   { name: 'FEATURES_L1_TTL_S', value: '5' }
   { name: 'REDIS_TIMEOUT_MS', value: '50' }
   { name: 'PREDICTION_L2', value: 'auto' }
