@@ -40,6 +40,23 @@ def closed_port() -> int:
         return int(s.getsockname()[1])
 
 
+async def port_frees(port: int, within_s: float = 5.0) -> bool:
+    """Whether loopback `port` can be bound again within `within_s` (a server's threads may let go late)."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within_s
+    while True:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return True
+            except OSError:
+                if loop.time() > deadline:
+                    return False
+        await asyncio.sleep(0.05)
+
+
 def _answers(url: str) -> bool:
     parsed = urlparse(url)
     try:

@@ -14,7 +14,7 @@ from shared.fast_lane import fast_lane
 from shared.http import create_app
 from shared.settings import Settings
 from shared.triggers import FunctionHandlers
-from tests.conftest import closed_port, event
+from tests.conftest import closed_port, event, port_frees
 
 
 def handlers_with_lane(settings: Settings) -> FunctionHandlers:
@@ -49,7 +49,7 @@ async def test_the_lane_serves_the_same_answers_as_the_hosts_route(settings: Set
         assert bad.status_code == 400 and bad.json()["error"] == "malformed_json"
     finally:
         await handlers.holder.aclose()
-    assert await frees(port), "the lane still holds its port after the core closed"
+    assert await port_frees(port), "the lane still holds its port after the core closed"
 
 
 async def test_no_port_no_lane(settings: Settings) -> None:
@@ -64,19 +64,3 @@ def test_the_functions_app_is_wired_with_the_lane() -> None:
 
     hooks = shared.triggers.handlers.holder._on_built
     assert any(getattr(h, "__qualname__", "").startswith("fast_lane") for h in hooks)
-
-
-async def frees(port: int, within_s: float = 5.0) -> bool:
-    import socket
-
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within_s
-    while True:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return True
-            except OSError:
-                if loop.time() > deadline:
-                    return False
-        await asyncio.sleep(0.05)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import socket
 from dataclasses import replace
 
 import grpc
@@ -13,7 +11,7 @@ from shared.build import ServiceHolder
 from shared.oip import grpc_predict_v2_pb2 as pb
 from shared.oip.jobs import grpc_server
 from shared.settings import Settings
-from tests.conftest import closed_port
+from tests.conftest import closed_port, port_frees
 
 
 async def test_started_with_the_core_and_stopped_with_it(settings: Settings) -> None:
@@ -32,21 +30,6 @@ async def test_started_with_the_core_and_stopped_with_it(settings: Settings) -> 
     finally:
         await holder.aclose()
     assert await port_frees(port), "the gRPC server still holds its port after the core closed"
-
-
-async def port_frees(port: int, within_s: float = 5.0) -> bool:
-    """Whether `port` can be bound again within `within_s` (grpc's own threads let it go a moment later)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within_s
-    while True:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return True
-            except OSError:
-                if loop.time() > deadline:
-                    return False
-        await asyncio.sleep(0.05)
 
 
 async def test_no_port_no_server(settings: Settings) -> None:
