@@ -162,6 +162,9 @@ var hostSettings = [
   // host.json telemetryMode OpenTelemetry: the worker attaches each invocation's trace context
   // and streams its own logs (the host does not copy them); the app configures the exporter once.
   { name: 'PYTHON_ENABLE_OPENTELEMETRY', value: 'true' }
+  // One worker process per replica: the warm sessions, caches and batchers are per process, and
+  // the gRPC and fast-lane ports can be bound once (docs/capacity.md). Scale with replicas.
+  { name: 'FUNCTIONS_WORKER_PROCESS_COUNT', value: '1' }
 ]
 
 // shared/settings.py APP_SETTING_NAMES, one entry each (values are strings).

@@ -176,3 +176,8 @@ def test_the_grpc_port_is_mapped_inside_the_environment_only(app: Module) -> Non
 
     assert check_grpc_ingress(INFRA.parent) == []
     assert app.resolve("grpcPort") == 8001
+
+
+def test_one_worker_process_per_replica(app_env: dict[str, Any]) -> None:
+    """The in-process caches and batchers, and the gRPC and fast-lane ports, assume one worker process."""
+    assert app_env["FUNCTIONS_WORKER_PROCESS_COUNT"] == "1"
