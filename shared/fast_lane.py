@@ -7,7 +7,8 @@ CPU per invocation on top of the app's ~80 µs, and a stand-in host measured ~80
 worker's share (docs/capacity.md). With FAST_LANE_PORT set, the worker process also serves
 the same ASGI app (the same core, caches and batchers) with uvicorn on that port, reached
 through a Container Apps additional port mapping that stays inside the environment (auth:
-the network, as for the V2 gRPC port; docs/deploy.md).
+the network, as for the V2 gRPC port; docs/deploy.md). It serves the data plane only
+(scoring, health, V2); the routes that change or reveal state stay behind the host's keys.
 
 Light on purpose (uvicorn is imported when the job starts): `shared/triggers.py` imports
 this on the Functions import path.
@@ -17,15 +18,39 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
+import socket
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from starlette.types import ASGIApp
+    from starlette.types import ASGIApp, Receive, Scope, Send
 
     from shared.service import ScoringService
 
-__all__ = ["fast_lane"]
+__all__ = ["fast_lane", "scoring_routes"]
+
+STOP_S = 1.5  # inside the core's 2 s for its jobs to stop
+
+
+# The data plane only: scoring, health and the V2 protocol. The routes that change or reveal state
+# (pin/rollback, stats, metrics, reviews) stay behind the host's function keys.
+_SCORING = re.compile(r"\A/(?:api/(?:score(?:/batch)?|models/[^/]+/score|health/(?:live|ready))|v2(?:/.*)?)/?\Z")
+_NOT_HERE = b'{"error":"not_found","detail":"not served on the fast lane: use the keyed route through the host"}'
+
+
+def scoring_routes(app: ASGIApp) -> ASGIApp:
+    """`app` answering only the data-plane routes; any other path is a JSON 404."""
+
+    async def lane(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or _SCORING.match(scope["path"]):
+            await app(scope, receive, send)
+            return
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(_NOT_HERE)).encode())]
+        await send({"type": "http.response.start", "status": 404, "headers": headers})
+        await send({"type": "http.response.body", "body": _NOT_HERE})
+
+    return lane
 
 
 def fast_lane(host: str, app: Callable[[], ASGIApp]) -> Callable[[ScoringService], None]:
@@ -39,7 +64,8 @@ def fast_lane(host: str, app: Callable[[], ASGIApp]) -> Callable[[ScoringService
             return
 
         async def serve() -> None:
-            await serve_http(app(), host, port, header_timeout_s=service.settings.http_header_timeout_ms / 1000)
+            lane = scoring_routes(app())
+            await serve_http(lane, host, port, header_timeout_s=service.settings.http_header_timeout_ms / 1000)
 
         service.background.add("fast_lane", serve)
 
@@ -73,13 +99,16 @@ async def serve_http(app: ASGIApp, host: str, port: int, *, header_timeout_s: fl
         server_header=False,
     )
     server = Embedded(config)
-    running: asyncio.Future[Any] = asyncio.ensure_future(server.serve())
+    # NOTE: the socket is ours: uvicorn calls sys.exit when it cannot bind, which would end the
+    # Functions worker; an OSError here goes to the supervisor instead, which retries.
+    sock = socket.create_server((host, port), backlog=1024)
+    running: asyncio.Future[Any] = asyncio.ensure_future(server.serve(sockets=[sock]))
     try:
         await asyncio.shield(running)
     except asyncio.CancelledError:
         server.should_exit = True  # NOTE: its main loop sees this within 0.1 s, closes and returns
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(running, 5)
+            await asyncio.wait_for(running, STOP_S)
         raise
-    if server.started is False:  # NOTE: e.g. the port is taken: fail, so the supervisor retries
-        raise OSError(f"the fast lane could not listen on {host}:{port}")
+    finally:
+        sock.close()

@@ -64,3 +64,48 @@ def test_the_functions_app_is_wired_with_the_lane() -> None:
 
     hooks = shared.triggers.handlers.holder._on_built
     assert any(getattr(h, "__qualname__", "").startswith("fast_lane") for h in hooks)
+
+
+async def test_a_taken_port_fails_the_job_not_the_process(settings: Settings) -> None:
+    """uvicorn exits the process when it cannot bind; under the Functions worker that is the worker."""
+    import socket
+
+    from shared.fast_lane import serve_http
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        app = create_app(ServiceHolder(lambda: settings))
+        try:
+            await serve_http(app, "127.0.0.1", port, header_timeout_s=1.0)
+        except OSError:
+            pass  # the supervisor logs it and retries later
+        else:
+            raise AssertionError("serving on a taken port did not fail")
+
+
+async def test_the_lane_serves_the_data_plane_only(settings: Settings) -> None:
+    port = closed_port()
+    handlers = handlers_with_lane(replace(settings, fast_lane_port=port))
+    await handlers.holder.get()
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            for _ in range(50):
+                try:
+                    await client.get("/api/health/live")
+                    break
+                except httpx.ConnectError:
+                    await asyncio.sleep(0.05)
+            assert (await client.get("/v2/models/fraud")).status_code == 200
+            assert (await client.get("/api/health/ready/")).status_code == 200
+            for method, path in [
+                ("GET", "/api/stats"),
+                ("GET", "/api/metrics"),
+                ("GET", "/api/models"),
+                ("POST", "/api/models/fraud/activate"),
+                ("DELETE", "/api/models/fraud/activate"),
+                ("GET", "/api/reviews/evt-1"),
+            ]:
+                r = await client.request(method, path, json={"version": "1"} if method == "POST" else None)
+                assert r.status_code == 404 and r.json()["error"] == "not_found", (method, path)
+    finally:
+        await handlers.holder.aclose()
