@@ -125,6 +125,8 @@ class AzureOpenAIClient:
             raise ReviewFailed("cannot reach Azure OpenAI") from exc
         except openai.OpenAIError as exc:  # NOTE: e.g. the response did not parse as a completion
             raise ReviewInvalid(f"unusable answer from Azure OpenAI ({type(exc).__name__})") from exc
+        except Exception as exc:  # NOTE: e.g. the Entra token provider's own errors pass through the client
+            raise ReviewFailed(f"no review: {type(exc).__name__}") from exc
         if not response.choices:
             raise ReviewInvalid("the review came back with no choices")
         choice = response.choices[0]

@@ -85,6 +85,7 @@ class Reviewer:
         self._share = ShareBudget(policy.max_share)
         self.breaker = Breaker(policy.breaker_failures, policy.breaker_reset_s)
         self._tasks: set[asyncio.Task[Opinion]] = set()
+        self._pending: set[str] = set()  # events answered "pending": their final record is owed
         self.stats = ReviewStats()
 
     async def decide(
@@ -109,6 +110,7 @@ class Reviewer:
         except TimeoutError:
             if not task.done():  # NOTE: else it ended while the wait was called off: use its outcome
                 self.stats.pending += 1
+                self._pending.add(event.event_id)
                 review = Review("pending", event.event_id)
                 self._store.put(event.event_id, self._record(event, local, review))
                 return local._replace(review=review)
@@ -139,19 +141,32 @@ class Reviewer:
         try:
             opinion, tier = await self._answers.get_or_compute(self._prompt.key(fields), lambda: self._ask(fields))
         except ReviewFailed as exc:
-            if not isinstance(exc, ReviewSkipped):
-                self.stats.failed += 1
-                self._store.put(
-                    event.event_id, self._record(event, local, Review("failed", event.event_id, exc.detail))
-                )
-            else:
-                self.stats.skipped += 1
+            self._ended(event, local, exc)
             raise
+        except Exception as exc:  # NOTE: last resort: the local decision stands, never a 500
+            failure = ReviewFailed(f"no review: {type(exc).__name__}")
+            self._ended(event, local, failure)
+            raise failure from exc
+        self._pending.discard(event.event_id)
         self.stats.done += 1
         if tier is not None:
             self.stats.cached += 1
         self._store.put(event.event_id, self._record(event, self._verdict(event, local, opinion), None))
         return opinion
+
+    def _ended(self, event: PaymentEvent, local: Verdict, exc: ReviewFailed) -> None:
+        """A review ended without an answer: kept as failed (or skipped, if a caller was told pending)."""
+        told = event.event_id in self._pending
+        self._pending.discard(event.event_id)
+        if isinstance(exc, ReviewSkipped):
+            self.stats.skipped += 1
+            if not told:
+                return  # NOTE: nobody was told to come back for it: nothing to keep
+            review = Review("skipped", event.event_id, exc.detail)
+        else:
+            self.stats.failed += 1
+            review = Review("failed", event.event_id, exc.detail)
+        self._store.put(event.event_id, self._record(event, local, review))
 
     async def _ask(self, fields: dict[str, object]) -> Opinion:
         """One call to Azure OpenAI, if the bounds allow it now."""
@@ -172,7 +187,10 @@ class Reviewer:
         except ReviewFailed as exc:
             self._failed(started, "timeout" if isinstance(exc, ReviewTimeout) else exc.code, exc)
             raise
-        except BaseException:
+        except Exception as exc:  # NOTE: a fault of ours or of a library: a failure like any other
+            self._failed(started, type(exc).__name__)
+            raise ReviewFailed(f"no review: {type(exc).__name__}") from exc
+        except BaseException:  # NOTE: cancelled (shutdown): no verdict on the endpoint
             self.breaker.released()
             raise
         self.breaker.succeeded()
@@ -231,9 +249,15 @@ class Reviewer:
         return {**self.stats.as_dict(), "breaker": self.breaker.state, "breaker_opened": self.breaker.opened}
 
     async def aclose(self) -> None:
-        """Let running reviews finish briefly, then cancel them; close the client."""
+        """Let running reviews finish briefly, then cancel them (their pending records say so);
+        close the client once none is left."""
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=SHUTDOWN_GRACE_S)
-        for task in list(self._tasks):
+        cancelled = list(self._tasks)
+        for task in cancelled:
             task.cancel()
+        await asyncio.gather(*cancelled, return_exceptions=True)
+        for event_id in self._pending:
+            self._store.put(event_id, {"event_id": event_id, **Review("failed", event_id, "shutdown").as_dict()})
+        self._pending.clear()
         await self._client.aclose()

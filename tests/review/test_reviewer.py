@@ -206,6 +206,7 @@ async def test_shutdown_does_not_wait_for_a_slow_review(
     started = time.perf_counter()
     await core.aclose()
     assert time.perf_counter() - started < 2.5
+    assert (await core.review("evt-1"))["status"] == "failed"  # its pending record is not left pending
 
 
 async def test_without_an_endpoint_nothing_changes(service: ScoringService) -> None:
@@ -213,3 +214,25 @@ async def test_without_an_endpoint_nothing_changes(service: ScoringService) -> N
     assert "review" not in body and body["source"] == "model"
     with pytest.raises(ReviewNotFound, match="reviews are off"):
         await service.review("evt-1")
+
+
+async def test_an_unexpected_client_error_is_a_failed_review_that_counts_against_the_breaker(
+    services: Build, reviewing: Callable[..., Settings]
+) -> None:
+    """E.g. the Entra token provider's own errors, which the openai client passes through."""
+    from shared.build import build_reviewer
+    from shared.review.client import Answer
+
+    class Broken:
+        async def ask(self, fields: dict[str, object]) -> Answer:
+            raise RuntimeError("ClientAuthenticationError: no managed identity here")
+
+        async def aclose(self) -> None:
+            return None
+
+    core = await services(reviewing(**ALL, breaker_failures=2))
+    await core._reviewer.aclose()  # type: ignore[union-attr]  # NOTE: replaced by one over the broken client
+    core._reviewer = core._decider = build_reviewer(core.settings, None, client=Broken())  # type: ignore[assignment]
+    statuses = [(await core.score(payment(event_id=f"x{i}"))).review.status for i in range(3)]  # type: ignore[arg-type,union-attr]
+    assert statuses == ["failed", "failed", "skipped"]  # never a 500; the breaker opened
+    assert (await core.review("x0"))["status"] == "failed"
