@@ -41,12 +41,17 @@ DTYPES: dict[str, np.dtype[Any]] = {
 }
 _NAMES = {dtype.str: name for name, dtype in DTYPES.items() if name != "BYTES"}
 MAX_ELEMENTS = 1 << 24  # no tensor this service takes comes near: a guard against a shape that lies
+MAX_RANK = 8
 
 
 def element_count(shape: Sequence[int]) -> int:
     """The elements of `shape`; `BadRequest` for a negative or absurd dimension."""
     if any(not isinstance(d, int) or isinstance(d, bool) or d < 0 for d in shape):
         raise BadRequest(f"shape {list(shape)} must be non-negative integers")
+    if len(shape) > MAX_RANK:
+        raise BadRequest(f"shape {list(shape)} has more than {MAX_RANK} dimensions")
+    if any(d > MAX_ELEMENTS for d in shape):  # NOTE: [0, 10**20] has no elements, and no array can take it
+        raise BadRequest(f"shape {list(shape)} has a dimension over {MAX_ELEMENTS}")
     count = math.prod(shape)
     if count > MAX_ELEMENTS:
         raise BadRequest(f"shape {list(shape)} has more than {MAX_ELEMENTS} elements")
@@ -63,7 +68,7 @@ def _dtype(datatype: str) -> np.dtype[Any]:
 def from_json(datatype: str, shape: Sequence[int], data: Any) -> Tensor:
     """A tensor from JSON `data` (flat or nested, row-major)."""
     dtype, count = _dtype(datatype), element_count(shape)
-    flat = _flatten(data)
+    flat = _flatten(data, max(len(shape), 1))
     if len(flat) != count:
         raise BadRequest(f"data has {len(flat)} elements, shape {list(shape)} needs {count}")
     kinds = set(map(type, flat))  # NOTE: one pass in C; JSON gives exact types (a bool is not an int here)
@@ -88,14 +93,17 @@ def from_json(datatype: str, shape: Sequence[int], data: Any) -> Tensor:
     return array.reshape(shape)
 
 
-def _flatten(data: Any) -> list[Any]:
+def _flatten(data: Any, depth: int) -> list[Any]:
+    """Row-major elements of nested lists at most `depth` deep (the shape's rank)."""
     if not isinstance(data, list):
         raise BadRequest("tensor data must be a JSON array")
     if not data or not isinstance(data[0], list):
         return data
+    if depth <= 1:
+        raise BadRequest("tensor data is nested deeper than its shape")
     flat: list[Any] = []
     for item in data:
-        flat.extend(_flatten(item) if isinstance(item, list) else [item])
+        flat.extend(_flatten(item, depth - 1) if isinstance(item, list) else [item])
     return flat
 
 

@@ -83,3 +83,28 @@ def test_json_that_does_not_fit_is_a_bad_request(datatype: str, shape: list[int]
 def test_raw_that_does_not_fit_is_a_bad_request(datatype: str, shape: list[int], raw: bytes, message: str) -> None:
     with pytest.raises(BadRequest, match=message):
         codec.from_raw(datatype, shape, raw)
+
+
+@pytest.mark.parametrize(
+    ("shape", "data", "message"),
+    [
+        ([0, 10**20], [], "dimension over"),  # no elements, and no array can take the shape
+        ([1] * 9, [1.0], "more than 8 dimensions"),
+        ([1], [[[[1.0]]]], "nested deeper than its shape"),
+    ],
+)
+def test_a_shape_or_nesting_that_lies_is_a_bad_request_not_an_error(
+    shape: list[int], data: object, message: str
+) -> None:
+    with pytest.raises(BadRequest, match=message):
+        codec.from_json("FP32", shape, data)
+    with pytest.raises(BadRequest):
+        codec.from_raw("FP32", shape, b"")
+
+
+def test_data_nested_a_thousand_deep_is_a_bad_request() -> None:
+    deep: object = [1.0]
+    for _ in range(1000):
+        deep = [deep]
+    with pytest.raises(BadRequest):
+        codec.from_json("FP32", [1, 1], deep)
