@@ -339,6 +339,8 @@ class ScoringService:
     ) -> list[Scored | ScoringError]:
         t0 = time.perf_counter()
         loaded = self._registry.active(name)
+        if not loaded.takes_rows:  # NOTE: before the feature reads, which the per-event path would repeat
+            raise BatcherClosed(f"{loaded.name}/{loaded.version} takes rows one by one")
         valid = [e for e in events if not isinstance(e, ScoringError)]
         users = await self._features.get_many(e.user_id for e in valid) if loaded.mapper.uses_user_features else {}
         t1 = time.perf_counter()

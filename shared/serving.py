@@ -84,6 +84,11 @@ class LoadedModel:
                 return Completed(Prediction(score, "l1"), 0.0, 0.0, 1)
         return await self.batcher.submit((key, row))
 
+    @property
+    def takes_rows(self) -> bool:
+        """Whether `score_rows` serves (a model run inline, not being retired)."""
+        return self.inline and not self.batcher.closing
+
     async def score_rows(self, rows: list[Row]) -> list[Prediction]:
         """Score rows that arrived together (a batch request): they are their own model batches.
 
@@ -92,7 +97,7 @@ class LoadedModel:
         one model run each). Only for models run inline, on the event loop, where a run cannot
         overlap a retirement; `BatcherClosed` tells the caller to take the per-row path.
         """
-        if not self.inline or self.batcher.closing:
+        if not self.takes_rows:
             raise BatcherClosed(f"{self.name}/{self.version} takes rows one by one")
         keys = [PredictionCache.key(self.name, self._key_prefix, row.tobytes()) for row in rows]
         answers: list[Prediction | None] = [None] * len(rows)
