@@ -374,6 +374,9 @@ class Settings:
         _check(self.models_keep_versions >= 1, "MODELS_KEEP_VERSIONS", "an integer >= 1")
         _check(1 <= self.port <= 65535, "PORT", "a TCP port within 1..65535")
         _check(0 <= self.fast_lane_port <= 65535, "FAST_LANE_PORT", "a TCP port within 1..65535, or 0 for none")
+        _check(
+            not (self.grpc_port and self.workers > 1), "WORKERS", "1 when GRPC_PORT is set (one process binds the port)"
+        )
         _check(0 <= self.grpc_port <= 65535, "GRPC_PORT", "a TCP port within 1..65535, or 0 for no gRPC server")
         _check(
             self.log_level in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"), "LOG_LEVEL", "DEBUG|INFO|WARNING|ERROR"

@@ -159,3 +159,10 @@ def test_make_run_exits_non_zero_with_one_line_on_a_bad_setting() -> None:
         "fraud scoring: invalid settings: REDIS_URL: expected a redis://, rediss:// or unix:// URL with a host"
     ]
     assert "Traceback" not in done.stderr + done.stdout
+
+
+def test_grpc_with_several_workers_is_refused() -> None:
+    """Each worker process would try to bind GRPC_PORT; all but one would fail, forever."""
+    with pytest.raises(SettingsError, match="WORKERS"):
+        Settings.from_env({"GRPC_PORT": "8001", "WORKERS": "2"})
+    assert Settings.from_env({"GRPC_PORT": "8001", "WORKERS": "1"}).grpc_port == 8001

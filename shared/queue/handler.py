@@ -2,7 +2,7 @@
 
     decode      over MAX_MESSAGE_BYTES, bad JSON, schema violation → rejected at once (its own fault)
     look up     results kept by event_id → a duplicate republishes the kept bytes
-    score       the rest concurrently through the core (`score_many`: they share model batches)
+    score       the rest concurrently, each through the core's `score` (they share model batches)
     keep        SET NX per result: the first result of a payment wins, everywhere
     publish     one send: results to risk-completed (message_id = event_id), rejections to risk-rejected
 
