@@ -16,8 +16,8 @@ one row). A model that needs local time gets it as a user or merchant feature.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping
-from datetime import UTC
+from collections.abc import Callable, Collection, Mapping
+from datetime import UTC, datetime
 from typing import NamedTuple
 
 import numpy as np
@@ -30,7 +30,6 @@ __all__ = ["CATEGORICAL_FIELDS", "EVENT_FEATURES", "FeatureMapper", "FeatureRow"
 
 CATEGORICAL_FIELDS = ("channel", "country", "currency", "merchant_category", "merchant_id")
 _NUMBERS = (int, float)  # exact types: a bool is not a feature value
-EVENT_FEATURES = ("amount", "log_amount", "hour", "weekday", "has_note", "note_length")
 
 
 class FeatureRow(NamedTuple):
@@ -38,19 +37,26 @@ class FeatureRow(NamedTuple):
     defaulted: list[str]
 
 
+def _utc(event: PaymentEvent) -> datetime:
+    ts = event.timestamp
+    return ts if ts.tzinfo is UTC else ts.astimezone(UTC)  # NOTE: "Z" decodes to UTC itself: most skip it
+
+
+# The numeric features an event carries by itself, each computed only where a model asks for it.
+EVENT_FEATURE_FNS: dict[str, Callable[[PaymentEvent], float]] = {
+    "amount": lambda e: e.amount,
+    "log_amount": lambda e: math.log1p(e.amount),
+    "hour": lambda e: float(_utc(e).hour),
+    "weekday": lambda e: float(_utc(e).weekday()),
+    "has_note": lambda e: 1.0 if e.note else 0.0,
+    "note_length": lambda e: float(len(e.note or "")),
+}
+EVENT_FEATURES = tuple(EVENT_FEATURE_FNS)
+
+
 def event_features(event: PaymentEvent) -> dict[str, float]:
     """The numeric features an event carries by itself."""
-    ts = event.timestamp
-    if ts.tzinfo is not UTC:  # NOTE: "Z" decodes to UTC itself: most events skip the conversion
-        ts = ts.astimezone(UTC)
-    return {
-        "amount": event.amount,
-        "log_amount": math.log1p(event.amount),
-        "hour": float(ts.hour),
-        "weekday": float(ts.weekday()),
-        "has_note": 1.0 if event.note else 0.0,
-        "note_length": float(len(event.note or "")),
-    }
+    return {name: compute(event) for name, compute in EVENT_FEATURE_FNS.items()}
 
 
 class FeatureMapper:
@@ -59,13 +65,13 @@ class FeatureMapper:
     def __init__(self, spec: ModelSpec) -> None:
         self.spec = spec
         self._template = [f.default for f in spec.features]
-        self._event_cols: list[tuple[int, str]] = []
+        self._event_cols: list[tuple[int, Callable[[PaymentEvent], float]]] = []
         self._indicators: dict[str, dict[str, int]] = {}  # field -> value -> column
         self._user_cols: list[tuple[int, str]] = []
         for i, feature in enumerate(spec.features):
             field, sep, expected = feature.name.partition("=")
             if feature.name in EVENT_FEATURES:
-                self._event_cols.append((i, feature.name))
+                self._event_cols.append((i, EVENT_FEATURE_FNS[feature.name]))
             elif sep and field in CATEGORICAL_FIELDS:
                 self._indicators.setdefault(field, {})[expected] = i
                 self._template[i] = 0.0
@@ -88,10 +94,8 @@ class FeatureMapper:
     def row(self, event: PaymentEvent, user: Mapping[str, float] | None) -> FeatureRow:
         """The input row for `event`, with the names that took their default."""
         values = self._template.copy()  # NOTE: a list, then one array: numpy item writes cost more
-        if self._event_cols:
-            derived = event_features(event)
-            for i, name in self._event_cols:
-                values[i] = derived[name]
+        for i, compute in self._event_cols:
+            values[i] = compute(event)
         for field, columns in self._indicators.items():
             column = columns.get(getattr(event, field))
             if column is not None:

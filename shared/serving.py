@@ -111,20 +111,21 @@ class LoadedModel:
                 answers[i] = Prediction(score, "l1")
         for start in range(0, len(pending), ROWS_PER_RUN):
             chunk = pending[start : start + ROWS_PER_RUN]
-            for i, prediction in zip(chunk, await self._run([(keys[i], rows[i]) for i in chunk]), strict=True):
+            done = await self._run([(keys[i], rows[i]) for i in chunk], l1_checked=True)
+            for i, prediction in zip(chunk, done, strict=True):
                 answers[i] = prediction
         self.batcher.batches += (len(pending) + ROWS_PER_RUN - 1) // ROWS_PER_RUN
         self.batcher.items += len(pending)
         return answers  # type: ignore[return-value]  # NOTE: every slot is filled above
 
-    async def _run(self, items: list[tuple[str, Row]]) -> list[Prediction]:
+    async def _run(self, items: list[tuple[str, Row]], *, l1_checked: bool = False) -> list[Prediction]:
         started = time.perf_counter()
         metrics.batch(self.name, len(items))  # NOTE: once per batch, not per row
         cache = self.predictions
         use_l2 = cache is not None and cache.pays(self.batch_run_s)
         known: dict[str, tuple[float, Origin]] = {}
         if cache is not None:
-            known.update(await cache.lookup([key for key, _ in items], use_l2=use_l2))
+            known.update(await cache.lookup([key for key, _ in items], use_l2=use_l2, l1_checked=l1_checked))
         cache_s = time.perf_counter() - started
         missing = {key: row for key, row in items if key not in known}
         inference_s = 0.0

@@ -84,15 +84,18 @@ class PredictionCache:
                 self.remember(keys[len(found) - 1], score)
         return found
 
-    async def lookup(self, keys: Sequence[str], *, use_l2: bool) -> dict[str, tuple[float, Tier]]:
+    async def lookup(
+        self, keys: Sequence[str], *, use_l2: bool, l1_checked: bool = False
+    ) -> dict[str, tuple[float, Tier]]:
         """What the caches hold for the keys of one batch: L1, then one MGET for the rest.
 
         Every key found in neither tier counts as one miss (it goes to the model).
         NOTE: L1 is read again here although `get_l1` answered the request path: a row
-        that the previous batch scored while this one waited must not run twice.
+        that the previous batch scored while this one waited must not run twice. Rows that
+        did not wait (a batch request's, `l1_checked`) skip that second read.
         """
         known: dict[str, tuple[float, Tier]] = {}
-        l1 = self._l1
+        l1 = None if l1_checked else self._l1
         if l1 is not None:
             for key in keys:
                 score = l1.get(key)
