@@ -6,5 +6,5 @@ from shared.oip.jobs import grpc_server
 
 __all__ = ["app", "holder"]
 
-holder = ServiceHolder(on_built=[grpc_server("127.0.0.1")])  # NOTE: loopback, as Granian binds
+holder = ServiceHolder(on_built=[grpc_server("127.0.0.1")])  # NOTE: loopback, as `make run` binds
 app = create_app(holder)

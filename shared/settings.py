@@ -295,7 +295,10 @@ class Settings:
         "WORKERS", 1, "processes `make run` serves with, each with its own warm sessions and L1 cache", local_only=True
     )
     http_backpressure: int = setting(
-        "HTTP_BACKPRESSURE", 1024, "requests `make run` keeps in flight before it stops accepting more", local_only=True
+        "HTTP_BACKPRESSURE",
+        1024,
+        "requests Granian keeps in flight before it stops accepting more (uvicorn holds every connection)",
+        local_only=True,
     )
     http_backlog: int = setting(
         "HTTP_BACKLOG", 1024, "connections the listening socket queues (`make run`)", local_only=True
