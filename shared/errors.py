@@ -17,7 +17,9 @@
     ├── Unavailable               503 unavailable       UNAVAILABLE        (queue: retry)
     │   ├── ResultStoreDown       503 result_store_down UNAVAILABLE        (queue: retry; nothing published)
     │   ├── PublishFailed         503 publish_failed    UNAVAILABLE        (queue: retry; stored result republished)
-    │   └── BatchIncomplete       503 batch_incomplete  UNAVAILABLE        (queue: the host redelivers the batch)
+    │   ├── BatchIncomplete       503 batch_incomplete  UNAVAILABLE        (queue: the host redelivers the batch)
+    │   ├── Overloaded            503 overloaded        UNAVAILABLE        (shed at once, Retry-After; queue: retry)
+    │   └── DeadlineExceeded      503 deadline_exceeded DEADLINE_EXCEEDED  (work abandoned, Retry-After; queue: retry)
     ├── InferenceFailed           500 inference_failed  INTERNAL           (queue: retry)
     │   └── BatchShapeError       500 batch_shape       INTERNAL
     ├── ReviewNotFound            404 review_not_found  NOT_FOUND          (no review of that event is kept)
@@ -42,6 +44,7 @@ __all__ = [
     "BatchShapeError",
     "BatcherClosed",
     "BodyTimeout",
+    "DeadlineExceeded",
     "InferenceFailed",
     "InvalidEvent",
     "MalformedJson",
@@ -49,6 +52,7 @@ __all__ = [
     "ModelNotFound",
     "ModelSourceError",
     "NotReady",
+    "Overloaded",
     "PayloadTooLarge",
     "PublishFailed",
     "ResultStoreDown",
@@ -74,6 +78,7 @@ class ScoringError(Exception):
     grpc_status: str = "INTERNAL"
     code: str = "internal"
     retryable: bool = True
+    retry_after_s: float | None = None  # NOTE: set where the caller should wait: HTTP says so in Retry-After
 
     def __init__(self, detail: str) -> None:
         super().__init__(detail)
@@ -143,7 +148,7 @@ class ModelSourceError(ScoringError):
 
 
 class Unavailable(ScoringError):
-    """A dependency of the queue path is down: the message is redelivered later."""
+    """Not now: a dependency is down or the process is full; try later (a message is redelivered)."""
 
     status, grpc_status, code, retryable = 503, "UNAVAILABLE", "unavailable", True
 
@@ -164,6 +169,21 @@ class BatchIncomplete(Unavailable):
     """Some messages of a batch failed transiently; raised so the host redelivers the batch."""
 
     code = "batch_incomplete"
+
+
+class Overloaded(Unavailable):
+    """More work in progress than the process takes (MAX_INFLIGHT, BATCH_MAX_QUEUE): turned away
+    at once, before any work, rather than queued behind what is already late."""
+
+    code = "overloaded"
+    retry_after_s = 1.0
+
+
+class DeadlineExceeded(Unavailable):
+    """The work of a request outlasted REQUEST_TIMEOUT_MS: abandoned, and the caller told."""
+
+    grpc_status, code = "DEADLINE_EXCEEDED", "deadline_exceeded"
+    retry_after_s = 1.0
 
 
 class InferenceFailed(ScoringError):

@@ -22,12 +22,16 @@ answers, errors and telemetry (tests/test_http.py holds the two to it).
 Each path answers the same with a trailing slash (the Functions host routes `score/` as
 `score`); nothing redirects. A body must arrive whole within BODY_TIMEOUT_MS (else 408).
 Every error is JSON `{"error": code, "detail": message}` with the status its class carries.
+Once its body is read, a scoring request takes a slot of the core's admission control
+(shared/admission.py): past MAX_INFLIGHT, or past REQUEST_TIMEOUT_MS of work, a 503 with
+Retry-After. (A slot bounds work, not connections: a slow body holds none.)
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -154,14 +158,25 @@ def create_app(holder: ServiceHolder, *, hosted: bool = False) -> ASGIApp:
         settings = holder.settings
         body = await read_json_body(request, settings.max_body_bytes, settings.body_timeout_ms / 1000, deadlines)
         core = await service()
-        scored = await core.score_json(body, request.path_params.get("name"), started=started)
+        core.admission.enter()
+        try:
+            scored = await core.admission.within(
+                core.score_json(body, request.path_params.get("name"), started=started)
+            )
+        finally:
+            core.admission.leave()
         request.scope["scoring"] = scored  # NOTE: the telemetry middleware reads its source and stage timings
         return json_response(scored.as_dict())
 
     async def score_batch(request: Request) -> Response:
         settings = holder.settings
         body = await read_json_body(request, settings.max_body_bytes * 16, settings.body_timeout_ms / 1000, deadlines)
-        results = await (await service()).score_batch_json(body)
+        core = await service()
+        core.admission.enter()
+        try:
+            results = await core.admission.within(core.score_batch_json(body))
+        finally:
+            core.admission.leave()
         return json_response(
             {
                 "results": [
@@ -245,17 +260,33 @@ def create_app(holder: ServiceHolder, *, hosted: bool = False) -> ASGIApp:
         per-request work (no Request, no router scan, no Response object); returns the status."""
         started = time.perf_counter()
         scope["route"] = score_route  # NOTE: the telemetry reads the route template here
+        retry_after: float | None = None
         try:
             settings = holder.settings  # NOTE: a bad setting is a 503 naming it, like on every route
             body = await read_body(scope, receive, settings.max_body_bytes, settings.body_timeout_ms / 1000, deadlines)
             core = holder.peek() or await holder.get()
-            scored = await core.score_json(body, None, started=started)
+            admission = core.admission
+            admission.enter()
+            try:
+                task = admission.deadlines.arm(admission.timeout_s)  # NOTE: `within`, inlined: the hot path
+                try:
+                    scored = await core.score_json(body, None, started=started)
+                except asyncio.CancelledError:
+                    if (timed_out := admission.expired(task)) is not None:
+                        raise timed_out from None
+                    raise
+                finally:
+                    admission.deadlines.disarm(task)
+            finally:
+                admission.leave()
             scope["scoring"] = scored
             payload, status = orjson.dumps(scored.as_dict()), 200
         except ScoringError as exc:
             _log_error(exc, scope["method"], scope["path"], score_route.path)
-            payload, status = orjson.dumps(error_body(exc)), exc.status
+            payload, status, retry_after = orjson.dumps(error_body(exc)), exc.status, exc.retry_after_s
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+        if retry_after is not None:
+            headers.append((b"retry-after", _seconds(retry_after)))
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": payload})
         return status
@@ -296,7 +327,15 @@ def _slashed(route: Route) -> Route:
 async def _scoring_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ScoringError)
     _log_error(exc, request.method, request.url.path, _route(request))
-    return json_response(error_body(exc), exc.status)
+    response = json_response(error_body(exc), exc.status)
+    if exc.retry_after_s is not None:
+        response.headers["retry-after"] = _seconds(exc.retry_after_s).decode()
+    return response
+
+
+def _seconds(retry_after_s: float) -> bytes:
+    """A Retry-After value: whole seconds, at least 1 (HTTP has no fractions)."""
+    return str(max(1, math.ceil(retry_after_s))).encode()
 
 
 def _route(request: Request) -> str:

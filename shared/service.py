@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from shared.admission import Admission
 from shared.background import Background
 from shared.cache import L2Tier, PredictionCache
 from shared.decision import Decider, Review, ThresholdDecider, Verdict
@@ -129,6 +130,7 @@ class ScoringService:
     ) -> None:
         self.settings = settings
         self.background = Background()
+        self.admission = Admission(settings.max_inflight, settings.request_timeout_ms / 1000)
         self._registry = registry
         self._features = features
         self._predictions = predictions
@@ -213,7 +215,9 @@ class ScoringService:
 
     def _degraded(self) -> list[str]:
         """What the core serves with less than it should: it keeps serving, and says so."""
-        reasons = [self._l2.problem()] if self._l2 is not None else []
+        reasons: list[str | None] = [self.admission.problem()]
+        if self._l2 is not None:
+            reasons.append(self._l2.problem())
         if self._reviewer is not None:
             reasons.append(self._reviewer.problem())
         share = self._recent_defaulted
@@ -258,6 +262,7 @@ class ScoringService:
             "feature_source": self._features.source,
             "redis": self._l2.stats.as_dict() if self._l2 is not None else None,
             "reviews": self._reviewer.describe() if self._reviewer is not None else None,
+            "admission": self.admission.describe(),
         }
 
     async def review(self, event_id: str) -> dict[str, object]:

@@ -165,6 +165,7 @@ class LoadedModel:
             "thresholds": {"review": self.spec.thresholds.review, "decline": self.spec.thresholds.decline},
             "batches": self.batcher.batches,
             "requests": self.batcher.items,
+            "shed": self.batcher.shed,
             "rows_run": self.rows_run,
             "batch_run_ms": round(self.batch_run_s * 1000, 3) if self.batch_run_s is not None else None,
             "predictions_via_redis": self.predictions.pays(self.batch_run_s) if self.predictions else False,

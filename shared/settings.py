@@ -85,10 +85,16 @@ class BatchPolicy:
 
     window_ms: float = setting("BATCH_WINDOW_MS", 5.0, "longest wait for a batch to fill once one is running")
     max_size: int = setting("BATCH_MAX_SIZE", 8, "rows per model run")
+    max_queue: int = setting(
+        "BATCH_MAX_QUEUE", 1024, "rows waiting for one model version at most; past it a fast 503 `overloaded`"
+    )
 
     def __post_init__(self) -> None:
         _check(0 <= self.window_ms <= 1000, "BATCH_WINDOW_MS", f"a number within 0..1000, got {self.window_ms}")
         _check(1 <= self.max_size <= 1024, "BATCH_MAX_SIZE", f"an integer within 1..1024, got {self.max_size}")
+        _check(
+            self.max_queue >= self.max_size, "BATCH_MAX_QUEUE", f"an integer >= BATCH_MAX_SIZE, got {self.max_queue}"
+        )
 
     @property
     def window_s(self) -> float:
@@ -285,6 +291,16 @@ class Settings:
     body_timeout_ms: int = setting(
         "BODY_TIMEOUT_MS", 5000, "longest wait for a request body to arrive whole; past it the answer is 408"
     )
+    max_inflight: int = setting(
+        "MAX_INFLIGHT",
+        64,
+        "scoring requests one process works on at once; past it a fast 503 `overloaded` with Retry-After (`0` = no cap)",
+    )
+    request_timeout_ms: int = setting(
+        "REQUEST_TIMEOUT_MS",
+        2000,
+        "longest a scoring request may work once its body is read; past it the work is dropped, the answer a 503",
+    )
     http_server: HttpServer = setting(
         "HTTP_SERVER",
         "uvicorn",
@@ -368,6 +384,8 @@ class Settings:
         _check(self.max_message_bytes >= 1024, "MAX_MESSAGE_BYTES", f"an integer >= 1024, got {self.max_message_bytes}")
         _check(self.max_model_bytes >= 1024, "MAX_MODEL_BYTES", f"an integer >= 1024, got {self.max_model_bytes}")
         _check(100 <= self.body_timeout_ms <= 600_000, "BODY_TIMEOUT_MS", "an integer within 100..600000")
+        _check(self.max_inflight >= 0, "MAX_INFLIGHT", f"an integer >= 0 (0: no cap), got {self.max_inflight}")
+        _check(50 <= self.request_timeout_ms <= 600_000, "REQUEST_TIMEOUT_MS", "an integer within 50..600000")
         _check(1 <= self.http_backpressure <= 1_000_000, "HTTP_BACKPRESSURE", "an integer within 1..1000000")
         _check(self.http_server in ("granian", "uvicorn"), "HTTP_SERVER", "one of granian|uvicorn")
         _check(1 <= self.workers <= 64, "WORKERS", "an integer within 1..64")

@@ -152,7 +152,7 @@ async def test_readiness_and_models_come_from_the_core(service: ScoringService) 
     assert service.readiness().as_dict() == {"status": "ready", "models": ["fraud"]}
     assert [m["name"] for m in service.models()] == ["fraud"]
     stats = service.stats()
-    assert set(stats) == {"events", "predictions", "features", "feature_source", "redis", "reviews"}
+    assert set(stats) == {"events", "predictions", "features", "feature_source", "redis", "reviews", "admission"}
     assert stats["reviews"] is None  # AZURE_OPENAI_ENDPOINT unset: reviews are off
 
 

@@ -179,6 +179,7 @@ var serviceSettings = [
   { name: 'FEATURES_FILE', value: featuresFile }
   { name: 'BATCH_WINDOW_MS', value: '5' }
   { name: 'BATCH_MAX_SIZE', value: '8' }
+  { name: 'BATCH_MAX_QUEUE', value: '1024' }
   { name: 'CACHE_L1_SIZE', value: '50000' }
   { name: 'CACHE_L1_TTL_S', value: '30' }
   { name: 'CACHE_L2_TTL_S', value: '3600' } // > 0: under volatile-lru only predictions are evictable, never features
@@ -198,6 +199,8 @@ var serviceSettings = [
   { name: 'RESULT_TTL_S', value: '3600' } // > the queues' duplicate-detection window (servicebus.bicep)
   { name: 'MAX_MODEL_BYTES', value: '268435456' }
   { name: 'BODY_TIMEOUT_MS', value: '5000' }
+  { name: 'MAX_INFLIGHT', value: '64' }
+  { name: 'REQUEST_TIMEOUT_MS', value: '2000' }
   { name: 'MODELS_KEEP_VERSIONS', value: '2' }
   { name: 'GC_GEN0_THRESHOLD', value: '50000' }
   { name: 'LOG_LEVEL', value: logLevel }

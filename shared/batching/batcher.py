@@ -8,7 +8,9 @@ Rules (the design notes' batching decision):
   has waited `window_ms`, or when the runner falls idle, whichever comes first
   (a slot must be free: at most `max_concurrency` batches run at once);
 - a batch fails together: if the run raises, or returns a number of results other
-  than the number of items, every request of that batch gets the error.
+  than the number of items, every request of that batch gets the error;
+- the queue is bounded (`max_queue`): past it a request is refused at once
+  (`Overloaded`), never queued behind work that could not finish in time.
 
 The batcher knows nothing of payload shapes: `run` takes a list of items and
 returns a list of results in the same order (see `rows.py` for tensors).
@@ -23,8 +25,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Generic, NamedTuple, TypeVar
 
-from shared.errors import BatcherClosed, BatchShapeError
+from shared.errors import BatcherClosed, BatchShapeError, Overloaded
 from shared.settings import BatchPolicy
+from shared.telemetry import metrics
 
 __all__ = ["Batcher", "BatcherClosed", "Completed"]
 
@@ -76,6 +79,7 @@ class Batcher(Generic[T, R]):
         self._runs: set[asyncio.Task[None]] = set()
         self.batches = 0
         self.items = 0
+        self.shed = 0
 
     @property
     def closing(self) -> bool:
@@ -86,6 +90,10 @@ class Batcher(Generic[T, R]):
         """Queue one item and wait for its result."""
         if self._closing:
             raise BatcherClosed(f"{self.name} is draining")
+        if len(self._queue) >= self._policy.max_queue:
+            self.shed += 1
+            metrics.shed("overloaded")
+            raise Overloaded(f"{self.name}: {len(self._queue)} rows queued (BATCH_MAX_QUEUE): try again shortly")
         loop = asyncio.get_running_loop()
         pending: _Pending[T, R] = _Pending(item, loop.create_future(), time.perf_counter())
         self._queue.append(pending)

@@ -55,7 +55,10 @@ class RedisTier:
         self._failed_at: float | None = None
         self._failure = ""
         self._reader: Batcher[str, bytes | None] = Batcher(
-            self._mget, BatchPolicy(window_ms=0, max_size=512), name="redis-mget"
+            # NOTE: reads are bounded upstream (MAX_INFLIGHT, the model batchers); this queue only coalesces
+            self._mget,
+            BatchPolicy(window_ms=0, max_size=512, max_queue=1 << 20),
+            name="redis-mget",
         )
         self._writes: list[tuple[str, bytes, int | None]] = []
         self._flushing: asyncio.Task[None] | None = None

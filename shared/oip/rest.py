@@ -16,6 +16,7 @@ each binary input states its `binary_data_size`). An output is sent binary when 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -114,7 +115,10 @@ def _v2(endpoint: Endpoint) -> Endpoint:
         except ScoringError as exc:
             if exc.status >= 500:
                 log.warning("%s %s -> %s: %s", request.method, request.url.path, exc.status, exc.detail)
-            return _json({"error": exc.detail}, exc.status)
+            response = _json({"error": exc.detail}, exc.status)
+            if exc.retry_after_s is not None:  # NOTE: overloaded or past its deadline: when to come back
+                response.headers["retry-after"] = str(max(1, math.ceil(exc.retry_after_s)))
+            return response
 
     return guarded
 

@@ -104,6 +104,14 @@ CATALOGUE: tuple[Spec, ...] = (
         "model versions activated or rejected (outcome: activated, failed)",
         ("scoring.model", "scoring.outcome"),
     ),
+    Spec(
+        "scoring.requests.shed",
+        "counter",
+        "{request}",
+        "work turned away: overloaded (MAX_INFLIGHT, BATCH_MAX_QUEUE: refused at once) or deadline "
+        "(dropped past REQUEST_TIMEOUT_MS)",
+        ("scoring.reason",),
+    ),
     # -- the queue path -------------------------------------------------------------------
     Spec(
         "scoring.queue.messages",

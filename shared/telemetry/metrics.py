@@ -154,6 +154,7 @@ HTTP_DURATION: Histogram = _ALL["http.server.request.duration"]  # type: ignore[
 STAGE_DURATION: Histogram = _ALL["scoring.stage.duration"]  # type: ignore[assignment]
 BATCH_SIZE: Histogram = _ALL["scoring.batch.size"]  # type: ignore[assignment]
 RELOADS: Counter = _ALL["scoring.model.reloads"]  # type: ignore[assignment]
+SHED: Counter = _ALL["scoring.requests.shed"]  # type: ignore[assignment]
 QUEUE_MESSAGES: Counter = _ALL["scoring.queue.messages"]  # type: ignore[assignment]
 QUEUE_AGE: Histogram = _ALL["scoring.queue.message.age"]  # type: ignore[assignment]
 QUEUE_BATCH: Histogram = _ALL["messaging.process.duration"]  # type: ignore[assignment]
@@ -200,6 +201,11 @@ def batch(model: str, size: int) -> None:
 def model_event(model: str, outcome: Literal["activated", "failed"]) -> None:
     """A version of `model` was activated, or a file was rejected."""
     RELOADS.add((model, outcome))
+
+
+def shed(reason: Literal["overloaded", "deadline"]) -> None:
+    """Work turned away: refused at once (overloaded) or dropped past its deadline."""
+    SHED.add((reason,))
 
 
 def queue_message(outcome: str, count: int = 1) -> None:

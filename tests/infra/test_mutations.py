@@ -234,7 +234,13 @@ MUTATIONS = [
         "{ name: 'FAST_LANE_PORT', value: string(fastLanePort) }",
         "",
     ),
-    ("fast-lane-exposed-elsewhere", "grpc_ingress", "infra/modules/app.bicep", "targetPort: fastLanePort\n            exposedPort: fastLanePort", "targetPort: fastLanePort\n            exposedPort: 8443"),
+    (
+        "fast-lane-exposed-elsewhere",
+        "grpc_ingress",
+        "infra/modules/app.bicep",
+        "targetPort: fastLanePort\n            exposedPort: fastLanePort",
+        "targetPort: fastLanePort\n            exposedPort: 8443",
+    ),
     ("misspelled-port-mapping", "schema", "infra/modules/app.bicep", "exposedPort: grpcPort", "exposedPrt: grpcPort"),
     (
         "probe-off-health-route",
