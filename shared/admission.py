@@ -28,14 +28,19 @@ __all__ = ["Admission"]
 
 T = TypeVar("T")
 RECENT_S = 10.0  # readiness says "overloaded" this long after the last refusal
+PROBE_S = 0.002  # how often the watch measures the event loop's lag
+WINDOW_S = 0.01  # the lag taken is the least of a window's probes: a standing queue, not a burst
 
 
 class Admission:
     """At most `limit` requests in the work (0: no cap), each done within `timeout_s`."""
 
-    def __init__(self, limit: int, timeout_s: float) -> None:
+    def __init__(self, limit: int, timeout_s: float, max_lag_s: float = 0.0) -> None:
         self.limit = limit
         self.timeout_s = timeout_s
+        self.max_lag_s = max_lag_s
+        self.lag_s = 0.0  # the event loop's standing lag, as the last window measured it
+        self.congested = False
         # NOTE: a deadline is honoured within a tenth of itself (at most 100 ms late)
         self.deadlines = Deadlines(tick_s=min(0.1, timeout_s / 10))
         self.inflight = 0
@@ -44,18 +49,43 @@ class Admission:
         self.timed_out = 0
         self._last_refused = float("-inf")
 
+    def refuses(self) -> bool:
+        """Whether the next request is turned away (then it is counted as shed)."""
+        if not (self.congested or (self.limit and self.inflight >= self.limit)):
+            return False
+        self.shed += 1
+        self._last_refused = time.monotonic()
+        metrics.shed("overloaded")
+        return True
+
     def enter(self) -> None:
         """Take a slot, or raise `Overloaded` at once; every `enter` that returns needs a `leave`."""
-        if self.limit and self.inflight >= self.limit:
-            self.shed += 1
-            self._last_refused = time.monotonic()
-            metrics.shed("overloaded")
-            raise Overloaded(f"{self.inflight} requests in progress (MAX_INFLIGHT {self.limit}): try again shortly")
+        if self.refuses():
+            raise Overloaded(
+                f"{self.inflight} requests in progress (MAX_INFLIGHT {self.limit}), event loop lag "
+                f"{self.lag_s * 1000:.1f} ms (MAX_LOOP_LAG_MS {self.max_lag_s * 1000:g}): try again shortly"
+            )
         self.inflight += 1
         self.admitted += 1
 
     def leave(self) -> None:
         self.inflight -= 1
+
+    async def watch(self) -> None:
+        """Measure the event loop's standing lag (how late a timer runs: what every request
+        waits before its turn) and shed while the least lag of a window exceeds `max_lag_s`."""
+        if not self.max_lag_s:
+            return
+        loop = asyncio.get_running_loop()
+        least, window_end = float("inf"), loop.time() + WINDOW_S
+        while True:
+            due = loop.time() + PROBE_S
+            await asyncio.sleep(PROBE_S)
+            now = loop.time()
+            least = min(least, now - due)
+            if now >= window_end:
+                self.lag_s, self.congested = least, least > self.max_lag_s
+                least, window_end = float("inf"), now + WINDOW_S
 
     def expired(self, task: asyncio.Task[object]) -> DeadlineExceeded | None:
         """After a cancellation of `task`: the error to answer with if its deadline did it."""

@@ -47,7 +47,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shared.build import ServiceHolder
 from shared.deadlines import Deadlines
-from shared.errors import BadRequest, BodyTimeout, PayloadTooLarge, ScoringError, UnsupportedMediaType, error_body
+from shared.errors import (
+    BadRequest,
+    BodyTimeout,
+    Overloaded,
+    PayloadTooLarge,
+    ScoringError,
+    UnsupportedMediaType,
+    error_body,
+)
 from shared.events import decode_activation
 from shared.oip.rest import v2_routes
 from shared.telemetry.asgi import Measured
@@ -296,6 +304,11 @@ def create_app(holder: ServiceHolder, *, hosted: bool = False) -> ASGIApp:
     async def lanes(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] not in SCORE_PATHS or scope["method"] != "POST":
             await measured(scope, receive, send)
+        elif (core := holder.peek()) is not None and core.admission.refuses():
+            # NOTE: shed before any work, with bytes built once: under overload a refusal must cost
+            # next to nothing, or refusing alone fills the loop (counted in scoring.requests.shed)
+            await send(SHED_START)
+            await send(SHED_BODY)
         elif not measured.on:
             await score_lane(scope, receive, send)
         else:  # NOTE: measured here, without the middleware's `send` wrapper: the lane knows its status
@@ -310,9 +323,24 @@ def create_app(holder: ServiceHolder, *, hosted: bool = False) -> ASGIApp:
 
 
 SCORE_PATHS = frozenset(("/api/score", "/api/score/"))
+_SHED = orjson.dumps(
+    error_body(Overloaded("the service is at capacity (MAX_INFLIGHT, MAX_LOOP_LAG_MS): try again shortly"))
+)
+SHED_START: Message = {
+    "type": "http.response.start",
+    "status": Overloaded.status,
+    "headers": [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(_SHED)).encode()),
+        (b"retry-after", b"1"),
+    ],
+}
+SHED_BODY: Message = {"type": "http.response.body", "body": _SHED}
 
 
 def _log_error(exc: ScoringError, method: str, path: str, route: str) -> None:
+    if isinstance(exc, Overloaded):
+        return  # NOTE: a line per refusal would cost what shedding saves: scoring.requests.shed counts them
     if exc.status >= 500:
         log.warning("%s %s -> %s: %s", method, path, exc.status, exc.detail)
     else:

@@ -296,6 +296,11 @@ class Settings:
         64,
         "scoring requests one process works on at once; past it a fast 503 `overloaded` with Retry-After (`0` = no cap)",
     )
+    max_loop_lag_ms: float = setting(
+        "MAX_LOOP_LAG_MS",
+        5.0,
+        "shed (fast 503) while the event loop's standing lag exceeds this: requests would queue before their turn; `0` = off",
+    )
     request_timeout_ms: int = setting(
         "REQUEST_TIMEOUT_MS",
         2000,
@@ -385,6 +390,7 @@ class Settings:
         _check(self.max_model_bytes >= 1024, "MAX_MODEL_BYTES", f"an integer >= 1024, got {self.max_model_bytes}")
         _check(100 <= self.body_timeout_ms <= 600_000, "BODY_TIMEOUT_MS", "an integer within 100..600000")
         _check(self.max_inflight >= 0, "MAX_INFLIGHT", f"an integer >= 0 (0: no cap), got {self.max_inflight}")
+        _check(0 <= self.max_loop_lag_ms <= 10_000, "MAX_LOOP_LAG_MS", "a number of ms within 0..10000 (0: off)")
         _check(50 <= self.request_timeout_ms <= 600_000, "REQUEST_TIMEOUT_MS", "an integer within 50..600000")
         _check(1 <= self.http_backpressure <= 1_000_000, "HTTP_BACKPRESSURE", "an integer within 1..1000000")
         _check(self.http_server in ("granian", "uvicorn"), "HTTP_SERVER", "one of granian|uvicorn")
