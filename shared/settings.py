@@ -298,7 +298,7 @@ class Settings:
     )
     max_loop_lag_ms: float = setting(
         "MAX_LOOP_LAG_MS",
-        5.0,
+        20.0,
         "shed (fast 503) while the event loop's standing lag exceeds this: requests would queue before their turn; `0` = off",
     )
     request_timeout_ms: int = setting(

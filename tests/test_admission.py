@@ -193,3 +193,26 @@ async def test_the_batcher_queue_is_bounded(settings: Settings) -> None:
         assert refused and len(refused) <= 40 - 8
         assert all(not isinstance(d, BaseException) for d in done if not isinstance(d, Overloaded)), done
         assert loaded.describe()["shed"] == len(refused)
+
+
+async def test_a_standing_event_loop_lag_sheds_until_it_clears() -> None:
+    """MAX_LOOP_LAG_MS: while the loop runs every timer late (a standing queue), refuse; a lone burst does not."""
+    admission = Admission(limit=0, timeout_s=1.0, max_lag_s=0.005)
+    watch = asyncio.create_task(admission.watch())
+    try:
+        await asyncio.sleep(0.05)
+        assert not admission.congested and not admission.refuses()
+        blocked_until = time.monotonic() + 0.15
+        while time.monotonic() < blocked_until:  # NOTE: the loop busy 20 ms at a time, as under overload
+            time.sleep(0.02)
+            await asyncio.sleep(0)
+        assert admission.congested and admission.refuses() and admission.lag_s > 0.005
+        with pytest.raises(Overloaded, match="event loop lag"):
+            admission.enter()
+        deadline = time.monotonic() + 2
+        while admission.congested:
+            assert time.monotonic() < deadline, "the shedding never stopped once the loop was idle"
+            await asyncio.sleep(0.01)
+        admission.enter()
+    finally:
+        watch.cancel()
