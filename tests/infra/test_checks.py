@@ -12,6 +12,7 @@ from checks.contract import (
     check_app_metrics,
     check_function_app,
     check_lock_budget,
+    check_admission,
     check_logging_feeds_alerts,
     check_metrics,
     check_roles,
@@ -47,6 +48,10 @@ def test_host_json_logs_what_the_alerts_query() -> None:
 
 def test_message_lock_outlasts_the_invocation() -> None:
     assert check_lock_budget(REPO, TRIGGER_QUEUE) == []
+
+
+def test_the_host_admits_no_more_than_the_app_takes() -> None:
+    assert check_admission(REPO) == []
 
 
 def test_infra_agrees_with_function_app_and_settings() -> None:

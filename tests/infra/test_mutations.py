@@ -15,6 +15,7 @@ from checks import check_schemas
 from checks.bicep_lang import check_language
 from checks.grpc_ingress import check_grpc_ingress
 from checks.contract import (
+    check_admission,
     check_app_metrics,
     check_function_app,
     check_lock_budget,
@@ -35,6 +36,7 @@ CHECKS: dict[str, Callable[[Path], list[str]]] = {
     "app_metrics": check_app_metrics,
     "logging": check_logging_feeds_alerts,
     "locks": lambda root: check_lock_budget(root, TRIGGER_QUEUE),
+    "admission": check_admission,
     "function_app": lambda root: check_function_app(root, app_setting_names()),
     "override_version": check_override_api_version,
     "grpc_ingress": check_grpc_ingress,
@@ -168,6 +170,27 @@ MUTATIONS = [
         "infra/modules/servicebus.bicep",
         "lockDuration string = 'PT30S'",
         "lockDuration string = 'PT10M'",
+    ),
+    (
+        "host-runs-more-than-the-app-admits",
+        "admission",
+        "host.json",
+        '"maxConcurrentRequests": 64',
+        '"maxConcurrentRequests": 200',
+    ),
+    (
+        "host-queue-too-long",
+        "admission",
+        "host.json",
+        '"maxOutstandingRequests": 128',
+        '"maxOutstandingRequests": 2000',
+    ),
+    (
+        "app-admits-less-than-the-host-runs",
+        "admission",
+        "infra/modules/app.bicep",
+        "{ name: 'MAX_INFLIGHT', value: '64' }",
+        "{ name: 'MAX_INFLIGHT', value: '32' }",
     ),
     (
         "azd-api-version-drifts",

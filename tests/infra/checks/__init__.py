@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .arm_models import Walker, check_resource, fields, models_module
 from .bicep_lang import check_language
-from .contract import check_function_app, check_lock_budget, check_logging_feeds_alerts, check_metrics, check_roles
+from .contract import check_admission, check_function_app, check_lock_budget, check_logging_feeds_alerts, check_metrics, check_roles
 from .parsing import parse
 from .tables import KEDA_METADATA, OPERATION_GROUPS, PATCH_BODIES, RESOURCE_MODELS
 
@@ -99,5 +99,6 @@ def run_all(root: Path, setting_names: tuple[str, ...], trigger_queue: str) -> d
         "metrics": check_metrics(root),
         "logging": check_logging_feeds_alerts(root),
         "locks": check_lock_budget(root, trigger_queue),
+        "admission": check_admission(root),
         "function_app": check_function_app(root, setting_names),
     }

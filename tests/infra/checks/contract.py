@@ -266,6 +266,44 @@ def check_lock_budget(root: Path, trigger_queue: str) -> list[str]:
     return findings
 
 
+def _service_setting(root: Path, name: str) -> str | None:
+    """The value infra/modules/app.bicep gives an app setting (`{ name: 'X', value: 'v' }`)."""
+    text = (root / "infra" / "modules" / "app.bicep").read_text()
+    found = re.search(r"\{\s*name:\s*'" + re.escape(name) + r"'\s*,\s*value:\s*'([^']*)'\s*\}", text)
+    return found.group(1) if found else None
+
+
+def check_admission(root: Path) -> list[str]:
+    """The host admits no more than the app will take, and queues no more than one more round.
+
+    The Functions host runs at most `maxConcurrentRequests` HTTP invocations per instance and
+    answers 429 past `maxOutstandingRequests` (running + queued), in .NET, before the
+    ~800 µs-per-invocation hop into Python. If it ran more at once than the app's
+    MAX_INFLIGHT, the app would refuse (503) work the host had already paid to hand over;
+    if its queue were long, a request would wait there longer than it takes to serve.
+    """
+    host = json.loads((root / "host.json").read_text()).get("extensions", {}).get("http", {})
+    concurrent, outstanding = host.get("maxConcurrentRequests"), host.get("maxOutstandingRequests")
+    if not isinstance(concurrent, int) or not isinstance(outstanding, int) or concurrent < 1:
+        return ["host.json: extensions.http needs maxConcurrentRequests and maxOutstandingRequests (integers)"]
+    value = _service_setting(root, "MAX_INFLIGHT")
+    if value is None or not value.isdigit():
+        return ["app.bicep: serviceSettings sets no MAX_INFLIGHT (an integer)"]
+    findings = []
+    if int(value) and concurrent > int(value):
+        findings.append(
+            f"host.json: maxConcurrentRequests {concurrent} > MAX_INFLIGHT {value}: the app would refuse what the host handed over"
+        )
+    if outstanding > 2 * concurrent:
+        findings.append(
+            f"host.json: maxOutstandingRequests {outstanding} > 2 x maxConcurrentRequests {concurrent}: "
+            "a request would queue in the host longer than a round of work takes"
+        )
+    if outstanding < concurrent:
+        findings.append(f"host.json: maxOutstandingRequests {outstanding} < maxConcurrentRequests {concurrent}")
+    return findings
+
+
 # --- the KEDA override: one Microsoft.App API version for Bicep, azd and the hook --------
 
 
