@@ -165,6 +165,13 @@ MUTATIONS = [
         '"maxAutoLockRenewalDuration": "00:01:00"',
     ),
     (
+        "prefetched-locks-expire",
+        "locks",
+        "host.json",
+        '"prefetchCount": 0',
+        '"prefetchCount": 128',
+    ),
+    (
         "lock-longer-than-service-max",
         "locks",
         "infra/modules/servicebus.bicep",

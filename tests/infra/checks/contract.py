@@ -237,7 +237,8 @@ def _iso(value: str) -> int:
 
 
 def check_lock_budget(root: Path, trigger_queue: str) -> list[str]:
-    """A message stays locked for as long as its invocation may run (functionTimeout)."""
+    """A message stays locked for as long as its invocation may run (functionTimeout), and
+    no longer waits in the prefetch buffer than its lock lasts."""
     host = json.loads((root / "host.json").read_text())
     findings: list[str] = []
     timeout = _hms(host["functionTimeout"])
@@ -262,6 +263,17 @@ def check_lock_budget(root: Path, trigger_queue: str) -> list[str]:
     if lock > renewal:
         findings.append(
             f"servicebus.bicep: {trigger_queue} lockDuration {lock}s > maxAutoLockRenewalDuration {renewal}s"
+        )
+    # NOTE: a prefetched message is locked from the moment it lands in the buffer, and nothing renews
+    # it there (Service Bus docs, "Prefetch"): it waits for the invocations ahead of it, each of which
+    # only functionTimeout bounds, so the buffer may hold no more than the lock outlasts.
+    service_bus = host["extensions"]["serviceBus"]
+    prefetch, batch = service_bus.get("prefetchCount", 0), service_bus.get("maxMessageBatchSize", 1000)
+    ahead = -(-prefetch // batch)  # invocations a message at the back of the buffer waits for
+    if prefetch and ahead * timeout >= lock:
+        findings.append(
+            f"host.json: prefetchCount {prefetch} holds {ahead} invocation(s) of maxMessageBatchSize {batch} "
+            f"that may each run functionTimeout {timeout}s >= lockDuration {lock}s: prefetched locks would expire"
         )
     return findings
 
