@@ -105,7 +105,7 @@ def run(seconds: float, factors: list[float]) -> dict[str, object]:
     )
     for mode, env in modes:
         server = start_server(
-            f"overload-{len(results['runs'])}", "shared.asgi:app", {"CACHE_L1_SIZE": "0", **env}, server="uvicorn"
+            f"overload-{len(runs)}", "shared.asgi:app", {"CACHE_L1_SIZE": "0", **env}, server="uvicorn"
         )
         url = f"http://127.0.0.1:{server.port}/api/score"
         try:
