@@ -155,4 +155,4 @@ def _lane_app() -> ASGIApp:
     return create_app(handlers.holder)
 
 
-handlers = FunctionHandlers(ServiceHolder(on_built=[grpc_server("0.0.0.0"), fast_lane("0.0.0.0", _lane_app)]))
+handlers = FunctionHandlers(ServiceHolder(on_built=[grpc_server("0.0.0.0"), fast_lane("0.0.0.0", _lane_app)]))  # noqa: S104 the ingress reaches the container on its interface; internal-only ports (infra/modules/app.bicep)
