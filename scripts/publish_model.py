@@ -2,12 +2,13 @@
 
     make publish-model NAME=fraud VERSION=2 FILE=path/to/model.onnx
 
-The file is checked first (no larger than MAX_MODEL_BYTES, which every replica would refuse; it
-must load, warm and declare its serving metadata), then put in place whole:
-`{name}/{version}/model.onnx` in MODELS_DIR (an atomic rename), or in MODELS_CONTAINER when ModelStorage / ModelStorage__blobServiceUri is set (Azurite locally,
-Blob storage in Azure, where the Blob trigger fires on one replica). Every replica picks it
-up: the one that loads it first records it in Redis and the others follow within about a
-second; without Redis each replica's poll (MODEL_POLL_SECONDS) finds it.
+The file is checked first (no larger than MAX_MODEL_BYTES, which every replica would refuse; it must
+load, warm and declare its serving metadata), then put in place whole: `{name}/{version}/model.onnx`
+in MODELS_DIR (an atomic rename), or in MODELS_CONTAINER when ModelStorage /
+ModelStorage__blobServiceUri is set (Azurite locally, Blob storage in Azure, where the Blob trigger
+fires on one replica). Every replica picks it up: the one that loads it first records it in Redis
+and the others follow within about a second; without Redis each replica's poll (MODEL_POLL_SECONDS)
+finds it.
 """
 
 from __future__ import annotations
