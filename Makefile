@@ -80,6 +80,15 @@ replay: $(VENV)/.runtime
 	@test -n "$(FILE)" || { echo "usage: make replay FILE=events.jsonl" >&2; exit 2; }
 	@$(PY) -m shared.queue.replay "$(FILE)"
 
+## audit: pip-audit of every package the pinned requirements install (AUDIT_SERVICE=pypi|osv; needs that service)
+# NOTE: not part of `make test`: it needs a vulnerability service on the network, and where the PyPI this
+# machine reaches lacks per-version JSON, every package is skipped; --strict turns that into a failure
+# instead of a false "No known vulnerabilities found" (docs/reliability.md, Security checks).
+AUDIT_SERVICE ?= pypi
+.PHONY: audit
+audit: $(VENV)/.dev
+	$(VENV)/bin/pip-audit --strict --vulnerability-service $(AUDIT_SERVICE) --progress-spinner off --desc on
+
 ## seed: load the demo user features into Redis at REDIS_URL
 seed: $(VENV)/.runtime
 	$(PY) scripts/seed_features.py

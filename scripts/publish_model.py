@@ -2,12 +2,13 @@
 
     make publish-model NAME=fraud VERSION=2 FILE=path/to/model.onnx
 
-The file is checked first (it must load, warm and declare its serving metadata), then put
-in place whole: `{name}/{version}/model.onnx` in MODELS_DIR (an atomic rename), or in
-MODELS_CONTAINER when ModelStorage / ModelStorage__blobServiceUri is set (Azurite locally,
-Blob storage in Azure, where the Blob trigger fires on one replica). Every replica picks it
-up: the one that loads it first records it in Redis and the others follow within about a
-second; without Redis each replica's poll (MODEL_POLL_SECONDS) finds it.
+The file is checked first (no larger than MAX_MODEL_BYTES, which every replica would refuse; it must
+load, warm and declare its serving metadata), then put in place whole: `{name}/{version}/model.onnx`
+in MODELS_DIR (an atomic rename), or in MODELS_CONTAINER when ModelStorage /
+ModelStorage__blobServiceUri is set (Azurite locally, Blob storage in Azure, where the Blob trigger
+fires on one replica). Every replica picks it up: the one that loads it first records it in Redis
+and the others follow within about a second; without Redis each replica's poll (MODEL_POLL_SECONDS)
+finds it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 from shared.build import model_source
 from shared.errors import ScoringError
 from shared.models.runtime import OnnxModel
-from shared.models.source import ModelRef, check_ref
+from shared.models.source import ModelRef, check_ref, check_size
 from shared.settings import Settings
 
 
@@ -32,6 +33,7 @@ def main() -> int:
     settings = Settings.from_env()
     try:
         ref = check_ref(args.name, args.version)
+        check_size(args.file.stat().st_size, settings.max_model_bytes, ref)  # NOTE: every replica would refuse it
         data = args.file.read_bytes()
         OnnxModel.load(data, settings.ort).warm(
             settings.batch.max_size

@@ -64,6 +64,15 @@ class Activation(msgspec.Struct, frozen=True):
 _UNREADABLE = (msgspec.DecodeError, UnicodeDecodeError, RecursionError)
 
 
+# NOTE: msgspec quotes the value it refused for an enum ("Invalid enum value 'x' - at `$.channel`"):
+# details name the field, never the value (it may be a user id or a note put in the wrong field).
+_ECHOED = re.compile(r"(Invalid (?:enum )?value) .*?(?= - at `|\Z)", re.S)
+
+
+def _invalid(exc: msgspec.ValidationError) -> InvalidEvent:
+    return InvalidEvent(_ECHOED.sub(r"\1", str(exc)))
+
+
 def _unreadable(exc: BaseException) -> str:
     if isinstance(exc, UnicodeDecodeError):
         return "body is not valid UTF-8"
@@ -81,7 +90,7 @@ def decode_event(body: bytes) -> PaymentEvent:
     try:
         event = _event_decoder.decode(body)
     except msgspec.ValidationError as exc:
-        raise InvalidEvent(str(exc)) from None
+        raise _invalid(exc) from None
     except _UNREADABLE as exc:
         raise MalformedJson(_unreadable(exc)) from None
     if b"\\" in body or b"\x7f" in body or not body.isascii():
@@ -106,7 +115,7 @@ def decode_batch(body: bytes, max_items: int) -> list[msgspec.Raw]:
     try:
         batch = _batch_decoder.decode(body)
     except msgspec.ValidationError as exc:
-        raise InvalidEvent(str(exc)) from None
+        raise _invalid(exc) from None
     except _UNREADABLE as exc:
         raise MalformedJson(_unreadable(exc)) from None
     if not batch.events:
@@ -138,6 +147,6 @@ def decode_activation(body: bytes) -> Activation:
     try:
         return _activation_decoder.decode(body)
     except msgspec.ValidationError as exc:
-        raise InvalidEvent(str(exc)) from None
+        raise _invalid(exc) from None
     except _UNREADABLE as exc:
         raise MalformedJson(_unreadable(exc)) from None

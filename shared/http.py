@@ -353,7 +353,7 @@ def _slashed(route: Route) -> Route:
 
 
 async def _scoring_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, ScoringError)
+    assert isinstance(exc, ScoringError)  # noqa: S101 narrows the type: Starlette routes only ScoringError here
     _log_error(exc, request.method, request.url.path, _route(request))
     response = json_response(error_body(exc), exc.status)
     if exc.retry_after_s is not None:
@@ -371,7 +371,7 @@ def _route(request: Request) -> str:
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HTTPException)
+    assert isinstance(exc, HTTPException)  # noqa: S101 narrows the type: Starlette routes only HTTPException here
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
     return json_response({"error": code, "detail": exc.detail}, exc.status_code)
 

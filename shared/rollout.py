@@ -209,7 +209,7 @@ class Rollout:
             await self._l2.flush()
 
     async def _record(self, key: str) -> dict[str, Any] | None:
-        assert self._l2 is not None
+        assert self._l2 is not None  # noqa: S101 narrows the type for mypy; an invariant, never an input check
         payload = await self._l2.get(key)
         try:
             record = orjson.loads(payload) if payload else None

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import json
 import logging
 from typing import TYPE_CHECKING
 
 import azure.functions as func
 
 from shared.build import ServiceHolder
-from shared.errors import BatchIncomplete, ScoringError
+from shared.errors import BadRequest, BatchIncomplete, ScoringError, error_body
 from shared.fast_lane import fast_lane
 from shared.http import create_app
 from shared.models.source import check_size, parse_model_path
@@ -75,7 +76,11 @@ class FunctionHandlers:
 
     async def http(self, req: func.HttpRequest, context: func.Context | None = None) -> func.HttpResponse:
         """Every HTTP route: the same ASGI app that `make run` serves."""
-        response: func.HttpResponse = await self._asgi.handle_async(req, context)
+        try:
+            response: func.HttpResponse = await self._asgi.handle_async(req, context)
+        except UnicodeDecodeError:  # NOTE: AsgiMiddleware decodes the path as UTF-8 before the app runs
+            body = error_body(BadRequest("the request path is not UTF-8 once percent-decoded"))
+            return func.HttpResponse(json.dumps(body), status_code=400, mimetype="application/json")
         return response
 
     async def payments(self, msgs: list[func.ServiceBusMessage]) -> None:
@@ -155,4 +160,4 @@ def _lane_app() -> ASGIApp:
     return create_app(handlers.holder)
 
 
-handlers = FunctionHandlers(ServiceHolder(on_built=[grpc_server("0.0.0.0"), fast_lane("0.0.0.0", _lane_app)]))
+handlers = FunctionHandlers(ServiceHolder(on_built=[grpc_server("0.0.0.0"), fast_lane("0.0.0.0", _lane_app)]))  # noqa: S104 the ingress reaches the container on its interface; internal-only ports (infra/modules/app.bicep)

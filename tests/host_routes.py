@@ -14,12 +14,13 @@ Anything else raises, so a new kind of template extends this model before it shi
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["HostRoute", "answer", "route_table"]
+__all__ = ["HostRoute", "answer", "function_metadata", "route_table", "route_table_of"]
 
 _PARAM = re.compile(r"^\{(?P<star>\*)?(?P<name>\w+)(?::(?P<constraint>\w+))?(?P<optional>\?)?\}$")
 _CONSTRAINTS = {None: r"[^/]+", "int": r"-?\d+", "alpha": r"[A-Za-z]+"}
@@ -59,18 +60,29 @@ def _compile(template: str) -> re.Pattern[str]:
 
 def route_table(functions: Iterable[Any], route_prefix: str) -> list[HostRoute]:
     """The host's table from indexed functions (`app.get_functions()`), in the host's order."""
+    return route_table_of(function_metadata(functions), route_prefix)
+
+
+def function_metadata(functions: Iterable[Any]) -> dict[str, dict[str, Any]]:
+    """What the worker hands the host when it indexes the app: each function's name and its
+    function.json (`{"bindings": [...]}`), as plain data (a copy a test may break on purpose)."""
+    return {fn.get_function_name(): json.loads(fn.get_function_json()) for fn in functions}
+
+
+def route_table_of(metadata: Mapping[str, Mapping[str, Any]], route_prefix: str) -> list[HostRoute]:
+    """The host's table from function metadata (name -> function.json), in the host's order."""
     table = []
-    for fn in sorted(functions, key=lambda f: f.get_function_name().upper()):
-        trigger = fn.get_trigger().get_dict_repr()
+    for name in sorted(metadata, key=str.upper):
+        trigger = next(b for b in metadata[name]["bindings"] if str(b["type"]).endswith("Trigger"))
         if trigger["type"] != "httpTrigger":
             continue
-        route = trigger.get("route") or fn.get_function_name()
+        route = trigger.get("route") or name
         template = "/".join(p for p in (route_prefix.strip("/"), route.strip("/")) if p)
-        methods = frozenset(str(getattr(m, "value", m)).upper() for m in trigger.get("methods") or ()) or frozenset(
+        methods = frozenset(str(m).upper() for m in trigger.get("methods") or ()) or frozenset(
             {"GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"}
         )
-        auth = str(getattr(trigger.get("authLevel"), "value", trigger.get("authLevel") or "function")).lower()
-        table.append(HostRoute(fn.get_function_name(), template, methods, auth, _compile(template)))
+        auth = str(trigger.get("authLevel") or "function").lower()  # NOTE: the host's default level
+        table.append(HostRoute(name, template, methods, auth, _compile(template)))
     return table
 
 

@@ -120,7 +120,7 @@ class Batcher(Generic[T, R]):
             self._dispatcher = asyncio.get_running_loop().create_task(self._dispatch_loop())
 
     async def _wait_change(self, timeout: float | None) -> None:
-        assert self._changed is not None
+        assert self._changed is not None  # noqa: S101 narrows the type for mypy; an invariant, never an input check
         self._changed.clear()
         if timeout is None:
             await self._changed.wait()

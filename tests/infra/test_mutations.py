@@ -244,6 +244,13 @@ MUTATIONS = [
     ("missing-app-setting", "function_app", "infra/modules/app.bicep", "{ name: 'BATCH_MAX_SIZE', value: '8' }", ""),
     ("grpc-port-public", "grpc_ingress", "infra/modules/app.bicep", "external: false", "external: true"),
     (
+        "fast-lane-port-public",  # only the lane's mapping: the unkeyed data plane must stay inside the environment
+        "grpc_ingress",
+        "infra/modules/app.bicep",
+        "external: false\n            targetPort: fastLanePort",
+        "external: true\n            targetPort: fastLanePort",
+    ),
+    (
         "grpc-port-not-the-setting",
         "grpc_ingress",
         "infra/modules/app.bicep",
