@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from shared.feature_store import seed_redis
-from shared.queue.publisher import MemoryPublisher
+from shared.queue.publisher import MemoryPublisher, Publisher
 from shared.service import ScoringService
 from shared.settings import CachePolicy, Settings
 from tests.faults.rig import FEATURES, Queue, Replica
@@ -93,12 +93,13 @@ def queue(publisher: MemoryPublisher) -> Queue:
 
 
 @pytest.fixture
-async def replicas(publisher: MemoryPublisher) -> AsyncIterator[Callable[[Settings], Replica]]:
-    """`replicas(settings)`: a replica (not started); every one made is closed after the test."""
+async def replicas(publisher: MemoryPublisher) -> AsyncIterator[Callable[..., Replica]]:
+    """`replicas(settings, publisher=None)`: a replica (not started) sending to the output queues
+    (or through `publisher`); every one made is closed after the test."""
     made: list[Replica] = []
 
-    def make(settings: Settings) -> Replica:
-        replica = Replica(settings, publisher)
+    def make(settings: Settings, publisher_: Publisher | None = None) -> Replica:
+        replica = Replica(settings, publisher_ or publisher)
         made.append(replica)
         return replica
 

@@ -29,7 +29,7 @@ from shared.errors import ScoringError
 from shared.events import decode_event
 from shared.http import create_app
 from shared.queue.handler import COMPLETED_QUEUE
-from shared.queue.publisher import MemoryPublisher
+from shared.queue.publisher import MemoryPublisher, Publisher
 from shared.service import ScoringService
 from shared.settings import Settings
 from shared.triggers import FunctionHandlers
@@ -58,7 +58,7 @@ async def eventually(check: Callable[[], Awaitable[bool]], within_s: float = 15.
 class Replica:
     """One process's handlers (HTTP and queue) over one service built from `settings`."""
 
-    def __init__(self, settings: Settings, publisher: MemoryPublisher) -> None:
+    def __init__(self, settings: Settings, publisher: Publisher) -> None:
         self.holder = ServiceHolder(lambda: settings)
         self.handlers = FunctionHandlers(self.holder, publisher=publisher)
         transport = httpx.ASGITransport(app=create_app(self.holder))
