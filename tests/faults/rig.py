@@ -35,8 +35,9 @@ from shared.settings import Settings
 from shared.triggers import FunctionHandlers
 from tests.conftest import event
 
-__all__ = ["Queue", "Replica", "eventually", "payment", "same_as"]
+__all__ = ["HANG_S", "Queue", "Replica", "eventually", "payment", "same_as"]
 
+HANG_S = 3.0  # no HTTP answer may take this long, whatever the fault (each fault's own bound is far below)
 USERS = [f"u{i:03d}" for i in range(40)]
 FEATURES = {u: {"user_avg_amount_30d": 40.0 + i, "user_txn_count_24h": float(i % 7)} for i, u in enumerate(USERS)}
 
@@ -66,6 +67,7 @@ class Replica:
         self.statuses: list[int] = []  # every HTTP status answered, in order
         self._made = 0  # events made so far: each load's events are new (no cached prediction hides a fault)
         self.sent: dict[str, dict[str, object]] = {}  # every event scored, by event id
+        self.slowest_s = 0.0  # the longest any HTTP answer took: a hang shows here
 
     async def start(self) -> ScoringService:
         return await self.holder.get()
@@ -78,7 +80,9 @@ class Replica:
 
     async def score(self, body: dict[str, object]) -> httpx.Response:
         self.sent[str(body["event_id"])] = body
+        started = time.monotonic()
         response = await self.client.post("/api/score", json=body)
+        self.slowest_s = max(self.slowest_s, time.monotonic() - started)
         self.statuses.append(response.status_code)
         return response
 

@@ -18,7 +18,7 @@ from azure.storage.blob import BlobServiceClient
 from shared.models.source import BlobSource, ModelRef
 from shared.settings import Settings
 from tests.faults.conftest import over_redis, seeded
-from tests.faults.rig import Queue, Replica, eventually, payment
+from tests.faults.rig import HANG_S, Queue, Replica, eventually, payment
 from tests.faults.servers import AzuriteServer, RedisServer
 from tests.onnx_models import make_model
 
@@ -82,3 +82,4 @@ async def test_azurite_down_during_a_reload(
     await eventually(reloaded, 20.0, "the reload of version 2 once the store is back")
     assert len(queue.results()) == 32 and queue.republished_identically()
     assert b.service is service
+    assert set(b.statuses) == {200} and b.slowest_s < HANG_S
