@@ -9,6 +9,7 @@ all, so requests from every path land in the same micro-batches and share the ca
     infer                           tensor level: feature rows → scores (protocols, ensembles)
     metadata / model_ready          a served name's versions, tensors and readiness (protocols)
     models / readiness / stats      what the adapters report
+    report                          an adapter's own dependency failing, or well again (readiness lists it)
     review                          a review of the uncertain tail, by event id (shared/review)
     install_model / on_model        the lifecycle (Blob trigger, subscribers)
     background                      long-running jobs started and stopped with the core
@@ -226,7 +227,7 @@ class ScoringService:
         if share is not None and share >= DEGRADED_SHARE:
             reasons.append(f"features: {share:.0%} of recent events scored on model defaults for user features")
         now = time.monotonic()
-        reasons += [f"{name}: {problem} ({now - since:.0f} s)" for name, (problem, since) in self._reported.items()]
+        reasons += [f"{name}: {problem}, for {now - since:.0f} s" for name, (problem, since) in self._reported.items()]
         return [r for r in reasons if r]
 
     def report(self, component: str, problem: str | None) -> None:

@@ -83,3 +83,28 @@ async def test_azurite_down_during_a_reload(
     assert len(queue.results()) == 32 and queue.republished_identically()
     assert b.service is service
     assert set(b.statuses) == {200} and b.slowest_s < HANG_S
+
+
+async def test_the_model_directory_gone(settings: Settings, models_dir: Path, replicas: Replicas) -> None:
+    """MODELS_DIR vanishes (an unmounted volume) while the poller reads it, then comes back."""
+    replica = replicas(replace(settings, model_poll_s=0.05))
+    service = await replica.start()
+    away = models_dir.with_name("models-away")
+    models_dir.rename(away)
+
+    async def missed() -> bool:
+        listed = any(r.startswith("models: MODELS_DIR") for r in await replica.degraded())
+        return listed and await replica.metric("scoring_degraded", scoring_component="models") == 1
+
+    await eventually(missed, 10.0, "the missing directory in readiness")
+    assert await versions(replica, "during") == {"1"}
+    away.rename(models_dir)
+
+    async def back() -> bool:
+        return (
+            not await replica.degraded() and await replica.metric("scoring_degraded", scoring_component="models") == 0
+        )
+
+    await eventually(back, 10.0, "readiness clean again")
+    assert replica.service is service
+    assert set(replica.statuses) == {200} and replica.slowest_s < HANG_S
