@@ -9,6 +9,7 @@ all, so requests from every path land in the same micro-batches and share the ca
     infer                           tensor level: feature rows → scores (protocols, ensembles)
     metadata / model_ready          a served name's versions, tensors and readiness (protocols)
     models / readiness / stats      what the adapters report
+    report                          an adapter's own dependency failing, or well again (readiness lists it)
     review                          a review of the uncertain tail, by event id (shared/review)
     install_model / on_model        the lifecycle (Blob trigger, subscribers)
     background                      long-running jobs started and stopped with the core
@@ -147,6 +148,7 @@ class ScoringService:
         self._window_defaulted = 0
         self._recent_defaulted: float | None = None  # the share in the last full window of events
         self._record_stages = metrics.stages if settings.telemetry else None
+        self._reported: dict[str, tuple[str, float]] = {}  # component -> (problem, since): adapters' dependencies
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -218,16 +220,32 @@ class ScoringService:
         return Readiness(True, "", models, self._degraded())
 
     def _degraded(self) -> list[str]:
-        """What the core serves with less than it should: it keeps serving, and says so."""
+        """What the core serves with less than it should: it keeps serving, and says so.
+
+        Each reason starts with its component (`redis: `, `models: `, `overloaded: `, ...), which
+        the `scoring.degraded` metric carries as an attribute.
+        """
         reasons: list[str | None] = [self.admission.problem()]
         if self._l2 is not None:
             reasons.append(self._l2.problem())
+        reasons.append(self._registry.source.problem())
         if self._reviewer is not None:
             reasons.append(self._reviewer.problem())
         share = self._recent_defaulted
         if share is not None and share >= DEGRADED_SHARE:
             reasons.append(f"features: {share:.0%} of recent events scored on model defaults for user features")
+        now = time.monotonic()
+        reasons += [f"{name}: {problem}, for {now - since:.0f} s" for name, (problem, since) in self._reported.items()]
         return [r for r in reasons if r]
+
+    def report(self, component: str, problem: str | None) -> None:
+        """An adapter's own dependency (e.g. the queue's publisher) fails (`problem`) or works
+        again (None): readiness lists it as degraded from the first failure until the next success."""
+        if problem is None:
+            self._reported.pop(component, None)
+        else:
+            since = self._reported.get(component, ("", time.monotonic()))[1]
+            self._reported[component] = (problem, since)
 
     def models(self) -> list[dict[str, object]]:
         return self._registry.describe() + (self._ensembles.describe() if self._ensembles is not None else [])

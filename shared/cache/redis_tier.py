@@ -28,7 +28,7 @@ __all__ = ["RedisStats", "RedisTier", "ewma"]
 
 log = logging.getLogger(__name__)
 _FAILURES = (RedisError, OSError, TimeoutError)
-RECENT_S = 10.0  # a failure this recent still shows in readiness
+RECENT_S = 10.0  # a failure this recent still shows in readiness, unless a read succeeded since
 
 
 RedisStats = TierStats
@@ -53,6 +53,7 @@ class RedisTier:
         self._backoff = backoff_s
         self._down_until = 0.0
         self._failed_at: float | None = None
+        self._answered_at = 0.0  # the last read answered in time: a recovery clears the failure at once
         self._failure = ""
         self._reader: Batcher[str, bytes | None] = Batcher(
             # NOTE: reads are bounded upstream (MAX_INFLIGHT, the model batchers); this queue only coalesces
@@ -142,6 +143,7 @@ class RedisTier:
         except _FAILURES as exc:
             self._trip(exc)
             return [None] * len(keys)
+        self._answered_at = time.monotonic()
         self.rtt_s = ewma(self.rtt_s, time.perf_counter() - started)
         self.stats.rtt_ms = round(self.rtt_s * 1000, 3)
         return values
@@ -192,12 +194,12 @@ class RedisTier:
             self._trip(exc)
 
     def problem(self) -> str | None:
-        """Why this tier serves less than it should now (a failure in the last RECENT_S), or None."""
-        if self._failed_at is None or time.monotonic() - self._failed_at > RECENT_S:
+        """Why this tier serves less than it should now (a failure in the last RECENT_S, and no
+        read answered in time since), or None."""
+        failed_at = self._failed_at
+        if failed_at is None or self._answered_at > failed_at or time.monotonic() - failed_at > RECENT_S:
             return None
-        return (
-            f"redis: {self._failure} {time.monotonic() - self._failed_at:.0f} s ago: user features take model defaults"
-        )
+        return f"redis: {self._failure} {time.monotonic() - failed_at:.0f} s ago: user features take model defaults"
 
     def _trip(self, exc: BaseException) -> None:
         self._failed_at, self._failure = time.monotonic(), type(exc).__name__

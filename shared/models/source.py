@@ -18,8 +18,10 @@ event loop. Azure SDK errors are translated to `ModelSourceError` here.
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 from shared.errors import ModelInvalid, ModelSourceError
 
@@ -31,6 +33,7 @@ __all__ = [
     "DirectorySource",
     "ModelRef",
     "ModelSource",
+    "Reach",
     "check_ref",
     "check_size",
     "parse_ensemble_path",
@@ -43,6 +46,7 @@ VERSION = r"[1-9][0-9]{0,8}"
 _PATH = re.compile(rf"\A(?:(?P<container>[^/]+)/)?(?P<name>{NAME})/(?P<version>{VERSION})/model\.onnx\Z")
 _ENSEMBLE_PATH = re.compile(rf"\A(?P<name>{NAME})/(?P<version>{VERSION})/ensemble\.json\Z")
 _FILE = re.compile(r"\A[A-Za-z0-9_-]{1,64}\.(?:onnx|json)\Z")
+T = TypeVar("T")
 _NAME, _VERSION = re.compile(rf"\A{NAME}\Z"), re.compile(rf"\A{VERSION}\Z")
 
 
@@ -86,6 +90,34 @@ def check_size(size: int, cap: int, ref: ModelRef) -> None:
         raise ModelInvalid(f"{ref.name}/{ref.version}: {size} bytes exceeds MAX_MODEL_BYTES ({cap})")
 
 
+# NOTE: the poller (MODEL_POLL_SECONDS) and the fleet watch (every second) are the retry: two SDK
+# retries about a second apart (backoff = initial + increment_base^n) ride out a blip. The SDK's
+# default (3 retries, 15 s + 3^n apart) held one call to a stopped account for 83 s (measured
+# against Azurite), so a replica noticed neither the outage nor the recovery for that long.
+RETRY: dict[str, Any] = {"retry_total": 2, "initial_backoff": 0, "increment_base": 1, "random_jitter_range": 0.2}
+
+
+class Reach:
+    """Whether a source answered its last call: a failure shows (`problem`) until a call succeeds."""
+
+    def __init__(self) -> None:
+        self._failure: tuple[str, float] | None = None  # (detail, since)
+
+    def answered(self) -> None:
+        self._failure = None
+
+    def failed(self, error: ModelSourceError) -> ModelSourceError:
+        since = self._failure[1] if self._failure is not None else time.monotonic()
+        self._failure = (error.detail, since)
+        return error
+
+    def problem(self) -> str | None:
+        if self._failure is None:
+            return None
+        detail, since = self._failure
+        return f"models: {detail} for {time.monotonic() - since:.0f} s; the loaded versions keep serving"
+
+
 def version_key(version: str) -> int:
     """Versions are integers: newer is larger."""
     return int(version)
@@ -117,6 +149,10 @@ class ModelSource(Protocol):
         """Another file of a version's folder (an ensemble's declaration or meta-model)."""
         ...
 
+    def problem(self) -> str | None:
+        """Why the source cannot be read now (its last call failed), or None: readiness lists it."""
+        ...
+
 
 class DirectorySource:
     """Models under a local directory (the repo's `models/` by default)."""
@@ -127,10 +163,15 @@ class DirectorySource:
         self.root = Path(root)
         self.description = f"directory {self.root}"
         self._max_bytes = max_bytes
+        self.reach = Reach()
+
+    def problem(self) -> str | None:
+        return self.reach.problem()
 
     def list(self) -> list[ModelRef]:
         if not self.root.is_dir():
-            raise ModelSourceError("MODELS_DIR: the model directory does not exist")
+            raise self.reach.failed(ModelSourceError("MODELS_DIR: the model directory does not exist"))
+        self.reach.answered()
         refs = (parse_model_path(p.relative_to(self.root).as_posix()) for p in self.root.glob("*/*/model.onnx"))
         return sorted(r for r in refs if r is not None)
 
@@ -181,6 +222,7 @@ class BlobSource:
         self._container = container
         self.description = f"blob container {container.container_name}"
         self._max_bytes = max_bytes
+        self.reach = Reach()
 
     @classmethod
     def connect(
@@ -190,71 +232,74 @@ class BlobSource:
 
         if connection_string:
             try:
-                service = BlobServiceClient.from_connection_string(connection_string)
+                service = BlobServiceClient.from_connection_string(connection_string, **RETRY)
             except ValueError as exc:
                 raise ModelSourceError(f"ModelStorage is not a valid connection string: {exc}") from exc
         elif blob_uri:
             from azure.identity import DefaultAzureCredential
 
-            service = BlobServiceClient(account_url=blob_uri, credential=DefaultAzureCredential())
+            service = BlobServiceClient(account_url=blob_uri, credential=DefaultAzureCredential(), **RETRY)
         else:
             raise ModelSourceError("no ModelStorage connection configured")
         return cls(service.get_container_client(container), max_bytes=max_bytes)
 
-    def list(self) -> list[ModelRef]:
-        from azure.core.exceptions import AzureError
+    def problem(self) -> str | None:
+        return self.reach.problem()
 
-        try:
-            refs = (parse_model_path(b.name) for b in self._container.list_blobs())
-            return sorted(r for r in refs if r is not None)
-        except AzureError as exc:
-            raise ModelSourceError(f"cannot list {self.description}: {type(exc).__name__}") from exc
+    def list(self) -> list[ModelRef]:
+        def names() -> list[ModelRef]:
+            return sorted(r for r in (parse_model_path(b.name) for b in self._container.list_blobs()) if r is not None)
+
+        return self._call(f"list {self.description}", names)
 
     def read(self, ref: ModelRef) -> bytes:
-        from azure.core.exceptions import AzureError
-
-        try:
+        def download() -> bytes:
             blob = self._container.get_blob_client(_blob_name(ref))
             check_size(blob.get_blob_properties().size, self._max_bytes, ref)  # NOTE: before any byte of the body
             return blob.download_blob().readall()
-        except AzureError as exc:
-            raise ModelSourceError(f"cannot read {ref.name}/{ref.version}: {type(exc).__name__}") from exc
+
+        return self._call(f"read {ref.name}/{ref.version}", download)
 
     def ensembles(self) -> tuple[ModelRef, ...]:
-        from azure.core.exceptions import AzureError
-
-        try:
+        def names() -> tuple[ModelRef, ...]:
             refs = (parse_ensemble_path(b.name) for b in self._container.list_blobs())
             return tuple(sorted(r for r in refs if r is not None))
-        except AzureError as exc:
-            raise ModelSourceError(f"cannot list {self.description}: {type(exc).__name__}") from exc
+
+        return self._call(f"list {self.description}", names)
 
     def read_file(self, ref: ModelRef, filename: str) -> bytes:
-        from azure.core.exceptions import AzureError
-
-        try:
+        def download() -> bytes:
             blob = self._container.get_blob_client(_check_file(ref, filename))
             check_size(blob.get_blob_properties().size, self._max_bytes, ref)
             return blob.download_blob().readall()
-        except AzureError as exc:
-            raise ModelSourceError(f"cannot read {ref.name}/{ref.version}/{filename}: {type(exc).__name__}") from exc
+
+        return self._call(f"read {ref.name}/{ref.version}/{filename}", download)
 
     def stamp(self, ref: ModelRef) -> str:
-        from azure.core.exceptions import AzureError
-
-        try:
+        def etag() -> str:
             return str(self._container.get_blob_client(_blob_name(ref)).get_blob_properties().etag)
-        except AzureError as exc:
-            raise ModelSourceError(f"cannot read {ref.name}/{ref.version}: {type(exc).__name__}") from exc
+
+        return self._call(f"read {ref.name}/{ref.version}", etag)
 
     def publish(self, ref: ModelRef, data: bytes) -> None:
+        check_ref(*ref)
+
+        def upload() -> None:
+            self._container.upload_blob(_blob_name(ref), data, overwrite=True)  # NOTE: committed whole
+
+        self._call(f"write {ref.name}/{ref.version}", upload)
+
+    def _call(self, what: str, call: Callable[[], T]) -> T:
+        """`call()`; an Azure SDK error becomes `ModelSourceError` ("cannot {what}: ...") and is
+        remembered until a call succeeds (readiness lists it)."""
         from azure.core.exceptions import AzureError
 
-        check_ref(*ref)
         try:
-            self._container.upload_blob(_blob_name(ref), data, overwrite=True)  # NOTE: committed whole
+            found = call()
         except AzureError as exc:
-            raise ModelSourceError(f"cannot write {ref.name}/{ref.version}: {type(exc).__name__}") from exc
+            raise self.reach.failed(ModelSourceError(f"cannot {what}: {type(exc).__name__}")) from exc
+        self.reach.answered()
+        return found
 
 
 def _blob_name(ref: ModelRef) -> str:

@@ -72,6 +72,7 @@ class PaymentBatch:
         self._store = store
         self.publisher = publisher
         self._cap = max_message_bytes
+        self._core: ScoringService | None = None  # once scoring reached it: where the queue's health is reported
 
     @classmethod
     def from_settings(
@@ -126,7 +127,18 @@ class PaymentBatch:
                 done[i] = Handled(msg.message_id, outcome, first.body, first.error)
         verdicts = await self._publish(messages, [d for d in done if d is not None], ids, traced)
         self._measure(messages, verdicts, started, traced)
+        self._report(verdicts)
         return verdicts
+
+    def _report(self, verdicts: list[Handled]) -> None:
+        """Readiness lists the queue path as degraded from a batch with failures until one without."""
+        if self._core is None:
+            return
+        failed = [v for v in verdicts if v.outcome == "failed"]
+        problem = None
+        if failed:
+            problem = f"{len(failed)} of {len(verdicts)} messages of a batch wait for redelivery ({failed[0].reason})"
+        self._core.report("queue", problem)
 
     @staticmethod
     def _traced(messages: Sequence[Incoming]) -> dict[int, Any]:
@@ -198,7 +210,7 @@ class PaymentBatch:
         if not fresh:
             return
         try:
-            service = await self._service()
+            service = self._core = await self._service()
         except ScoringError as exc:
             self._fail(messages, fresh, done, exc)
             return

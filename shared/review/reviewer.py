@@ -104,7 +104,7 @@ class Reviewer:
     async def _await_review(self, event: PaymentEvent, score: float, local: Verdict, wait_s: float) -> Verdict:
         task = asyncio.get_running_loop().create_task(self._review(event, score, local))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._settled)
         try:
             await asyncio.wait_for(asyncio.shield(task), wait_s)
         except TimeoutError:
@@ -117,6 +117,13 @@ class Reviewer:
         except ReviewFailed:
             pass
         return self._outcome(event, local, task)
+
+    def _settled(self, task: asyncio.Task[Opinion]) -> None:
+        """A review ended. NOTE: its failure is already kept (`_ended`) and counted; taking it here
+        stops asyncio logging "Task exception was never retrieved" for each review nobody waited for."""
+        self._tasks.discard(task)
+        if not task.cancelled():
+            task.exception()
 
     def _outcome(self, event: PaymentEvent, local: Verdict, task: asyncio.Task[Opinion]) -> Verdict:
         try:

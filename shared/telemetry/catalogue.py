@@ -18,7 +18,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["CATALOGUE", "DURATION_BUCKETS_S", "Kind", "Spec", "by_name", "prometheus_name", "prometheus_names"]
+__all__ = [
+    "CATALOGUE",
+    "DEGRADED_COMPONENTS",
+    "DURATION_BUCKETS_S",
+    "Kind",
+    "Spec",
+    "by_name",
+    "prometheus_name",
+    "prometheus_names",
+]
 
 Kind = Literal["counter", "histogram", "gauge"]
 
@@ -27,6 +36,8 @@ DURATION_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0
 AGE_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 BATCH_BUCKETS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
 TOKEN_BUCKETS = (16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0)
+# What readiness can list as degraded (each reason starts with one): always reported, 0 when well.
+DEGRADED_COMPONENTS = ("features", "models", "queue", "redis", "reviews")
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +77,13 @@ CATALOGUE: tuple[Spec, ...] = (
         "{event}",
         "events scored, by whether a user feature fell back to its model default",
         ("scoring.defaulted",),
+    ),
+    Spec(
+        "scoring.degraded",
+        "gauge",
+        "1",
+        "1 while readiness lists the component as degraded (features, models, queue, redis, reviews), else 0",
+        ("scoring.component",),
     ),
     Spec(
         "scoring.features.defaulted.ratio",

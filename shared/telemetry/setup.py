@@ -34,7 +34,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from shared.settings import Settings
 from shared.telemetry import metrics, process
 from shared.telemetry.bridge import AzureMonitorReader, Bridge, InMemoryReader, PrometheusReader
-from shared.telemetry.catalogue import by_name
+from shared.telemetry.catalogue import DEGRADED_COMPONENTS, by_name
 from shared.telemetry.logs import rejections
 from shared.telemetry.tracing import format_traceparent
 
@@ -56,6 +56,8 @@ class Watched(Protocol):
     def stats(self) -> dict[str, object]: ...
 
     def models(self) -> list[dict[str, object]]: ...
+
+    def readiness(self) -> Any: ...
 
 
 class Telemetry:
@@ -167,6 +169,7 @@ class Telemetry:
             ("scoring.events", self._events, "counter"),
             ("scoring.cache.lookups", self._lookups, "counter"),
             ("scoring.features.defaulted.ratio", self._defaulted, "gauge"),
+            ("scoring.degraded", self._degraded_components, "gauge"),
             ("scoring.model.active", self._active, "gauge"),
         ):
             spec = by_name(name)
@@ -204,6 +207,15 @@ class Telemetry:
     def _defaulted(self, options: CallbackOptions) -> Iterable[Observation]:
         events = self._stats().get("events") or {}
         return [Observation(float(events["recent_defaulted_share"]))] if "recent_defaulted_share" in events else []
+
+    def _degraded_components(self, options: CallbackOptions) -> Iterable[Observation]:
+        if self._watched is None:
+            return []
+        listed = {str(reason).split(":", 1)[0] for reason in self._watched.readiness().degraded}
+        return [
+            Observation(int(name in listed), {"scoring.component": name})
+            for name in sorted(listed | set(DEGRADED_COMPONENTS))
+        ]
 
     def _active(self, options: CallbackOptions) -> Iterable[Observation]:
         if self._watched is None:
