@@ -13,6 +13,7 @@ Routes (the same paths locally and in Azure, where host.json's routePrefix is "a
     GET  /api/metrics               every metric, Prometheus text format (shared/telemetry)
     GET  /api/health/live           the process answers
     GET  /api/health/ready          200 only once every model is loaded and warmed
+    GET  /api/openapi.json          the OpenAPI 3.1 document of all of these (shared/openapi.py)
     /v2/...                         the Open Inference Protocol (V2) over the same core: shared/oip/rest.py
 
 `POST /api/score` (the hot route) is served straight from ASGI by `score_lane`, ahead of
@@ -29,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
@@ -38,7 +39,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shared.build import ServiceHolder
@@ -116,8 +117,9 @@ class CatchAll:
     fail the invocation and the host would answer with its own body. Here it ends.
     """
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, routes: Sequence[BaseRoute] = ()) -> None:
         self.app = app
+        self.routes = list(routes)  # what the app serves (tests hold the OpenAPI document to it)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = False
@@ -203,6 +205,15 @@ def create_app(holder: ServiceHolder, *, hosted: bool = False) -> ASGIApp:
         readiness = holder.readiness()
         return json_response(readiness.as_dict(), 200 if readiness.ready else 503)
 
+    described: list[bytes] = []
+
+    async def openapi(request: Request) -> Response:
+        if not described:  # NOTE: built on the first request for it, never on an import path
+            from shared.openapi import document_bytes
+
+            described.append(document_bytes(holder.settings.max_batch_items))
+        return Response(described[0], media_type="application/json")
+
     async def v2_body(request: Request) -> bytes:
         settings = holder.settings  # NOTE: a V2 request carries up to MAX_BATCH_ITEMS rows, like a batch
         cap, timeout_s = settings.max_body_bytes * 16, settings.body_timeout_ms / 1000
@@ -231,6 +242,7 @@ def create_app(holder: ServiceHolder, *, hosted: bool = False) -> ASGIApp:
         Route("/api/health/live", live, methods=["GET"]),
         Route("/api/health/ready", ready, methods=["GET"]),
         *v2[2:],
+        Route("/api/openapi.json", openapi, methods=["GET"]),
     ]
     app = Starlette(
         routes=routes + [_slashed(route) for route in routes],  # NOTE: after the originals: the hot path matches first
@@ -275,7 +287,7 @@ def create_app(holder: ServiceHolder, *, hosted: bool = False) -> ASGIApp:
             finally:
                 measured.end(scope, status, started, span)
 
-    return CatchAll(lanes)
+    return CatchAll(lanes, routes)
 
 
 SCORE_PATHS = frozenset(("/api/score", "/api/score/"))
