@@ -66,6 +66,25 @@ def _counters(*names: str) -> Schema:
 # -- request bodies: the decoders' own schemas -------------------------------------------
 
 
+EVENT = {
+    "event_id": "evt-1001",
+    "user_id": "u00042",
+    "amount": 912.40,
+    "currency": "USD",
+    "merchant_id": "m-77",
+    "merchant_category": "7995",
+    "country": "NG",
+    "channel": "web",
+    "timestamp": "2026-11-29T03:12:00Z",
+    "note": "gift cards",
+}
+# the demo model's 25 columns (`parameters.features` of GET /v2/models/fraud), two rows
+ROWS = [
+    [4.8, 3, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 60, 2, 400, 0, 1],
+    [3.2, 14, 0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 45, 1, 900, 0, 1],
+]
+
+
 def _decoded() -> dict[str, Schema]:
     """`PaymentEvent` and `Activation` as msgspec decodes them, patterns written for any validator."""
     _, schemas = msgspec.json.schema_components([PaymentEvent, Activation], ref_template="#/components/schemas/{name}")
@@ -78,6 +97,8 @@ def _decoded() -> dict[str, Schema]:
         text = event["properties"][field]
         (text["anyOf"][0] if "anyOf" in text else text)["pattern"] = NO_CONTROL
     event["description"] = "One payment to score. Unknown fields are ignored; no text field holds a control character."
+    event["examples"] = [EVENT]
+    schemas["Activation"]["examples"] = [{"version": "1"}]
     return schemas
 
 
@@ -199,6 +220,9 @@ INFER_REQUEST = _object(
     },
     closed=False,
 )
+INFER_REQUEST["examples"] = [
+    {"id": "r1", "inputs": [{"name": "features", "datatype": "FP32", "shape": [2, 25], "data": ROWS}]}
+]
 INFER_RESPONSE = _object(
     {
         "model_name": STR,
@@ -302,9 +326,23 @@ def _operation(
 
 
 _PARAMS: dict[str, Schema] = {
-    "name": {"name": "name", "in": "path", "required": True, "schema": STR, "description": "a model or ensemble"},
-    "version": {"name": "version", "in": "path", "required": True, "schema": STR, "description": "a loaded version"},
-    "event_id": {"name": "event_id", "in": "path", "required": True, "schema": STR},
+    "name": {
+        "name": "name",
+        "in": "path",
+        "required": True,
+        "schema": STR,
+        "example": "fraud",
+        "description": "a model or ensemble",
+    },
+    "version": {
+        "name": "version",
+        "in": "path",
+        "required": True,
+        "schema": STR,
+        "example": "1",
+        "description": "a loaded version",
+    },
+    "event_id": {"name": "event_id", "in": "path", "required": True, "schema": STR, "example": "evt-1001"},
     "header_length": {
         "name": "Inference-Header-Content-Length",
         "in": "header",
@@ -324,9 +362,10 @@ def _json_body(schema: Schema, description: str) -> Schema:
 
 def _api(max_batch_items: int) -> dict[str, Schema]:
     event = _json_body(_ref("PaymentEvent"), "one payment event (at most MAX_BODY_BYTES)")
+    envelope = _object({"events": _array(_ref("PaymentEvent"), minItems=1, maxItems=max_batch_items)}, closed=False)
+    envelope["examples"] = [{"events": [EVENT, {**EVENT, "event_id": "evt-1002", "amount": 12.5}]}]
     batch = _json_body(
-        _object({"events": _array(_ref("PaymentEvent"), minItems=1, maxItems=max_batch_items)}, closed=False),
-        "events scored in order; an item that is not a valid event gets its own error in its slot",
+        envelope, "events scored in order; an item that is not a valid event gets its own error in its slot"
     )
     results = _object({"results": _array({"oneOf": [_ref("Scored"), _ref("BatchItemError")]})})
     activation = _json_body(_ref("Activation"), "the version to pin (at most 1 KiB)")
