@@ -115,11 +115,16 @@ def fuzz(
     `document`: a file to generate from instead of the app's own (a test's mutant);
     `only`: the operationId of the one operation to test.
     """
+    out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     counts_file, report = out / "counts.json", out / "schemathesis.json"
     counts_file.unlink(missing_ok=True)
-    location = [str(document), "--url", url] if document else [f"{url}/api/openapi.json"]
+    location = [str(document.resolve()), "--url", url] if document else [f"{url}/api/openapi.json"]
+    config = out / "schemathesis.toml"
+    config.write_text("[cache]\nenabled = false\n")  # NOTE: no crash files left behind; each run stands alone
     args = [
+        "--config-file",
+        str(config),
         "run",
         *location,
         *(["--include-operation-id", only] if only else []),
@@ -149,7 +154,7 @@ def fuzz(
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     command = [sys.executable, "-c", "from schemathesis.cli import schemathesis; schemathesis()", *args]
     started = time.perf_counter()
-    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
+    done = subprocess.run(command, cwd=out, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - started
     (out / "schemathesis.log").write_text(done.stdout + done.stderr)
     if not counts_file.exists() or not report.exists():
