@@ -47,6 +47,7 @@ class Figures:
     seconds: float
     requests: int
     statuses: dict[str, int]
+    operations: dict[str, dict[str, int]]  # per operation: answers by class ("2xx", "4xx", "5xx"), "none"
     server_errors: int  # answers >= 500
     unanswered: int  # no answer within the request timeout (a hang), or the connection dropped
     not_json_errors: int  # answers >= 400 that are not a JSON error
@@ -75,6 +76,16 @@ class Figures:
             f"slowest answer            {self.slowest_s * 1000:.0f} ms",
         ]
         return "\n".join(lines + [f"  e.g. {e}" for e in self.examples])
+
+    def table(self) -> str:
+        """Requests and answers per operation, as a Markdown table (docs/reliability.md)."""
+        rows = ["| operation | requests | 2xx | 4xx | ≥ 500 | no answer |", "|---|---|---|---|---|---|"]
+        for label, c in self.operations.items():
+            total = sum(c.values())
+            rows.append(
+                f"| `{label}` | {total:,} | {c.get('2xx', 0):,} | {c.get('4xx', 0):,} | {c.get('5xx', 0)} | {c.get('none', 0)} |"
+            )
+        return "\n".join(rows)
 
 
 @contextmanager
@@ -172,6 +183,7 @@ def _figures(counts: dict[str, Any], report: dict[str, Any], seconds: float, arg
         seconds=round(seconds, 1),
         requests=sum(statuses.values()) + counts["unanswered"],
         statuses=statuses,
+        operations=counts["operations"],
         server_errors=sum(n for status, n in statuses.items() if int(status) >= 500),
         unanswered=counts["unanswered"],
         not_json_errors=counts["not_json_errors"],
@@ -215,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
             figures = run(url)
     (args.out / "fuzz.json").write_text(json.dumps(asdict(figures), indent=2))
     print(figures.summary())
-    print(f"reports: {args.out}/ (schemathesis.log, schemathesis.json, fuzz.json)")
+    (args.out / "fuzz.md").write_text(figures.table() + "\n")
+    print(f"reports: {args.out}/ (schemathesis.log, schemathesis.json, fuzz.json, fuzz.md: per operation)")
     if not figures.ok(args.min_requests):
         print(f"FAILED: see the figures above (at least {args.min_requests:,} requests, 0 of the rest)")
         return 1

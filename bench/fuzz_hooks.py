@@ -23,6 +23,7 @@ __all__ = ["counts", "error_problem", "json_error_bodies"]
 
 _lock = threading.Lock()
 _statuses: Counter[int] = Counter()
+_operations: dict[str, Counter[str]] = {}  # "POST /api/score" -> {"2xx": n, "4xx": n, "5xx": n, "none": n}
 _unanswered: list[str] = []
 _not_json: list[str] = []
 _not_json_count = Counter[str]()
@@ -59,11 +60,16 @@ def _label(case: Any) -> str:
     return f"{case.method} {case.formatted_path}"
 
 
+def _count(case: Any, kind: str) -> None:
+    _operations.setdefault(case.operation.label, Counter())[kind] += 1
+
+
 @schemathesis.hook
 def after_call(context: Any, case: Any, response: Any) -> None:
     problem = error_problem(response.status_code, _content_type(response), response.content, case.formatted_path)
     with _lock:
         _statuses[response.status_code] += 1
+        _count(case, f"{response.status_code // 100}xx")
         if response.elapsed > _slowest["s"]:
             _slowest["s"], _slowest_request[0] = response.elapsed, _label(case)
         if problem is not None:
@@ -76,6 +82,7 @@ def after_call(context: Any, case: Any, response: Any) -> None:
 def after_network_error(context: Any, case: Any, request: Any) -> None:
     with _lock:
         _unanswered.append(_label(case))
+        _count(case, "none")
 
 
 @schemathesis.check
@@ -92,6 +99,7 @@ def counts() -> dict[str, Any]:
     with _lock:
         return {
             "statuses": {str(k): v for k, v in sorted(_statuses.items())},
+            "operations": {label: dict(sorted(c.items())) for label, c in sorted(_operations.items())},
             "unanswered": len(_unanswered),
             "unanswered_examples": _unanswered[:EXAMPLES],
             "not_json_errors": _not_json_count["all"],
