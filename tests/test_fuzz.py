@@ -28,7 +28,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 def test_generated_requests_get_no_5xx_no_hang_and_only_json_errors(server: ServerProcess, tmp_path: Path) -> None:
     figures = fuzz(f"http://127.0.0.1:{server.port}", tmp_path, examples=8, seed=16, request_timeout_s=10)
-    assert figures.ok(min_requests=1000), figures.summary() + "\n" + server.log_tail()
+    # NOTE: 1,023 requests with this seed (docs/reliability.md); the floor leaves room for the stateful phase
+    assert figures.ok(min_requests=800), figures.summary() + "\n" + server.log_tail()
     assert figures.statuses.get("200", 0) > 100 and figures.statuses.get("422", 0) > 10  # both sides were reached
 
 
