@@ -64,6 +64,12 @@ bench: $(VENV)/.dev
 	@command -v wrk >/dev/null || { echo "installing wrk (apt-get)"; apt-get install -y -qq wrk >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq wrk; }; }
 	$(PY) -m bench.run --out bench-out $(BENCH_ARGS)
 
+## fuzz: schemathesis from GET /api/openapi.json at a served app: >= 10,000 requests; 0 5xx, 0 hangs, 4xx all JSON
+.PHONY: fuzz
+FUZZ_EXAMPLES ?= 1000
+fuzz: $(VENV)/.dev
+	$(PY) -m bench.fuzz --examples $(FUZZ_EXAMPLES) --min-requests 10000 $(FUZZ_ARGS)
+
 ## gpu-bench: model latency by batch size, CUDA + IO binding where a GPU is usable (else CPU, and says so)
 gpu-bench: $(VENV)/.runtime
 	$(PY) -m bench.gpu --out bench-out

@@ -6,6 +6,7 @@
     model_activate  api/models/{name}/activate  POST, DELETE  function  pin a version everywhere / release it
     model_score  api/models/{name}/score    POST     function    one event, a named model (or an ensemble)
     models       api/models                 GET      function    loaded models, versions and ensembles
+    openapi      api/openapi.json           GET      function    the OpenAPI 3.1 document of every route here
     reviews      api/reviews/{event_id}     GET      function    an event's review by Azure OpenAI
     score        api/score                  POST     function    one event, the default model
     score_batch  api/score/batch            POST     function    up to MAX_BATCH_ITEMS events
@@ -69,6 +70,12 @@ async def model_activate(req: func.HttpRequest, context: func.Context) -> func.H
 @app.function_name("models")
 @app.route(route="api/models", methods=["GET"], auth_level=KEYED)
 async def models(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
+    return await handlers.http(req, context)
+
+
+@app.function_name("openapi")
+@app.route(route="api/openapi.json", methods=["GET"], auth_level=KEYED)
+async def openapi(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
     return await handlers.http(req, context)
 
 

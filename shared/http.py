@@ -13,6 +13,7 @@ Routes (the same paths locally and in Azure, where host.json's routePrefix is "a
     GET  /api/metrics               every metric, Prometheus text format (shared/telemetry)
     GET  /api/health/live           the process answers
     GET  /api/health/ready          200 only once every model is loaded and warmed
+    GET  /api/openapi.json          the OpenAPI 3.1 document of all of these (shared/openapi.py)
     /v2/...                         the Open Inference Protocol (V2) over the same core: shared/oip/rest.py
 
 `POST /api/score` (the hot route) is served straight from ASGI by `score_lane`, ahead of
@@ -33,7 +34,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
@@ -42,7 +43,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shared.build import ServiceHolder
@@ -94,7 +95,7 @@ async def read_body(
             declared = value.decode("latin-1")
     if not any_media_type and media_type != "application/json" and not media_type.endswith("+json"):
         raise UnsupportedMediaType(f"expected content-type application/json, got {media_type or 'none'}")
-    if declared.isdigit() and int(declared) > cap:
+    if declared.isascii() and declared.isdigit() and int(declared) > cap:  # NOTE: "²".isdigit(), int("²") fails
         raise PayloadTooLarge(f"body of {declared} bytes exceeds the {cap}-byte limit")
     task = deadlines.arm(timeout_s)
     chunks: list[bytes] = []
@@ -128,8 +129,9 @@ class CatchAll:
     fail the invocation and the host would answer with its own body. Here it ends.
     """
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, routes: Sequence[BaseRoute] = ()) -> None:
         self.app = app
+        self.routes = list(routes)  # what the app serves (tests hold the OpenAPI document to it)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = False
@@ -226,6 +228,15 @@ def create_app(holder: ServiceHolder, *, hosted: bool = False) -> ASGIApp:
         readiness = holder.readiness()
         return json_response(readiness.as_dict(), 200 if readiness.ready else 503)
 
+    described: list[bytes] = []
+
+    async def openapi(request: Request) -> Response:
+        if not described:  # NOTE: built on the first request for it, never on an import path
+            from shared.openapi import document_bytes
+
+            described.append(document_bytes(holder.settings.max_batch_items))
+        return Response(described[0], media_type="application/json")
+
     async def v2_body(request: Request) -> bytes:
         settings = holder.settings  # NOTE: a V2 request carries up to MAX_BATCH_ITEMS rows, like a batch
         cap, timeout_s = settings.max_body_bytes * 16, settings.body_timeout_ms / 1000
@@ -254,6 +265,7 @@ def create_app(holder: ServiceHolder, *, hosted: bool = False) -> ASGIApp:
         Route("/api/health/live", live, methods=["GET"]),
         Route("/api/health/ready", ready, methods=["GET"]),
         *v2[2:],
+        Route("/api/openapi.json", openapi, methods=["GET"]),
     ]
     app = Starlette(
         routes=routes + [_slashed(route) for route in routes],  # NOTE: after the originals: the hot path matches first
@@ -319,7 +331,7 @@ def create_app(holder: ServiceHolder, *, hosted: bool = False) -> ASGIApp:
             finally:
                 measured.end(scope, status, started, span)
 
-    return CatchAll(lanes)
+    return CatchAll(lanes, routes)
 
 
 SCORE_PATHS = frozenset(("/api/score", "/api/score/"))

@@ -115,6 +115,7 @@ def test_function_names() -> None:
         "model_blob",
         "model_score",
         "models",
+        "openapi",
         "payments",
         "reviews",
         "score",

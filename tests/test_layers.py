@@ -36,6 +36,7 @@ LAYERS: list[set[str]] = [
     {"shared.service", "shared.build"},
     {
         "shared.http",
+        "shared.openapi",
         "shared.triggers",
         "shared.asgi",
         "shared.__main__",

@@ -132,6 +132,18 @@ def test_trailing_slash_is_served_not_redirected(live: ServerProcess) -> None:
     assert reply.json()["event_id"] == "evt-1"
 
 
+def test_a_digit_that_is_not_ascii_in_a_length_header_is_a_400(live: ServerProcess) -> None:
+    """Found while fuzzing (schemathesis sends ASCII headers only): "²" (latin-1 0xB2) passes str.isdigit()
+    and breaks int(); that was a 500."""
+    body = b'{"inputs": []}'
+    header = b"Inference-Header-Content-Length: \xb2"
+    raw = post("/v2/models/fraud/infer", body, f"Content-Length: {len(body)}").replace(
+        b"\r\n\r\n", b"\r\n" + header + b"\r\n\r\n", 1
+    )
+    reply = live.send(raw)
+    assert reply is not None and reply.status == 400 and "does not fit" in reply.json()["error"]
+
+
 GRANIAN_OWNS = {
     "bad-request-line": (b"NOT HTTP\r\n\r\n", 400),
     "bad-header-line": (b"GET /api/health/live HTTP/1.1\r\nHost: 127.0.0.1\r\nno colon\r\n\r\n", 400),

@@ -168,7 +168,7 @@ def decode_infer(request: Request, body: bytes) -> tuple[InferRequest, bool]:
 
 
 def _header_length(header: str, size: int) -> int:
-    if not header.isdigit() or int(header) > size:
+    if not (header.isascii() and header.isdigit()) or int(header) > size:  # NOTE: "²".isdigit(), int("²") fails
         raise BadRequest(f"Inference-Header-Content-Length {header[:20]!r} does not fit a {size}-byte body")
     return int(header)
 
