@@ -134,6 +134,7 @@ LOADED_VERSION = _object(
         "thresholds": THRESHOLDS,
         "batches": INT,
         "requests": INT,
+        "shed": INT,
         "rows_run": INT,
         "batch_run_ms": _nullable(NUM),
         "predictions_via_redis": BOOL,
@@ -189,6 +190,16 @@ STATS = _object(
         "feature_source": STR,
         "redis": _nullable(_counters("reads", "round_trips", "writes", "errors", "skipped", "refused", "rtt_ms")),
         "reviews": _nullable({"type": "object"}),
+        "admission": _object(
+            {
+                "max_inflight": INT,
+                "inflight": INT,
+                "admitted": INT,
+                "shed": INT,
+                "timed_out": INT,
+                "request_timeout_ms": INT,
+            }
+        ),
     }
 )
 READINESS = _object(
@@ -275,12 +286,20 @@ WHY = {
     415: "the content-type is not application/json",
     422: "the body is JSON but not what the route takes (the detail names the field)",
     500: "the model run failed",
-    503: "the service cannot answer now (models loading, a bad setting, the model source down); retry later",
+    503: "the service cannot answer now (models loading, a bad setting, the model source down; or, on the "
+    "scoring routes, overloaded or past REQUEST_TIMEOUT_MS, with Retry-After); retry later",
+}
+RETRY_AFTER = {
+    "Retry-After": {
+        "schema": {"type": "string", "pattern": "^[0-9]+$"},
+        "description": "seconds to wait before retrying (`overloaded`, `deadline_exceeded`)",
+    }
 }
 JSON_BODY = {400: ["malformed_json", "bad_request"], 408: ["body_timeout"], 413: ["payload_too_large"]}
 JSON_BODY |= {415: ["unsupported_media_type"]}
 UNREADY = ["not_ready", "model_source"]
-SCORING = {**JSON_BODY, 500: ["inference_failed", "batch_shape"], 503: [*UNREADY, "model_retired"]}
+SHED = ["overloaded", "deadline_exceeded"]  # shared/admission.py: answered with Retry-After
+SCORING = {**JSON_BODY, 500: ["inference_failed", "batch_shape"], 503: [*UNREADY, "model_retired", *SHED]}
 
 
 def _json(schema: Schema, description: str) -> Schema:
@@ -293,12 +312,17 @@ def _api_errors(codes: Mapping[int, Iterable[str]]) -> dict[str, Schema]:
     for status, names in sorted(codes.items()):
         schema = {"allOf": [_ref("Error")], "properties": {"error": {"enum": list(names)}}}
         responses[str(status)] = _json(schema, WHY[status])
+        if status == 503 and set(SHED) & set(names):
+            responses[str(status)]["headers"] = RETRY_AFTER
     return responses
 
 
 def _v2_errors(*statuses: int) -> dict[str, Schema]:
     """The V2 error answers: `{"error": message}`."""
-    return {str(status): _json(_ref("V2Error"), WHY[status]) for status in sorted(statuses)}
+    responses = {str(status): _json(_ref("V2Error"), WHY[status]) for status in sorted(statuses)}
+    if "503" in responses:  # NOTE: V2 infer is admitted like every scoring route (the others never shed)
+        responses["503"]["headers"] = RETRY_AFTER
+    return responses
 
 
 def _operation(

@@ -19,6 +19,7 @@ from shared.http import create_app
 from shared.service import ScoringService
 from shared.settings import ReviewPolicy, Settings
 from tests.conftest import event
+from tests.openapi_check import answer_problems
 
 V2_BODY = {"inputs": [{"name": "features", "shape": [1, 4], "datatype": "FP32", "data": [0.0] * 4}]}
 
@@ -124,6 +125,8 @@ async def test_every_scoring_route_sheds_with_a_503_and_retry_after_when_full(
     assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
     assert refused.headers["content-type"] == "application/json"
     assert refused.json()["error"] == "overloaded" if not path.startswith("/v2") else "MAX_INFLIGHT" in refused.text
+    document = (await client.get("/api/openapi.json")).json()
+    assert answer_problems(document, "POST", path, 503, refused.headers["content-type"], refused.content) == []
     ready = await client.get("/api/health/ready")
     assert ready.status_code == 200, "shedding is the replica doing its job: it stays in the pool"
     assert any(d.startswith("overloaded") for d in ready.json()["degraded"])
@@ -176,6 +179,8 @@ async def test_work_past_request_timeout_is_dropped_and_the_caller_told(settings
         assert late.status_code == 503 and late.headers["retry-after"] == "1"
         assert late.json()["error"] == "deadline_exceeded" and "REQUEST_TIMEOUT_MS (200 ms)" in late.json()["detail"]
         assert 0.15 < waited < 1.0
+        document = (await client.get("/api/openapi.json")).json()
+        assert answer_problems(document, "POST", "/api/score", 503, late.headers["content-type"], late.content) == []
         assert core.admission.inflight == 0 and core.admission.timed_out == 1
         quick = await client.post("/api/score", json=event(event_id="quick", note="", amount=5.0))
         assert quick.status_code == 200, "the process serves on after dropping the late work"

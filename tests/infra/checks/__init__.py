@@ -11,7 +11,14 @@ from pathlib import Path
 
 from .arm_models import Walker, check_resource, fields, models_module
 from .bicep_lang import check_language
-from .contract import check_admission, check_function_app, check_lock_budget, check_logging_feeds_alerts, check_metrics, check_roles
+from .contract import (
+    check_admission,
+    check_function_app,
+    check_lock_budget,
+    check_logging_feeds_alerts,
+    check_metrics,
+    check_roles,
+)
 from .parsing import parse
 from .tables import KEDA_METADATA, OPERATION_GROUPS, PATCH_BODIES, RESOURCE_MODELS
 
