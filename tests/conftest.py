@@ -34,7 +34,7 @@ AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1
 #       -p no:cacheprovider --timeout 0 -k properties --hypothesis-show-statistics
 # NOTE: no deadline: the machine is shared and noisy, and a slow example is not a wrong one.
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large]
-hypothesis_settings.register_profile("fast", max_examples=300, deadline=None, suppress_health_check=_SLOW_OK)
+hypothesis_settings.register_profile("fast", max_examples=200, deadline=None, suppress_health_check=_SLOW_OK)
 hypothesis_settings.register_profile("long", max_examples=10_000, deadline=None, suppress_health_check=_SLOW_OK)
 hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fast"))
 
