@@ -7,8 +7,8 @@ another exception (tests/test_events_properties.py holds the properties).
 
 Limits, as decoded:
   - not JSON: a UTF-8 byte order mark, invalid UTF-8, NaN/Infinity tokens, a lone
-    surrogate escape, nesting deeper than msgspec's limit (anywhere, even in an
-    unknown field) are `MalformedJson`;
+    surrogate escape, nesting past Python's recursion limit (about 1,000 levels, even
+    in an unknown field) are `MalformedJson`;
   - numbers: `amount` within [0, 1e12] (-0.0 is 0); 1e400 or an integer past 64 bits
     is out of range: `InvalidEvent`;
   - a duplicated key: every value is checked, the last one is kept;

@@ -180,13 +180,22 @@ def _utf8(raw: bytes) -> bool:
     return True
 
 
-@given(st.sampled_from(list(event_body())), json_values | events().map(event_dict).map(lambda e: e["amount"]))
-def test_a_duplicated_key_is_checked_each_time_and_the_last_wins(field: str, first: Any) -> None:
+def with_duplicate(field: str, first: Any) -> bytes:
+    """VALID with `field` written twice: `first`, then VALID's own value."""
+    return b'{"' + field.encode() + b'": ' + json.dumps(first).encode() + b", " + VALID[1:]
+
+
+@given(st.sampled_from(list(event_body())), json_values)
+def test_a_duplicated_key_is_checked_each_time(field: str, first: Any) -> None:
     """As msgspec reads them: every value of a duplicated key is validated, the last one is kept."""
-    body = b'{"' + field.encode() + b'": ' + json.dumps(first).encode() + b", " + VALID[1:]
-    result = decoded_or_refused(body)
+    result = decoded_or_refused(with_duplicate(field, first))
     if isinstance(result, PaymentEvent):
         assert result == decode_event(VALID)
+
+
+@given(st.sampled_from(list(event_body())), events())
+def test_of_two_valid_values_of_a_key_the_last_wins(field: str, other: PaymentEvent) -> None:
+    assert decode_event(with_duplicate(field, event_dict(other)[field])) == decode_event(VALID)
 
 
 def test_a_byte_order_mark_is_malformed_json() -> None:

@@ -54,10 +54,11 @@ def element_count(shape: Sequence[int]) -> int:
         raise BadRequest(f"shape {list(shape)} has more than {MAX_RANK} dimensions")
     if any(d > MAX_ELEMENTS for d in shape):  # NOTE: [0, 10**20] has no elements, and no array can take it
         raise BadRequest(f"shape {list(shape)} has a dimension over {MAX_ELEMENTS}")
-    count = math.prod(shape)
-    if count > MAX_ELEMENTS:
-        raise BadRequest(f"shape {list(shape)} has more than {MAX_ELEMENTS} elements")
-    return count
+    # NOTE: numpy sizes an array by its non-zero dimensions too: [0, 3, 4, 2905, 7102, 16384, 2273850]
+    # holds nothing, yet `reshape` to it raises ValueError ("array is too big").
+    if math.prod(d for d in shape if d) > MAX_ELEMENTS:
+        raise BadRequest(f"shape {list(shape)} has more than {MAX_ELEMENTS} elements (or would, without its zeros)")
+    return math.prod(shape)
 
 
 def _dtype(datatype: str) -> np.dtype[Any]:

@@ -81,6 +81,7 @@ def nest(flat: list[Any], shape: tuple[int, ...]) -> Any:
 @example("FP32", [1], [10**400])
 @example("INT64", [1], [2**63])
 @example("BOOL", [0, 2**70], [])
+@example("FP32", [0, 2**24, 2**24, 2**24], [])  # regression: reshape raised ValueError ("array is too big")
 def test_any_json_tensor_is_a_tensor_of_its_shape_or_a_4xx(datatype: str, shape: list[int], data: Any) -> None:
     try:
         tensor = codec.from_json(datatype, shape, data)
@@ -95,6 +96,7 @@ def test_any_json_tensor_is_a_tensor_of_its_shape_or_a_4xx(datatype: str, shape:
 @given(datatypes, shapes, st.binary(max_size=300))
 @example("BYTES", [1], b"\xff\xff\xff\xff")
 @example("BOOL", [2], b"\x01\x02")
+@example("BOOL", [0, 3, 4, 2905, 7102, 16384, 2273850], b"")  # regression, found by the long run: ValueError
 def test_any_binary_tensor_is_a_tensor_of_its_shape_or_a_4xx(datatype: str, shape: list[int], raw: bytes) -> None:
     try:
         tensor = codec.from_raw(datatype, shape, raw)
@@ -292,6 +294,9 @@ infer_bodies = (
 @given(infer_bodies)
 @example({"inputs": [{"name": "features", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 1e39]}]})
 @example({"inputs": [{"name": "features", "datatype": "FP32", "shape": [0, 4], "data": []}]})
+@example(
+    {"inputs": [{"name": "features", "datatype": "FP32", "shape": [0, 2**24, 2**24, 2**24], "data": []}]}
+)  # was a 500
 def test_any_v2_infer_request_is_answered_below_500(client: TestClient, body: Any) -> None:
     r = client.post("/v2/models/fraud/infer", content=json.dumps(body).encode())
     assert r.status_code < 500, r.text
