@@ -37,6 +37,7 @@ _NUMBERS = (int, float)  # exact types: a bool is not a feature value
 # NOTE: a finite double past float32's range becomes inf in the row: the bound also refuses NaN
 # and inf, and compares a huge int exactly (where `math.isfinite` would raise OverflowError).
 _F32_MAX = float(np.finfo(np.float32).max)
+_F32_RANGE = (-_F32_MAX, _F32_MAX)
 
 
 class FeatureRow(NamedTuple):
@@ -110,9 +111,10 @@ class FeatureMapper:
             if column is not None:
                 values[column] = 1.0
         defaulted: list[str] = []
+        lowest, highest = _F32_RANGE
         for i, name in self._user_cols:
             value = user.get(name) if user is not None else None
-            if value is not None and type(value) in _NUMBERS and -_F32_MAX <= value <= _F32_MAX:
+            if type(value) in _NUMBERS and lowest <= value <= highest:
                 values[i] = value
             else:
                 defaulted.append(name)
