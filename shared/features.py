@@ -114,7 +114,7 @@ class FeatureMapper:
         lowest, highest = _F32_RANGE
         for i, name in self._user_cols:
             value = user.get(name) if user is not None else None
-            if type(value) in _NUMBERS and lowest <= value <= highest:
+            if value is not None and type(value) in _NUMBERS and lowest <= value <= highest:
                 values[i] = value
             else:
                 defaulted.append(name)

@@ -4,9 +4,9 @@
 
 The binary form (gRPC `raw_input_contents`, the HTTP binary-data extension) is little-endian,
 row-major; BOOL is one byte per element; BYTES is each element as a 4-byte little-endian
-length then its bytes. JSON `data` may be flat or nested (it is flattened, row-major); nested, each level holds as many
-lists as its dimension (ragged data of the right total count is refused, not reshaped).
-Anything that does not fit its declared shape or datatype is `BadRequest`, never another
+length then its bytes. JSON `data` may be flat or nested (it is flattened, row-major); nested,
+each level holds as many lists as its dimension (ragged data of the right total count is
+refused, not reshaped). Anything that does not fit its declared shape or datatype is `BadRequest`, never another
 exception (tests/oip/test_codec_properties.py holds the properties).
 """
 
@@ -111,7 +111,10 @@ def _flatten(data: Any, shape: Sequence[int]) -> list[Any]:
 def _collect(data: list[Any], shape: Sequence[int], level: int, flat: list[Any]) -> None:
     if not data or not isinstance(data[0], list):
         if len(data) != math.prod(shape[level:]):
-            raise BadRequest(f"tensor data has a row of {len(data)} elements; shape {list(shape)} needs rows alike")
+            need = math.prod(shape[level:])
+            raise BadRequest(
+                f"tensor data has {len(data)} values at depth {level + 1}; shape {list(shape)} needs {need}"
+            )
         flat.extend(data)
         return
     if level >= len(shape) - 1:
