@@ -1,13 +1,27 @@
 """The payment event: its schema, and decoding bytes into it with clear errors.
 
 msgspec validates while it decodes (one pass, no intermediate dict); unknown
-fields are ignored. Errors are translated into the service's error tree.
+fields are ignored. Errors are translated into the service's error tree: whatever the
+bytes, the answer is an event, `MalformedJson` (400) or `InvalidEvent` (422), never
+another exception (tests/test_events_properties.py holds the properties).
+
+Limits, as decoded:
+  - not JSON: a UTF-8 byte order mark, invalid UTF-8, NaN/Infinity tokens, a lone
+    surrogate escape, nesting past Python's recursion limit (about 1,000 levels, even
+    in an unknown field) are `MalformedJson`;
+  - numbers: `amount` within [0, 1e12] (-0.0 is 0); 1e400 or an integer past 64 bits
+    is out of range: `InvalidEvent`;
+  - a duplicated key: every value is checked, the last one is kept;
+  - text: ids 1..128 characters, merchant_category 1..64, note up to 1000, none with
+    a control character; currency and country exactly [A-Z]{3} and [A-Z]{2};
+  - timestamp: RFC 3339 with an offset, naming an instant that exists in UTC
+    (0001-01-01T00:00+05:00 does not: it is `InvalidEvent`).
 """
 
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Literal
 
 import msgspec
@@ -95,7 +109,23 @@ def decode_event(body: bytes) -> PaymentEvent:
         raise MalformedJson(_unreadable(exc)) from None
     if b"\\" in body or b"\x7f" in body or not body.isascii():
         _check_text(event)
+    ts = event.timestamp
+    if ts.tzinfo is not UTC and ts.year in _EDGE_YEARS:
+        _check_instant(ts)
     return event
+
+
+# NOTE: only an offset on the calendar's first or last days can put the instant outside it, and
+# `astimezone(UTC)` (the hour feature, the review prompt) would raise OverflowError later. "Z" and
+# "+00:00" decode to `UTC` itself: most events cost one identity test (`.year` costs twice that).
+_EDGE_YEARS = (1, 9999)
+
+
+def _check_instant(ts: datetime) -> None:
+    try:
+        ts.astimezone(UTC)
+    except OverflowError:
+        raise InvalidEvent("Expected a timestamp within years 1..9999 in UTC - at `$.timestamp`") from None
 
 
 def _check_text(event: PaymentEvent) -> None:

@@ -6,7 +6,10 @@ precedence, from:
   2. a categorical indicator `field=value` over an event field
      (`channel=web`, `country=NG`, `currency=EUR`, `merchant_category=7995`): 1.0 or 0.0;
   3. the user's context from the online feature store, by the same name.
-A name found nowhere takes the declared default and is listed in `defaulted`.
+A name found nowhere takes the declared default and is listed in `defaulted`, and so does a
+stored value that is no usable float32 (not an int or float, NaN, infinite, or past
+±3.4e38): a row is always `spec.width` finite float32 values, and the same inputs give
+the same row. A declared default that float32 cannot hold is `ModelInvalid` at load.
 
 Time features (`hour`, `weekday`) are those of the instant in UTC: the offset a client
 writes its timestamp in cannot move a decision (03:12Z and 14:12+11:00 are one instant,
@@ -23,6 +26,7 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from shared.errors import ModelInvalid
 from shared.events import PaymentEvent
 from shared.models.spec import ModelSpec
 
@@ -30,6 +34,10 @@ __all__ = ["CATEGORICAL_FIELDS", "EVENT_FEATURES", "FeatureMapper", "FeatureRow"
 
 CATEGORICAL_FIELDS = ("channel", "country", "currency", "merchant_category", "merchant_id")
 _NUMBERS = (int, float)  # exact types: a bool is not a feature value
+# NOTE: a finite double past float32's range becomes inf in the row: the bound also refuses NaN
+# and inf, and compares a huge int exactly (where `math.isfinite` would raise OverflowError).
+_F32_MAX = float(np.finfo(np.float32).max)
+_F32_RANGE = (-_F32_MAX, _F32_MAX)
 
 
 class FeatureRow(NamedTuple):
@@ -69,6 +77,8 @@ class FeatureMapper:
         self._indicators: dict[str, dict[str, int]] = {}  # field -> value -> column
         self._user_cols: list[tuple[int, str]] = []
         for i, feature in enumerate(spec.features):
+            if not -_F32_MAX <= feature.default <= _F32_MAX:
+                raise ModelInvalid(f"feature {feature.name!r}: default {feature.default!r} does not fit a float32")
             field, sep, expected = feature.name.partition("=")
             if feature.name in EVENT_FEATURES:
                 self._event_cols.append((i, EVENT_FEATURE_FNS[feature.name]))
@@ -101,9 +111,10 @@ class FeatureMapper:
             if column is not None:
                 values[column] = 1.0
         defaulted: list[str] = []
+        lowest, highest = _F32_RANGE
         for i, name in self._user_cols:
             value = user.get(name) if user is not None else None
-            if value is not None and type(value) in _NUMBERS and math.isfinite(value):
+            if value is not None and type(value) in _NUMBERS and lowest <= value <= highest:
                 values[i] = value
             else:
                 defaulted.append(name)

@@ -15,6 +15,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 import pytest
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
 
 from shared.build import build_service
 from shared.service import ScoringService
@@ -25,6 +27,16 @@ REPO = Path(__file__).resolve().parent.parent
 # NOTE: Azurite's documented, public development account (not a secret; it only opens the emulator).
 AZURITE_ACCOUNT = "devstoreaccount1"
 AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+# Hypothesis profiles for the property tests (tests/**/test_*_properties.py): `fast` in `make test`
+# (the whole property suite in well under a minute), `long` on demand:
+#   HYPOTHESIS_PROFILE=long PY=.venv/bin/python scripts/with_services.sh .venv/bin/python -m pytest \
+#       -p no:cacheprovider --timeout 0 -k properties --hypothesis-show-statistics
+# NOTE: no deadline: the machine is shared and noisy, and a slow example is not a wrong one.
+_SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large]
+hypothesis_settings.register_profile("fast", max_examples=200, deadline=None, suppress_health_check=_SLOW_OK)
+hypothesis_settings.register_profile("long", max_examples=10_000, deadline=None, suppress_health_check=_SLOW_OK)
+hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fast"))
 
 
 def _unavailable(what: str) -> None:

@@ -4,8 +4,10 @@
 
 The binary form (gRPC `raw_input_contents`, the HTTP binary-data extension) is little-endian,
 row-major; BOOL is one byte per element; BYTES is each element as a 4-byte little-endian
-length then its bytes. JSON `data` may be flat or nested (it is flattened, row-major).
-Anything that does not fit its declared shape or datatype is `BadRequest`.
+length then its bytes. JSON `data` may be flat or nested (it is flattened, row-major); nested,
+each level holds as many lists as its dimension (ragged data of the right total count is
+refused, not reshaped). Anything that does not fit its declared shape or datatype is `BadRequest`, never another
+exception (tests/oip/test_codec_properties.py holds the properties).
 """
 
 from __future__ import annotations
@@ -52,10 +54,11 @@ def element_count(shape: Sequence[int]) -> int:
         raise BadRequest(f"shape {list(shape)} has more than {MAX_RANK} dimensions")
     if any(d > MAX_ELEMENTS for d in shape):  # NOTE: [0, 10**20] has no elements, and no array can take it
         raise BadRequest(f"shape {list(shape)} has a dimension over {MAX_ELEMENTS}")
-    count = math.prod(shape)
-    if count > MAX_ELEMENTS:
-        raise BadRequest(f"shape {list(shape)} has more than {MAX_ELEMENTS} elements")
-    return count
+    # NOTE: numpy sizes an array by its non-zero dimensions too: [0, 3, 4, 2905, 7102, 16384, 2273850]
+    # holds nothing, yet `reshape` to it raises ValueError ("array is too big").
+    if math.prod(d for d in shape if d) > MAX_ELEMENTS:
+        raise BadRequest(f"shape {list(shape)} has more than {MAX_ELEMENTS} elements (or would, without its zeros)")
+    return math.prod(shape)
 
 
 def _dtype(datatype: str) -> np.dtype[Any]:
@@ -68,7 +71,7 @@ def _dtype(datatype: str) -> np.dtype[Any]:
 def from_json(datatype: str, shape: Sequence[int], data: Any) -> Tensor:
     """A tensor from JSON `data` (flat or nested, row-major)."""
     dtype, count = _dtype(datatype), element_count(shape)
-    flat = _flatten(data, max(len(shape), 1))
+    flat = _flatten(data, shape)
     if len(flat) != count:
         raise BadRequest(f"data has {len(flat)} elements, shape {list(shape)} needs {count}")
     kinds = set(map(type, flat))  # NOTE: one pass in C; JSON gives exact types (a bool is not an int here)
@@ -93,18 +96,37 @@ def from_json(datatype: str, shape: Sequence[int], data: Any) -> Tensor:
     return array.reshape(shape)
 
 
-def _flatten(data: Any, depth: int) -> list[Any]:
-    """Row-major elements of nested lists at most `depth` deep (the shape's rank)."""
+def _flatten(data: Any, shape: Sequence[int]) -> list[Any]:
+    """Row-major elements of `data`: a flat list, or lists nested along `shape` (each level as
+    long as its dimension; a level may hold the rest of its row flat)."""
     if not isinstance(data, list):
         raise BadRequest("tensor data must be a JSON array")
     if not data or not isinstance(data[0], list):
-        return data
-    if depth <= 1:
-        raise BadRequest("tensor data is nested deeper than its shape")
+        return data  # NOTE: flat, what tritonclient sends: its length is checked against the shape
     flat: list[Any] = []
-    for item in data:
-        flat.extend(_flatten(item, depth - 1) if isinstance(item, list) else [item])
+    _collect(data, shape, 0, flat)
     return flat
+
+
+def _collect(data: list[Any], shape: Sequence[int], level: int, flat: list[Any]) -> None:
+    if not data or not isinstance(data[0], list):
+        if len(data) != math.prod(shape[level:]):
+            need = math.prod(shape[level:])
+            raise BadRequest(
+                f"tensor data has {len(data)} values at depth {level + 1}; shape {list(shape)} needs {need}"
+            )
+        flat.extend(data)
+        return
+    if level >= len(shape) - 1:
+        raise BadRequest("tensor data is nested deeper than its shape")
+    if len(data) != shape[level]:
+        raise BadRequest(
+            f"tensor data has {len(data)} lists at depth {level + 1}; shape {list(shape)} needs {shape[level]}"
+        )
+    for item in data:
+        if not isinstance(item, list):
+            raise BadRequest("tensor data mixes lists and values at one depth")
+        _collect(item, shape, level + 1, flat)
 
 
 def from_raw(datatype: str, shape: Sequence[int], raw: bytes) -> Tensor:
