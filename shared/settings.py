@@ -293,8 +293,9 @@ class Settings:
     )
     max_inflight: int = setting(
         "MAX_INFLIGHT",
-        64,
-        "scoring requests one process works on at once; past it a fast 503 `overloaded` with Retry-After (`0` = no cap)",
+        16,
+        "scoring requests one process works on at once, past it a fast 503 `overloaded` with Retry-After (`0` = no cap); "
+        "cover the reviews' waits: LLM_MAX_RPS x LLM_TIMEOUT_MS",
     )
     max_loop_lag_ms: float = setting(
         "MAX_LOOP_LAG_MS",

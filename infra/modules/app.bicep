@@ -199,7 +199,7 @@ var serviceSettings = [
   { name: 'RESULT_TTL_S', value: '3600' } // > the queues' duplicate-detection window (servicebus.bicep)
   { name: 'MAX_MODEL_BYTES', value: '268435456' }
   { name: 'BODY_TIMEOUT_MS', value: '5000' }
-  { name: 'MAX_INFLIGHT', value: '64' }
+  { name: 'MAX_INFLIGHT', value: '16' }
   { name: 'MAX_LOOP_LAG_MS', value: '20' }
   { name: 'REQUEST_TIMEOUT_MS', value: '2000' }
   { name: 'MODELS_KEEP_VERSIONS', value: '2' }
