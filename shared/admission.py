@@ -49,9 +49,13 @@ class Admission:
         self.timed_out = 0
         self._last_refused = float("-inf")
 
-    def refuses(self) -> bool:
-        """Whether the next request is turned away (then it is counted as shed)."""
-        if not (self.congested or (self.limit and self.inflight >= self.limit)):
+    def refuses(self, *, lag: bool = True) -> bool:
+        """Whether the next request is turned away (then it is counted as shed).
+
+        `lag`: the standing lag counts too. Only the single-event lane asks it: a batch request
+        is the cheapest work per event there is, and refusing it would not lower the lag.
+        """
+        if not ((lag and self.congested) or (self.limit and self.inflight >= self.limit)):
             return False
         self.shed += 1
         self._last_refused = time.monotonic()
@@ -60,11 +64,8 @@ class Admission:
 
     def enter(self) -> None:
         """Take a slot, or raise `Overloaded` at once; every `enter` that returns needs a `leave`."""
-        if self.refuses():
-            raise Overloaded(
-                f"{self.inflight} requests in progress (MAX_INFLIGHT {self.limit}), event loop lag "
-                f"{self.lag_s * 1000:.1f} ms (MAX_LOOP_LAG_MS {self.max_lag_s * 1000:g}): try again shortly"
-            )
+        if self.refuses(lag=False):
+            raise Overloaded(f"{self.inflight} requests in progress (MAX_INFLIGHT {self.limit}): try again shortly")
         self.inflight += 1
         self.admitted += 1
 

@@ -34,14 +34,17 @@ class Deadlines:
 
     def disarm(self, task: asyncio.Task[object]) -> None:
         self._due.pop(task, None)
+        if task in self._expired:  # NOTE: the wait swallowed its deadline's cancellation: take it back
+            self._expired.discard(task)
+            task.uncancel()
 
     def expired(self, task: asyncio.Task[object]) -> bool:
-        """Whether `task` was cancelled by its deadline (then the cancellation is taken back)."""
+        """Whether `task` was cancelled by its deadline alone (then the cancellation is taken back);
+        a cancellation from elsewhere in the same tick stays a cancellation."""
         if task not in self._expired:
             return False
         self._expired.discard(task)
-        task.uncancel()
-        return True
+        return task.uncancel() == 0
 
     @property
     def armed(self) -> int:

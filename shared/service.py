@@ -417,7 +417,13 @@ class ScoringService:
 
     async def _infer(self, name: str, version: str | None, rows: Sequence[Row]) -> Inferred:
         served = self._served(name, version)
-        done = await asyncio.gather(*(served.score(row) for row in rows))
+        rows_scored = [asyncio.ensure_future(served.score(row)) for row in rows]
+        try:
+            done = await asyncio.gather(*rows_scored)
+        except BaseException:
+            for pending in rows_scored:  # NOTE: a refused row fails the request: its siblings stop queueing
+                pending.cancel()
+            raise
         return Inferred(served.name, served.version, [d.value.score for d in done])
 
     def _served(self, name: str, version: str | None = None) -> LoadedModel | Ensemble:

@@ -390,6 +390,11 @@ class Settings:
         _check(self.max_message_bytes >= 1024, "MAX_MESSAGE_BYTES", f"an integer >= 1024, got {self.max_message_bytes}")
         _check(self.max_model_bytes >= 1024, "MAX_MODEL_BYTES", f"an integer >= 1024, got {self.max_model_bytes}")
         _check(100 <= self.body_timeout_ms <= 600_000, "BODY_TIMEOUT_MS", "an integer within 100..600000")
+        _check(
+            self.batch.max_queue >= self.max_batch_items,
+            "BATCH_MAX_QUEUE",
+            f"an integer >= MAX_BATCH_ITEMS ({self.max_batch_items}): a V2 request's rows queue together",
+        )
         _check(self.max_inflight >= 0, "MAX_INFLIGHT", f"an integer >= 0 (0: no cap), got {self.max_inflight}")
         _check(0 <= self.max_loop_lag_ms <= 10_000, "MAX_LOOP_LAG_MS", "a number of ms within 0..10000 (0: off)")
         _check(50 <= self.request_timeout_ms <= 600_000, "REQUEST_TIMEOUT_MS", "an integer within 50..600000")

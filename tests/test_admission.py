@@ -188,7 +188,8 @@ async def test_work_past_request_timeout_is_dropped_and_the_caller_told(settings
 
 async def test_the_batcher_queue_is_bounded(settings: Settings) -> None:
     """Past BATCH_MAX_QUEUE rows waiting for one version, a row is refused at once (V2 and the queue path too)."""
-    async for _, core in _app(dataclasses.replace(settings, batch=dataclasses.replace(settings.batch, max_queue=8))):
+    tight = dataclasses.replace(settings, batch=dataclasses.replace(settings.batch, max_queue=8), max_batch_items=8)
+    async for _, core in _app(tight):
         loaded = core.active()
         rows = [np.full(4, i, dtype=np.float32) for i in range(40)]
         done = await asyncio.gather(
@@ -212,8 +213,9 @@ async def test_a_standing_event_loop_lag_sheds_until_it_clears() -> None:
             time.sleep(0.02)
             await asyncio.sleep(0)
         assert admission.congested and admission.refuses() and admission.lag_s > 0.005
-        with pytest.raises(Overloaded, match="event loop lag"):
-            admission.enter()
+        assert not admission.refuses(lag=False), "a batch (slots only) is still admitted: it is the cheapest work"
+        admission.enter()
+        admission.leave()
         deadline = time.monotonic() + 2
         while admission.congested:
             assert time.monotonic() < deadline, "the shedding never stopped once the loop was idle"
@@ -221,3 +223,31 @@ async def test_a_standing_event_loop_lag_sheds_until_it_clears() -> None:
         admission.enter()
     finally:
         watch.cancel()
+
+
+async def test_the_queue_path_waits_out_a_full_model_queue_instead_of_failing_the_batch(settings: Settings) -> None:
+    """A message refused by a full model queue would fail its batch, be redelivered at once and, after
+    maxDeliveryCount tries, dead-letter a valid payment: the queue path backs off and scores it."""
+    from shared.queue.handler import PaymentBatch
+    from shared.queue.idempotency import MemoryResultStore
+    from shared.queue.messages import Incoming
+    from shared.queue.publisher import MemoryPublisher
+
+    tight = dataclasses.replace(settings, batch=dataclasses.replace(settings.batch, max_queue=8), max_batch_items=8)
+    async for _, core in _app(dataclasses.replace(tight, cache=dataclasses.replace(settings.cache, l1_size=0))):
+
+        async def service(core: ScoringService = core) -> ScoringService:
+            return core
+
+        publisher = MemoryPublisher()
+        handler = PaymentBatch(service, MemoryResultStore(3600), publisher, max_message_bytes=65536)
+        messages = [Incoming(f"m{i}", orjson_event(event_id=f"q{i}", amount=float(i) + 0.5)) for i in range(64)]
+        verdicts = await handler.handle(messages)
+        assert [v.outcome for v in verdicts] == ["completed"] * 64
+        assert core.active().describe()["shed"] > 0, "the model queue did refuse rows: the path waited them out"
+
+
+def orjson_event(**overrides: object) -> bytes:
+    import orjson
+
+    return orjson.dumps(event(**overrides))

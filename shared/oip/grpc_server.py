@@ -56,8 +56,6 @@ async def serve_grpc(service: ScoringService, host: str, port: int, *, grace_s: 
     cap = service.settings.max_body_bytes * 16
     server = grpc.aio.server(
         options=[("grpc.max_receive_message_length", cap), ("grpc.so_reuseport", 0)],
-        # NOTE: admission control, as on HTTP: past MAX_INFLIGHT calls, RESOURCE_EXHAUSTED at once
-        maximum_concurrent_rpcs=service.settings.max_inflight or None,
     )
     server.add_generic_rpc_handlers((handler(DataPlane(service)),))
     if server.add_insecure_port(f"{host}:{port}") == 0:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
-from shared.errors import PayloadTooLarge, ScoringError
+from shared.errors import Overloaded, PayloadTooLarge, ScoringError
 from shared.events import PaymentEvent, decode_event
 from shared.queue.idempotency import MemoryResultStore, RedisResultStore, ResultStore
 from shared.queue.messages import Incoming, Outbound, enqueued_iso, rejection_record
@@ -41,6 +41,7 @@ COMPLETED_QUEUE = "risk-completed"
 REJECTED_QUEUE = "risk-rejected"
 Outcome = Literal["completed", "duplicate", "rejected", "failed"]
 INPUT = "payments"  # the trigger's queue, as telemetry names it
+OVERLOAD_WAIT_S = 5.0  # how long a message waits out a full model queue before its batch is redelivered
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,13 +237,25 @@ class PaymentBatch:
 
     @staticmethod
     async def _score(service: ScoringService, event: PaymentEvent, parse_s: float) -> Scored | ScoringError:
-        """One event through the core (as `score_many` does, with its decode time): errors in its slot."""
-        try:
-            # NOTE: a queue message can wait longer than an HTTP caller for a review of its event
-            wait_s = service.settings.review.queue_timeout_ms / 1000
-            return await service.score(event, parse_s=parse_s, review_wait_s=wait_s)
-        except ScoringError as exc:
-            return exc
+        """One event through the core (as `score_many` does, with its decode time): errors in its slot.
+
+        A full model queue (`Overloaded`) is waited out here, backing off up to OVERLOAD_WAIT_S:
+        the message holds its lock meanwhile (renewed by the host), whereas a failed batch would be
+        redelivered at once and, after maxDeliveryCount tries, dead-letter a valid payment.
+        """
+        # NOTE: a queue message can wait longer than an HTTP caller for a review of its event
+        wait_s = service.settings.review.queue_timeout_ms / 1000
+        pause, waited = 0.005, 0.0
+        while True:
+            try:
+                return await service.score(event, parse_s=parse_s, review_wait_s=wait_s)
+            except Overloaded as exc:
+                if waited >= OVERLOAD_WAIT_S:
+                    return exc
+            except ScoringError as exc:
+                return exc
+            await asyncio.sleep(pause)
+            waited, pause = waited + pause, min(pause * 2, 0.5)
 
     @staticmethod
     def _fail(

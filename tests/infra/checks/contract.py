@@ -286,13 +286,13 @@ def _service_setting(root: Path, name: str) -> str | None:
 
 
 def check_admission(root: Path) -> list[str]:
-    """The host admits no more than the app will take, and queues no more than one more round.
+    """The app, not the host, decides what is shed; the host's queue stays short.
 
     The Functions host runs at most `maxConcurrentRequests` HTTP invocations per instance and
-    answers 429 past `maxOutstandingRequests` (running + queued), in .NET, before the
-    ~800 µs-per-invocation hop into Python. If it ran more at once than the app's
-    MAX_INFLIGHT, the app would refuse (503) work the host had already paid to hand over;
-    if its queue were long, a request would wait there longer than it takes to serve.
+    answers 429 past `maxOutstandingRequests` (running + queued), for every HTTP function, the
+    platform's probes included. So it must run more at once than the app's MAX_INFLIGHT (the
+    probes and the app's own fast 503s need invocations beyond the app's slots), and queue no
+    more than one more round (a request, or a probe, waits at most that long in the host).
     """
     host = json.loads((root / "host.json").read_text()).get("extensions", {}).get("http", {})
     concurrent, outstanding = host.get("maxConcurrentRequests"), host.get("maxOutstandingRequests")
@@ -302,9 +302,10 @@ def check_admission(root: Path) -> list[str]:
     if value is None or not value.isdigit():
         return ["app.bicep: serviceSettings sets no MAX_INFLIGHT (an integer)"]
     findings = []
-    if int(value) and concurrent > int(value):
+    if int(value) == 0 or concurrent <= int(value):
         findings.append(
-            f"host.json: maxConcurrentRequests {concurrent} > MAX_INFLIGHT {value}: the app would refuse what the host handed over"
+            f"host.json: maxConcurrentRequests {concurrent} <= MAX_INFLIGHT {value}: the host, not the app, "
+            "would decide what waits, and the probes would queue behind scoring work"
         )
     if outstanding > 2 * concurrent:
         findings.append(
