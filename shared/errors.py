@@ -38,6 +38,8 @@ inside the adapter that calls the foreign library (`raise InferenceFailed(...) f
 
 from __future__ import annotations
 
+import math
+
 __all__ = [
     "BadRequest",
     "BatchIncomplete",
@@ -68,6 +70,7 @@ __all__ = [
     "Unavailable",
     "UnsupportedMediaType",
     "error_body",
+    "retry_after",
 ]
 
 
@@ -229,6 +232,13 @@ class ReviewSkipped(ReviewFailed):
     """No call was made: the rate, the share or the breaker said no; `detail` says which."""
 
     status, grpc_status, code = 503, "UNAVAILABLE", "review_skipped"
+
+
+def retry_after(exc: ScoringError) -> str | None:
+    """The Retry-After value of an error that says when to come back: whole seconds, at least 1."""
+    if exc.retry_after_s is None:
+        return None
+    return str(max(1, math.ceil(exc.retry_after_s)))
 
 
 def error_body(exc: ScoringError) -> dict[str, str]:

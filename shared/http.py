@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -56,6 +55,7 @@ from shared.errors import (
     ScoringError,
     UnsupportedMediaType,
     error_body,
+    retry_after,
 )
 from shared.events import decode_activation
 from shared.oip.rest import v2_routes
@@ -280,7 +280,7 @@ def create_app(holder: ServiceHolder, *, hosted: bool = False) -> ASGIApp:
         per-request work (no Request, no router scan, no Response object); returns the status."""
         started = time.perf_counter()
         scope["route"] = score_route  # NOTE: the telemetry reads the route template here
-        retry_after: float | None = None
+        wait: str | None = None
         try:
             settings = holder.settings  # NOTE: a bad setting is a 503 naming it, like on every route
             body = await read_body(scope, receive, settings.max_body_bytes, settings.body_timeout_ms / 1000, deadlines)
@@ -303,10 +303,10 @@ def create_app(holder: ServiceHolder, *, hosted: bool = False) -> ASGIApp:
             payload, status = orjson.dumps(scored.as_dict()), 200
         except ScoringError as exc:
             _log_error(exc, scope["method"], scope["path"], score_route.path)
-            payload, status, retry_after = orjson.dumps(error_body(exc)), exc.status, exc.retry_after_s
+            payload, status, wait = orjson.dumps(error_body(exc)), exc.status, retry_after(exc)
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
-        if retry_after is not None:
-            headers.append((b"retry-after", _seconds(retry_after)))
+        if wait is not None:
+            headers.append((b"retry-after", wait.encode()))
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": payload})
         return status
@@ -368,14 +368,9 @@ async def _scoring_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ScoringError)  # noqa: S101 narrows the type: Starlette routes only ScoringError here
     _log_error(exc, request.method, request.url.path, _route(request))
     response = json_response(error_body(exc), exc.status)
-    if exc.retry_after_s is not None:
-        response.headers["retry-after"] = _seconds(exc.retry_after_s).decode()
+    if (wait := retry_after(exc)) is not None:
+        response.headers["retry-after"] = wait
     return response
-
-
-def _seconds(retry_after_s: float) -> bytes:
-    """A Retry-After value: whole seconds, at least 1 (HTTP has no fractions)."""
-    return str(max(1, math.ceil(retry_after_s))).encode()
 
 
 def _route(request: Request) -> str:

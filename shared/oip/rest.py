@@ -16,7 +16,6 @@ each binary input states its `binary_data_size`). An output is sent binary when 
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from shared.errors import BadRequest, MalformedJson, ModelNotFound, ScoringError
+from shared.errors import BadRequest, MalformedJson, ModelNotFound, ScoringError, retry_after
 
 if TYPE_CHECKING:
     from shared.oip.dataplane import DataPlane, InferRequest, InferResponse
@@ -116,8 +115,8 @@ def _v2(endpoint: Endpoint) -> Endpoint:
             if exc.status >= 500:
                 log.warning("%s %s -> %s: %s", request.method, request.url.path, exc.status, exc.detail)
             response = _json({"error": exc.detail}, exc.status)
-            if exc.retry_after_s is not None:  # NOTE: overloaded or past its deadline: when to come back
-                response.headers["retry-after"] = str(max(1, math.ceil(exc.retry_after_s)))
+            if (wait := retry_after(exc)) is not None:  # NOTE: overloaded or past its deadline
+                response.headers["retry-after"] = wait
             return response
 
     return guarded
