@@ -1,92 +1,198 @@
-"""Admission control: how much scoring work one process takes at once, and for how long.
+"""Admission control: how much scoring work one process takes at once, and how long the rest waits.
 
-Past `limit` requests in the work, the next one is turned away at once (`Overloaded`: a 503
-with Retry-After) rather than queued behind requests that are already late. A refusal costs
-the process microseconds; a queue would cost every caller behind it its latency, and past
-the caller's own timeout the work would be done for no one. The callers' retries go to
-another replica (the load balancer's choice) or come back after Retry-After.
+At most `max_inflight` requests are in the work. A request that arrives while every slot
+is taken waits its turn, for up to MAX_QUEUE_WAIT_MS. A burst, a GC pause or a noisy
+neighbour makes requests wait a little; it refuses none.
 
-A request admitted has `timeout_s` to finish once its body is read; past it the work is
-cancelled (`DeadlineExceeded`, also a 503 with Retry-After) and the slot freed. One sweeper
+A queue that stays is overload, not a burst. The rule is CoDel's (Nichols and Jacobson,
+"Controlling Queue Delay", ACM Queue 10(5), 2012; RFC 8289), applied to requests as
+Facebook's servers do (Maurer, "Fail at Scale", ACM Queue 13(8), 2015): when every request
+handed a slot for a whole INTERVAL_S had waited longer than QUEUE_TARGET_MS, the queue is
+*standing*, and it stays so until it empties. While it stands, a request may wait at most
+QUEUE_TARGET_MS instead of MAX_QUEUE_WAIT_MS.
+
+A refusal (`Overloaded`: a 503 with Retry-After) is early and cheap: a request is turned
+away at arrival, before its body is read, when MAX_QUEUED requests already wait or when
+the wait it would have (the waiters ahead of it times the measured interval between
+slots freed) exceeds what it may wait. A waiter whose wait runs out all the same is
+refused then.
+
+A request admitted has `request_timeout_ms` to finish; past it the work is cancelled
+(`DeadlineExceeded`, also a 503 with Retry-After) and the slot freed. One sweeper
 (shared/deadlines.py) keeps the deadlines of every request in the work.
 
-This object alone owns the counts of the work in progress and of what it refused.
+Every entry takes admission the same way: `async with admission.admitted(): ...` (single
+events, named models, batches, V2 REST and gRPC). This object alone owns the slots, the
+wait queue and the counts of what it admitted and refused.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable
-from typing import TypeVar
+from collections import deque
+from types import TracebackType
 
 from shared.deadlines import Deadlines
 from shared.errors import DeadlineExceeded, Overloaded
+from shared.settings import AdmissionPolicy
 from shared.telemetry import metrics
 
-__all__ = ["Admission"]
+__all__ = ["INTERVAL_S", "Admission", "Admitted"]
 
-T = TypeVar("T")
 RECENT_S = 10.0  # readiness says "overloaded" this long after the last refusal
-PROBE_S = 0.002  # how often the watch measures the event loop's lag
-WINDOW_S = 0.01  # the lag taken is the least of a window's probes: a standing queue, not a burst
+INTERVAL_S = 0.1  # waits past target for this long: the queue stands (CoDel's interval)
+RELEASE_ALPHA = 0.05  # weight of the newest interval between slots freed in its moving average
+
+
+class _Waiter:
+    __slots__ = ("future", "since", "timer")
+
+    def __init__(self, future: asyncio.Future[None], since: float) -> None:
+        self.future = future
+        self.since = since
+        self.timer: asyncio.TimerHandle | None = None
 
 
 class Admission:
-    """At most `limit` requests in the work (0: no cap), each done within `timeout_s`."""
+    """Slots for the work, a bounded wait for the rest, and a deadline for what is admitted."""
 
-    def __init__(self, limit: int, timeout_s: float, max_lag_s: float = 0.0) -> None:
-        self.limit = limit
-        self.timeout_s = timeout_s
-        self.max_lag_s = max_lag_s
-        self.lag_s = 0.0  # the event loop's standing lag, as the last window measured it
-        self.congested = False
+    def __init__(self, policy: AdmissionPolicy) -> None:
+        self.policy = policy
+        self.limit = policy.max_inflight
+        self.timeout_s = policy.request_timeout_ms / 1000
+        self._max_wait_s = policy.max_queue_wait_ms / 1000
+        self._target_s = policy.queue_target_ms / 1000
         # NOTE: a deadline is honoured within a tenth of itself (at most 100 ms late)
-        self.deadlines = Deadlines(tick_s=min(0.1, timeout_s / 10))
+        self.deadlines = Deadlines(tick_s=min(0.1, self.timeout_s / 10))
         self.inflight = 0
-        self.admitted = 0
+        self.total_admitted = 0
+        self.waited = 0  # admitted after a wait for a slot
         self.shed = 0
         self.timed_out = 0
+        self._waiting: deque[_Waiter] = deque()
+        self._above_since: float | None = None  # since when every waiter handed a slot waited past target
+        self._release_s = 0.0  # moving average of the interval between slots freed while some wait
+        self._released_at = 0.0
         self._last_refused = float("-inf")
 
-    def refuses(self, *, lag: bool = True) -> bool:
-        """Whether the next request is turned away (then it is counted as shed).
+    # -- what every entry calls ---------------------------------------------------------
 
-        `lag`: the standing lag counts too. Only the single-event lane asks it: a batch request
-        is the cheapest work per event there is, and refusing it would not lower the lag.
-        """
-        if not ((lag and self.congested) or (self.limit and self.inflight >= self.limit)):
+    def admitted(self) -> Admitted:
+        """`async with admission.admitted():` a slot (waiting for one if need be), then the
+        work under the request deadline; `Overloaded` or `DeadlineExceeded` otherwise."""
+        return Admitted(self)
+
+    def refuses(self) -> bool:
+        """Whether a request arriving now is turned away at once (then it is counted as shed):
+        every slot taken, and the wait queue full or too slow for the wait it would have."""
+        if not self.limit or self.inflight < self.limit:
             return False
+        ahead = len(self._waiting)
+        now = time.monotonic()
+        if ahead < self.policy.max_queued and (ahead + 1) * self._release_s <= self._allowed_s(now):
+            return False
+        self._refused()
+        return True
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    def standing(self, now: float | None = None) -> bool:
+        """Whether the queue stands: every request handed a slot for a whole interval had waited
+        past QUEUE_TARGET_MS (overload, not a burst); it stands until it empties."""
+        since = self._above_since
+        return since is not None and (time.monotonic() if now is None else now) - since >= INTERVAL_S
+
+    def _allowed_s(self, now: float) -> float:
+        return self._target_s if self.standing(now) else self._max_wait_s
+
+    # -- slots ------------------------------------------------------------------------------
+
+    async def take(self) -> None:
+        """A slot for the current request: at once if one is free, else after a bounded wait."""
+        if not self.limit or (self.inflight < self.limit and not self._waiting):
+            self.inflight += 1
+            self.total_admitted += 1
+            return
+        if self.refuses():
+            raise Overloaded(
+                f"{self.inflight} requests in progress and {len(self._waiting)} waiting, about "
+                f"{self._release_s * 1000:.2f} ms apart (MAX_INFLIGHT {self.limit}, MAX_QUEUED "
+                f"{self.policy.max_queued}): try again shortly"
+            )
+        await self._wait()
+
+    async def _wait(self) -> None:
+        loop = asyncio.get_running_loop()
+        now = time.monotonic()
+        waiter = _Waiter(loop.create_future(), now)
+        if not self._waiting:
+            self._released_at = now  # NOTE: the interval between slots freed is measured while some wait
+        limit_s = self._allowed_s(now)
+        waiter.timer = loop.call_later(limit_s, self._expire, waiter, limit_s)
+        self._waiting.append(waiter)
+        try:
+            await waiter.future  # NOTE: resolved by `leave` (the slot passes over) or `_expire`
+        except BaseException:
+            if not waiter.future.done() or waiter.future.cancelled():
+                self._forget(waiter)  # NOTE: cancelled from outside while waiting
+            elif waiter.future.exception() is None:
+                self.leave()  # NOTE: handed a slot in the same tick as a cancellation: give it on
+            raise
+        self.total_admitted += 1
+        self.waited += 1
+
+    def _expire(self, waiter: _Waiter, limit_s: float) -> None:
+        if waiter.future.done():
+            return
+        self._forget(waiter)
+        self._refused()
+        waiter.future.set_exception(
+            Overloaded(
+                f"no slot within {limit_s * 1000:.0f} ms ({self.inflight} requests in progress, "
+                f"{len(self._waiting)} waiting; MAX_INFLIGHT {self.limit}): try again shortly"
+            )
+        )
+
+    def _forget(self, waiter: _Waiter) -> None:
+        if waiter.timer is not None:
+            waiter.timer.cancel()
+        try:
+            self._waiting.remove(waiter)
+        except ValueError:
+            return
+        if not self._waiting:
+            self._above_since = None
+
+    def leave(self) -> None:
+        """Give the slot back: to the longest waiter, or free it."""
+        if not self._waiting:
+            self.inflight -= 1
+            return
+        now = time.monotonic()
+        self._release_s += RELEASE_ALPHA * (now - self._released_at - self._release_s)
+        self._released_at = now
+        waiter = self._waiting.popleft()
+        if waiter.timer is not None:
+            waiter.timer.cancel()
+        if not self._waiting:
+            self._above_since = None  # NOTE: an empty queue ends a standing one
+        elif self.standing(now):
+            pass  # NOTE: once standing, it stands until it empties (waits near the target would flap it)
+        elif now - waiter.since < self._target_s:
+            self._above_since = None
+        elif self._above_since is None:
+            self._above_since = now
+        waiter.future.set_result(None)  # NOTE: the slot passes over; inflight is unchanged
+
+    def _refused(self) -> None:
         self.shed += 1
         self._last_refused = time.monotonic()
         metrics.shed("overloaded")
-        return True
 
-    def enter(self) -> None:
-        """Take a slot, or raise `Overloaded` at once; every `enter` that returns needs a `leave`."""
-        if self.refuses(lag=False):
-            raise Overloaded(f"{self.inflight} requests in progress (MAX_INFLIGHT {self.limit}): try again shortly")
-        self.inflight += 1
-        self.admitted += 1
-
-    def leave(self) -> None:
-        self.inflight -= 1
-
-    async def watch(self) -> None:
-        """Measure the event loop's standing lag (how late a timer runs: what every request
-        waits before its turn) and shed while the least lag of a window exceeds `max_lag_s`."""
-        if not self.max_lag_s:
-            return
-        loop = asyncio.get_running_loop()
-        least, window_end = float("inf"), loop.time() + WINDOW_S
-        while True:
-            due = loop.time() + PROBE_S
-            await asyncio.sleep(PROBE_S)
-            now = loop.time()
-            least = min(least, now - due)
-            if now >= window_end:
-                self.lag_s, self.congested = least, least > self.max_lag_s
-                least, window_end = float("inf"), now + WINDOW_S
+    # -- deadlines -----------------------------------------------------------------------------
 
     def expired(self, task: asyncio.Task[object]) -> DeadlineExceeded | None:
         """After a cancellation of `task`: the error to answer with if its deadline did it."""
@@ -97,17 +203,7 @@ class Admission:
         metrics.shed("deadline")
         return DeadlineExceeded(f"the work took longer than REQUEST_TIMEOUT_MS ({self.timeout_s * 1000:.0f} ms)")
 
-    async def within(self, work: Awaitable[T]) -> T:
-        """`work` under the request deadline (the slot is the caller's: `enter`/`leave`)."""
-        task = self.deadlines.arm(self.timeout_s)
-        try:
-            return await work
-        except asyncio.CancelledError:
-            if (exc := self.expired(task)) is not None:
-                raise exc from None
-            raise
-        finally:
-            self.deadlines.disarm(task)
+    # -- what adapters report --------------------------------------------------------------------
 
     def problem(self) -> str:
         """What readiness lists while this process turns work away (it stays ready: shedding is its job)."""
@@ -122,8 +218,45 @@ class Admission:
         return {
             "max_inflight": self.limit,
             "inflight": self.inflight,
-            "admitted": self.admitted,
+            "max_queued": self.policy.max_queued,
+            "waiting": len(self._waiting),
+            "max_queue_wait_ms": self.policy.max_queue_wait_ms,
+            "queue_target_ms": self.policy.queue_target_ms,
+            "admitted": self.total_admitted,
+            "waited": self.waited,
             "shed": self.shed,
             "timed_out": self.timed_out,
-            "request_timeout_ms": round(self.timeout_s * 1000),
+            "request_timeout_ms": self.policy.request_timeout_ms,
         }
+
+
+class Admitted:
+    """One request's admission: a slot on enter, the request deadline while inside, the slot
+    back on exit; a cancellation by the deadline leaves as `DeadlineExceeded`."""
+
+    __slots__ = ("_admission", "_task")
+
+    def __init__(self, admission: Admission) -> None:
+        self._admission = admission
+        self._task: asyncio.Task[object] | None = None
+
+    async def __aenter__(self) -> None:
+        admission = self._admission
+        if admission.inflight < admission.limit and not admission._waiting:  # NOTE: `take`, inlined: the hot path
+            admission.inflight += 1
+            admission.total_admitted += 1
+        else:
+            await admission.take()
+        self._task = admission.deadlines.arm(admission.timeout_s)
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        admission, task = self._admission, self._task
+        assert task is not None  # noqa: S101 narrows the type: __aenter__ set it
+        try:
+            if kind is asyncio.CancelledError and (late := admission.expired(task)) is not None:
+                raise late from None
+        finally:
+            admission.deadlines.disarm(task)
+            admission.leave()

@@ -24,8 +24,9 @@ Each path answers the same with a trailing slash (the Functions host routes `sco
 `score`); nothing redirects. A body must arrive whole within BODY_TIMEOUT_MS (else 408).
 Every error is JSON `{"error": code, "detail": message}` with the status its class carries.
 Once its body is read, a scoring request takes a slot of the core's admission control
-(shared/admission.py): past MAX_INFLIGHT, or past REQUEST_TIMEOUT_MS of work, a 503 with
-Retry-After. (A slot bounds work, not connections: a slow body holds none.)
+(shared/admission.py), waiting for one up to MAX_QUEUE_WAIT_MS: past that wait, past
+MAX_QUEUED waiting, or past REQUEST_TIMEOUT_MS of work, a 503 with Retry-After. (A slot
+bounds work, not connections: a slow body holds none.)
 """
 
 from __future__ import annotations
@@ -168,13 +169,8 @@ def create_app(holder: ServiceHolder, *, hosted: bool = False) -> ASGIApp:
         settings = holder.settings
         body = await read_json_body(request, settings.max_body_bytes, settings.body_timeout_ms / 1000, deadlines)
         core = await service()
-        core.admission.enter()
-        try:
-            scored = await core.admission.within(
-                core.score_json(body, request.path_params.get("name"), started=started)
-            )
-        finally:
-            core.admission.leave()
+        async with core.admission.admitted():
+            scored = await core.score_json(body, request.path_params.get("name"), started=started)
         request.scope["scoring"] = scored  # NOTE: the telemetry middleware reads its source and stage timings
         return json_response(scored.as_dict())
 
@@ -182,11 +178,8 @@ def create_app(holder: ServiceHolder, *, hosted: bool = False) -> ASGIApp:
         settings = holder.settings
         body = await read_json_body(request, settings.max_body_bytes * 16, settings.body_timeout_ms / 1000, deadlines)
         core = await service()
-        core.admission.enter()
-        try:
-            results = await core.admission.within(core.score_batch_json(body))
-        finally:
-            core.admission.leave()
+        async with core.admission.admitted():
+            results = await core.score_batch_json(body)
         return json_response(
             {
                 "results": [
@@ -285,20 +278,8 @@ def create_app(holder: ServiceHolder, *, hosted: bool = False) -> ASGIApp:
             settings = holder.settings  # NOTE: a bad setting is a 503 naming it, like on every route
             body = await read_body(scope, receive, settings.max_body_bytes, settings.body_timeout_ms / 1000, deadlines)
             core = holder.peek() or await holder.get()
-            admission = core.admission
-            admission.enter()
-            try:
-                task = admission.deadlines.arm(admission.timeout_s)  # NOTE: `within`, inlined: the hot path
-                try:
-                    scored = await core.score_json(body, None, started=started)
-                except asyncio.CancelledError:
-                    if (timed_out := admission.expired(task)) is not None:
-                        raise timed_out from None
-                    raise
-                finally:
-                    admission.deadlines.disarm(task)
-            finally:
-                admission.leave()
+            async with core.admission.admitted():
+                scored = await core.score_json(body, None, started=started)
             scope["scoring"] = scored
             payload, status = orjson.dumps(scored.as_dict()), 200
         except ScoringError as exc:
@@ -336,7 +317,7 @@ def create_app(holder: ServiceHolder, *, hosted: bool = False) -> ASGIApp:
 
 SCORE_PATHS = frozenset(("/api/score", "/api/score/"))
 _SHED = orjson.dumps(
-    error_body(Overloaded("the service is at capacity (MAX_INFLIGHT, MAX_LOOP_LAG_MS): try again shortly"))
+    error_body(Overloaded("the service is at capacity (MAX_INFLIGHT busy, MAX_QUEUED waiting): try again shortly"))
 )
 SHED_START: Message = {
     "type": "http.response.start",

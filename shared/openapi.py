@@ -194,7 +194,12 @@ STATS = _object(
             {
                 "max_inflight": INT,
                 "inflight": INT,
+                "max_queued": INT,
+                "waiting": INT,
+                "max_queue_wait_ms": NUM,
+                "queue_target_ms": NUM,
                 "admitted": INT,
+                "waited": INT,
                 "shed": INT,
                 "timed_out": INT,
                 "request_timeout_ms": INT,

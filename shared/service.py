@@ -131,9 +131,7 @@ class ScoringService:
     ) -> None:
         self.settings = settings
         self.background = Background()
-        self.admission = Admission(
-            settings.max_inflight, settings.request_timeout_ms / 1000, settings.max_loop_lag_ms / 1000
-        )
+        self.admission = Admission(settings.admission)
         self._registry = registry
         self._features = features
         self._predictions = predictions
@@ -161,8 +159,6 @@ class ScoringService:
             await self._ensembles.load()
         if self._rollout is not None:
             self.background.add("rollout", self._rollout.run)
-        if self.admission.max_lag_s:
-            self.background.add("loop-lag", self.admission.watch)
         self.background.start()
 
     async def aclose(self) -> None:

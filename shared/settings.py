@@ -32,6 +32,7 @@ from shared.errors import SettingsError
 __all__ = [
     "APP_SETTING_NAMES",
     "LOCAL_SETTING_NAMES",
+    "AdmissionPolicy",
     "BatchPolicy",
     "CachePolicy",
     "OrtOptions",
@@ -175,6 +176,51 @@ class OrtOptions:
 
 
 @dataclass(frozen=True)
+class AdmissionPolicy:
+    """How much scoring work one process takes at once, how long the rest may wait (shared/admission.py).
+
+    `max_inflight` requests are in the work at once; the next wait for a slot, at most
+    `max_queue_wait_ms` (`queue_target_ms` while the wait queue stands: not empty for 100 ms),
+    and no more than `max_queued` of them. Admitted work has `request_timeout_ms` to finish.
+    """
+
+    max_inflight: int = setting(
+        "MAX_INFLIGHT",
+        16,
+        "scoring requests one process works on at once; the next ones wait for a slot (`0` = no cap, no wait)",
+    )
+    max_queued: int = setting(
+        "MAX_QUEUED", 256, "requests waiting for a slot at most; past it a fast 503 `overloaded` with Retry-After"
+    )
+    max_queue_wait_ms: float = setting(
+        "MAX_QUEUE_WAIT_MS",
+        20.0,
+        "longest a request waits for a slot; past it a 503 `overloaded` (a part of the p99 budget of 50 ms)",
+    )
+    queue_target_ms: float = setting(
+        "QUEUE_TARGET_MS",
+        5.0,
+        "longest wait while the wait queue stands (not empty for 100 ms: overload, not a burst); newest served first",
+    )
+    request_timeout_ms: int = setting(
+        "REQUEST_TIMEOUT_MS",
+        2000,
+        "longest a scoring request may work once admitted; past it the work is dropped, the answer a 503",
+    )
+
+    def __post_init__(self) -> None:
+        _check(self.max_inflight >= 0, "MAX_INFLIGHT", f"an integer >= 0 (0: no cap), got {self.max_inflight}")
+        _check(self.max_queued >= 0, "MAX_QUEUED", f"an integer >= 0, got {self.max_queued}")
+        _check(0 < self.max_queue_wait_ms <= 10_000, "MAX_QUEUE_WAIT_MS", "a number of ms within (0, 10000]")
+        _check(
+            0 < self.queue_target_ms <= self.max_queue_wait_ms,
+            "QUEUE_TARGET_MS",
+            "a number of ms > 0 and <= MAX_QUEUE_WAIT_MS",
+        )
+        _check(50 <= self.request_timeout_ms <= 600_000, "REQUEST_TIMEOUT_MS", "an integer within 50..600000")
+
+
+@dataclass(frozen=True)
 class ReviewPolicy:
     """The second opinion on the uncertain tail (shared/review): Azure OpenAI, bounded.
 
@@ -291,22 +337,7 @@ class Settings:
     body_timeout_ms: int = setting(
         "BODY_TIMEOUT_MS", 5000, "longest wait for a request body to arrive whole; past it the answer is 408"
     )
-    max_inflight: int = setting(
-        "MAX_INFLIGHT",
-        16,
-        "scoring requests one process works on at once, past it a fast 503 `overloaded` with Retry-After (`0` = no cap); "
-        "cover the reviews' waits: LLM_MAX_RPS x LLM_TIMEOUT_MS",
-    )
-    max_loop_lag_ms: float = setting(
-        "MAX_LOOP_LAG_MS",
-        20.0,
-        "shed (fast 503) while the event loop's standing lag exceeds this: requests would queue before their turn; `0` = off",
-    )
-    request_timeout_ms: int = setting(
-        "REQUEST_TIMEOUT_MS",
-        2000,
-        "longest a scoring request may work once its body is read; past it the work is dropped, the answer a 503",
-    )
+    admission: AdmissionPolicy = field(default_factory=AdmissionPolicy)
     http_server: HttpServer = setting(
         "HTTP_SERVER",
         "uvicorn",
@@ -395,9 +426,6 @@ class Settings:
             "BATCH_MAX_QUEUE",
             f"an integer >= MAX_BATCH_ITEMS ({self.max_batch_items}): a V2 request's rows queue together",
         )
-        _check(self.max_inflight >= 0, "MAX_INFLIGHT", f"an integer >= 0 (0: no cap), got {self.max_inflight}")
-        _check(0 <= self.max_loop_lag_ms <= 10_000, "MAX_LOOP_LAG_MS", "a number of ms within 0..10000 (0: off)")
-        _check(50 <= self.request_timeout_ms <= 600_000, "REQUEST_TIMEOUT_MS", "an integer within 50..600000")
         _check(1 <= self.http_backpressure <= 1_000_000, "HTTP_BACKPRESSURE", "an integer within 1..1000000")
         _check(self.http_server in ("granian", "uvicorn"), "HTTP_SERVER", "one of granian|uvicorn")
         _check(1 <= self.workers <= 64, "WORKERS", "an integer within 1..64")

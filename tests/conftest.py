@@ -140,9 +140,6 @@ def settings(models_dir: Path, tmp_path: Path) -> Settings:
         batch=BatchPolicy(window_ms=5, max_size=8),
         cache=CachePolicy(l1_size=1000),
         gc_gen0_threshold=0,
-        # NOTE: this machine is shared and its loop lags on a neighbour's load; tests/test_admission.py
-        # turns the lag shedding on where it is the subject
-        max_loop_lag_ms=0,
     )
 
 

@@ -1,4 +1,5 @@
-"""Admission control: a fast 503 with Retry-After past MAX_INFLIGHT, and work dropped past REQUEST_TIMEOUT_MS."""
+"""Admission control: a bounded wait for a slot past MAX_INFLIGHT, a 503 with Retry-After past it, work dropped
+past REQUEST_TIMEOUT_MS."""
 
 from __future__ import annotations
 
@@ -12,12 +13,12 @@ import numpy as np
 import pytest
 
 from bench.llm_server import LlmServer
-from shared.admission import Admission
+from shared.admission import INTERVAL_S, Admission
 from shared.build import ServiceHolder
 from shared.errors import DeadlineExceeded, Overloaded
 from shared.http import create_app
 from shared.service import ScoringService
-from shared.settings import ReviewPolicy, Settings
+from shared.settings import AdmissionPolicy, ReviewPolicy, Settings
 from tests.conftest import event
 from tests.openapi_check import answer_problems
 
@@ -27,53 +28,191 @@ V2_BODY = {"inputs": [{"name": "features", "shape": [1, 4], "datatype": "FP32", 
 # -- the object ----------------------------------------------------------------------------
 
 
-def test_past_the_limit_a_request_is_refused_at_once_and_a_leave_frees_a_slot() -> None:
-    admission = Admission(limit=2, timeout_s=1.0)
-    admission.enter()
-    admission.enter()
+def _admission(**policy: float) -> Admission:
+    return Admission(AdmissionPolicy(**policy))  # type: ignore[arg-type]
+
+
+async def _holding(admission: Admission, n: int) -> None:
+    for _ in range(n):
+        await admission.take()
+
+
+async def test_a_request_past_the_slots_waits_its_turn_instead_of_being_refused() -> None:
+    admission = _admission(max_inflight=2, max_queue_wait_ms=5000)
+    await _holding(admission, 2)
+    third = asyncio.create_task(admission.take())
+    await asyncio.sleep(0.01)
+    assert not third.done() and admission.waiting == 1
+    admission.leave()  # NOTE: the slot passes to the waiter: still two in the work
+    await third
+    assert admission.inflight == 2 and admission.waiting == 0
+    assert admission.describe().items() >= {"admitted": 3, "waited": 1, "shed": 0}.items()
+    assert admission.problem() == ""
+
+
+async def test_a_wait_past_max_queue_wait_is_refused_with_retry_after() -> None:
+    admission = _admission(max_inflight=1, max_queue_wait_ms=20, queue_target_ms=20)
+    await admission.take()
+    started = time.monotonic()
     with pytest.raises(Overloaded) as refused:
-        admission.enter()
+        await admission.take()
+    assert time.monotonic() - started >= 0.019
     assert refused.value.status == 503 and refused.value.retry_after_s == 1.0
-    assert "MAX_INFLIGHT 2" in refused.value.detail
+    assert "no slot within 20 ms" in refused.value.detail and "MAX_INFLIGHT 1" in refused.value.detail
+    assert admission.shed == 1 and admission.waiting == 0 and admission.problem().startswith("overloaded")
     admission.leave()
-    admission.enter()
-    assert admission.describe().items() >= {"inflight": 2, "admitted": 3, "shed": 1}.items()
-    assert admission.problem().startswith("overloaded")
+    assert admission.inflight == 0
+
+
+async def test_past_max_queued_an_arrival_is_refused_at_once() -> None:
+    admission = _admission(max_inflight=1, max_queued=2, max_queue_wait_ms=5000)
+    await admission.take()
+    waiting = [asyncio.create_task(admission.take()) for _ in range(2)]
+    await asyncio.sleep(0)
+    assert admission.refuses() and admission.shed == 1
+    with pytest.raises(Overloaded, match="MAX_QUEUED 2"):
+        await admission.take()
+    for _ in waiting:
+        admission.leave()
+    await asyncio.gather(*waiting)
+    assert admission.inflight == 1 and admission.shed == 2
+
+
+async def test_a_standing_queue_cuts_the_wait_to_the_target() -> None:
+    """Waits past QUEUE_TARGET_MS for a whole interval are overload, not a burst: from then on a
+    request waits at most QUEUE_TARGET_MS, until the queue empties."""
+    admission = _admission(max_inflight=1, max_queue_wait_ms=10_000, queue_target_ms=50)
+    await admission.take()
+    first = asyncio.create_task(admission.take())
+    await asyncio.sleep(0.06)
+    second = asyncio.create_task(admission.take())
+    await asyncio.sleep(0)
+    admission.leave()  # NOTE: `first` waited past the target: the interval starts
+    await first
+    assert not admission.standing(), "one late waiter is a burst"
+    await asyncio.sleep(INTERVAL_S * 1.2)
+    third = asyncio.create_task(admission.take())
+    await asyncio.sleep(0)
+    admission.leave()  # NOTE: `second` waited past the target too, a whole interval later
+    await second
+    assert admission.standing()
+    started = time.monotonic()
+    with pytest.raises(Overloaded, match="no slot within 50 ms"):
+        await third
+    assert time.monotonic() - started < 5, "the target, not MAX_QUEUE_WAIT_MS, bounded the wait"
+    assert not admission.standing(), "an empty queue stands no more"
+    late = asyncio.create_task(admission.take())
+    await asyncio.sleep(0.06)
+    assert not late.done(), "the full wait is back"
+    admission.leave()
+    await late
+    admission.leave()
+    assert admission.inflight == 0 and admission.shed == 1
+
+
+async def test_a_queue_that_cannot_drain_in_time_refuses_at_arrival() -> None:
+    """The wait a newcomer would have (the waiters ahead times the interval between slots freed)
+    over what it may wait: refused at once, before any wait."""
+    admission = _admission(max_inflight=1, max_queue_wait_ms=100, queue_target_ms=100)
+    await admission.take()
+    for _ in range(40):  # NOTE: slots freed about 5 ms apart (more on a slow machine: more refusals)
+        waiter = asyncio.create_task(admission.take())
+        await asyncio.sleep(0.005)
+        admission.leave()
+        await waiter
+    arrivals = [asyncio.create_task(admission.take()) for _ in range(40)]
+    await asyncio.sleep(0)
+    refused = [a for a in arrivals if a.done()]
+    assert refused and all(isinstance(a.exception(), Overloaded) for a in refused)
+    assert "ms apart" in str(refused[0].exception())
+    assert admission.waiting == 40 - len(refused) and admission.shed == len(refused)
+    for _ in range(admission.waiting):
+        admission.leave()
+    await asyncio.gather(*arrivals, return_exceptions=True)
+    admission.leave()
+    assert admission.inflight == 0
+
+
+async def test_a_burst_that_drains_refuses_nothing() -> None:
+    admission = _admission(max_inflight=4, max_queued=256, max_queue_wait_ms=10_000)
+
+    async def request() -> None:
+        async with admission.admitted():
+            await asyncio.sleep(0.001)
+
+    await asyncio.gather(*(request() for _ in range(200)))
+    assert admission.shed == 0 and admission.total_admitted == 200 and admission.waited > 0
+    assert admission.inflight == 0 and admission.waiting == 0
+
+
+async def test_a_waiter_cancelled_from_outside_leaves_the_queue_and_the_slot_passes_on() -> None:
+    admission = _admission(max_inflight=1, max_queue_wait_ms=10_000)
+    await admission.take()
+    gone = asyncio.create_task(admission.take())
+    after = asyncio.create_task(admission.take())
+    await asyncio.sleep(0)
+    gone.cancel()
+    await asyncio.sleep(0)
+    assert admission.waiting == 1
+    admission.leave()
+    await after
+    assert gone.cancelled() and admission.inflight == 1
+    admission.leave()
+    assert admission.inflight == 0
+
+
+async def test_a_waiter_cancelled_as_its_slot_arrives_passes_the_slot_on() -> None:
+    admission = _admission(max_inflight=1, max_queue_wait_ms=10_000)
+    await admission.take()
+    cancelled = asyncio.create_task(admission.take())
+    await asyncio.sleep(0)
+    admission.leave()  # NOTE: the slot is handed over, and in the same tick the waiter is cancelled
+    cancelled.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    assert admission.inflight == 0 and admission.waiting == 0
 
 
 def test_a_limit_of_zero_is_no_cap() -> None:
-    admission = Admission(limit=0, timeout_s=1.0)
+    admission = _admission(max_inflight=0)
     for _ in range(10_000):
-        admission.enter()
-    assert admission.inflight == 10_000 and admission.shed == 0 and admission.problem() == ""
+        assert not admission.refuses()
+    assert admission.shed == 0 and admission.problem() == ""
 
 
 async def test_work_past_its_deadline_is_cancelled_and_told() -> None:
-    admission = Admission(limit=4, timeout_s=0.05)
+    admission = _admission(max_inflight=4, request_timeout_ms=50)
     finished = False
 
     async def slow() -> None:
         nonlocal finished
-        await asyncio.sleep(5)
+        async with admission.admitted():
+            await asyncio.sleep(5)
         finished = True
 
     started = time.monotonic()
     with pytest.raises(DeadlineExceeded) as late:
-        await admission.within(slow())
+        await slow()
     assert time.monotonic() - started < 1.0 and not finished
     assert late.value.grpc_status == "DEADLINE_EXCEEDED" and late.value.retry_after_s == 1.0
-    assert admission.timed_out == 1 and admission.deadlines.armed == 0
-    assert await admission.within(asyncio.sleep(0, "on time")) == "on time"
+    assert admission.timed_out == 1 and admission.deadlines.armed == 0 and admission.inflight == 0
+    async with admission.admitted():
+        assert await asyncio.sleep(0, "on time") == "on time"
 
 
 async def test_a_cancellation_that_is_not_the_deadline_stays_a_cancellation() -> None:
-    admission = Admission(limit=4, timeout_s=5.0)
-    task = asyncio.create_task(admission.within(asyncio.sleep(5)))
+    admission = _admission(max_inflight=4, request_timeout_ms=5000)
+
+    async def work() -> None:
+        async with admission.admitted():
+            await asyncio.sleep(5)
+
+    task = asyncio.create_task(work())
     await asyncio.sleep(0.01)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert admission.timed_out == 0 and admission.deadlines.armed == 0
+    assert admission.timed_out == 0 and admission.deadlines.armed == 0 and admission.inflight == 0
 
 
 # -- through the HTTP app --------------------------------------------------------------------
@@ -98,33 +237,34 @@ async def _app(settings: Settings) -> AsyncIterator[tuple[httpx.AsyncClient, Sco
 
 @pytest.fixture
 async def capped(settings: Settings) -> AsyncIterator[tuple[httpx.AsyncClient, ScoringService]]:
-    async for pair in _app(dataclasses.replace(settings, max_inflight=2)):
+    """Two slots and no room to wait: the third request in the work is refused at once."""
+    policy = AdmissionPolicy(max_inflight=2, max_queued=0)
+    async for pair in _app(dataclasses.replace(settings, admission=policy)):
         yield pair
 
 
-@pytest.mark.parametrize(
-    ("path", "body"),
-    [
-        ("/api/score", event(note="")),
-        ("/api/score/", event(note="")),
-        ("/api/models/fraud/score", event(note="")),
-        ("/api/score/batch", {"events": [event(note="")]}),
-        ("/v2/models/fraud/infer", V2_BODY),
-    ],
-)
+SCORING_ROUTES = [
+    ("/api/score", event(note="")),
+    ("/api/score/", event(note="")),
+    ("/api/models/fraud/score", event(note="")),
+    ("/api/score/batch", {"events": [event(note="")]}),
+    ("/v2/models/fraud/infer", V2_BODY),
+]
+
+
+@pytest.mark.parametrize(("path", "body"), SCORING_ROUTES)
 async def test_every_scoring_route_sheds_with_a_503_and_retry_after_when_full(
     capped: tuple[httpx.AsyncClient, ScoringService], path: str, body: object
 ) -> None:
     client, core = capped
     assert (await client.post(path, json=body)).status_code == 200
-    core.admission.enter()  # NOTE: two requests in the work (the public way in: as a request takes a slot)
-    core.admission.enter()
+    await _holding(core.admission, 2)  # NOTE: two requests in the work (the public way in: as a request takes a slot)
     started = time.perf_counter()
     refused = await client.post(path, json=body)
     assert time.perf_counter() - started < 0.5
     assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
     assert refused.headers["content-type"] == "application/json"
-    assert refused.json()["error"] == "overloaded" if not path.startswith("/v2") else "MAX_INFLIGHT" in refused.text
+    assert refused.json()["error"] == "overloaded" if not path.startswith("/v2") else "MAX_QUEUED" in refused.text
     document = (await client.get("/api/openapi.json")).json()
     assert answer_problems(document, "POST", path, 503, refused.headers["content-type"], refused.content) == []
     ready = await client.get("/api/health/ready")
@@ -136,10 +276,25 @@ async def test_every_scoring_route_sheds_with_a_503_and_retry_after_when_full(
     assert stats["shed"] == 1 and stats["inflight"] == 1 and stats["max_inflight"] == 2
 
 
+@pytest.mark.parametrize(("path", "body"), SCORING_ROUTES)
+async def test_every_scoring_route_waits_for_a_slot_and_then_answers(
+    settings: Settings, path: str, body: object
+) -> None:
+    policy = AdmissionPolicy(max_inflight=1, max_queue_wait_ms=10_000, queue_target_ms=10_000)
+    async for client, core in _app(dataclasses.replace(settings, admission=policy)):
+        await core.admission.take()
+        answer = asyncio.create_task(client.post(path, json=body))
+        while core.admission.waiting == 0:
+            await asyncio.sleep(0.002)
+        core.admission.leave()  # NOTE: the request in the work ends: the waiting one takes its slot
+        assert (await answer).status_code == 200
+        stats = (await client.get("/api/stats")).json()["admission"]
+        assert stats["shed"] == 0 and stats["waited"] == 1 and stats["inflight"] == 0
+
+
 async def test_refusals_show_in_the_metrics(capped: tuple[httpx.AsyncClient, ScoringService]) -> None:
     client, core = capped
-    core.admission.enter()
-    core.admission.enter()
+    await _holding(core.admission, 2)
     for _ in range(3):
         assert (await client.post("/api/score", json=event())).status_code == 503
     text = (await client.get("/api/metrics")).text
@@ -155,16 +310,19 @@ def _slow_review(settings: Settings, llm: LlmServer, **overrides: object) -> Set
     return dataclasses.replace(settings, review=review, **overrides)  # type: ignore[arg-type]
 
 
-async def test_requests_in_the_work_hold_their_slots_and_the_next_is_shed(settings: Settings, llm: LlmServer) -> None:
+async def test_requests_in_the_work_hold_their_slots_and_the_next_waits_then_is_refused(
+    settings: Settings, llm: LlmServer
+) -> None:
     llm.behaviour.delay_s = 0.5
-    async for client, core in _app(_slow_review(settings, llm, max_inflight=2)):
+    policy = AdmissionPolicy(max_inflight=2, max_queue_wait_ms=50, queue_target_ms=50)
+    async for client, core in _app(_slow_review(settings, llm, admission=policy)):
         held = [asyncio.create_task(client.post("/api/score", json=event(event_id=f"held-{i}"))) for i in range(2)]
         while core.admission.inflight < 2:
             await asyncio.sleep(0.005)
         started = time.perf_counter()
         refused = await client.post("/api/score", json=event(event_id="third"))
         assert refused.status_code == 503 and refused.json()["error"] == "overloaded"
-        assert time.perf_counter() - started < 0.3, "a refusal does not wait for the work in progress"
+        assert 0.049 <= time.perf_counter() - started < 0.4, "it waited MAX_QUEUE_WAIT_MS, not for the work"
         for answer in await asyncio.gather(*held):
             assert answer.status_code == 200 and answer.json()["review"]["status"] == "done"
         assert core.admission.inflight == 0
@@ -172,7 +330,7 @@ async def test_requests_in_the_work_hold_their_slots_and_the_next_is_shed(settin
 
 async def test_work_past_request_timeout_is_dropped_and_the_caller_told(settings: Settings, llm: LlmServer) -> None:
     llm.behaviour.delay_s = 2.0
-    async for client, core in _app(_slow_review(settings, llm, request_timeout_ms=200)):
+    async for client, core in _app(_slow_review(settings, llm, admission=AdmissionPolicy(request_timeout_ms=200))):
         started = time.perf_counter()
         late = await client.post("/api/score", json=event(event_id="late"))
         waited = time.perf_counter() - started
@@ -199,30 +357,6 @@ async def test_the_batcher_queue_is_bounded(settings: Settings) -> None:
         assert refused and len(refused) <= 40 - 8
         assert all(not isinstance(d, BaseException) for d in done if not isinstance(d, Overloaded)), done
         assert loaded.describe()["shed"] == len(refused)
-
-
-async def test_a_standing_event_loop_lag_sheds_until_it_clears() -> None:
-    """MAX_LOOP_LAG_MS: while the loop runs every timer late (a standing queue), refuse; a lone burst does not."""
-    admission = Admission(limit=0, timeout_s=1.0, max_lag_s=0.005)
-    watch = asyncio.create_task(admission.watch())
-    try:
-        await asyncio.sleep(0.05)
-        assert not admission.congested and not admission.refuses()
-        blocked_until = time.monotonic() + 0.15
-        while time.monotonic() < blocked_until:  # NOTE: the loop busy 20 ms at a time, as under overload
-            time.sleep(0.02)
-            await asyncio.sleep(0)
-        assert admission.congested and admission.refuses() and admission.lag_s > 0.005
-        assert not admission.refuses(lag=False), "a batch (slots only) is still admitted: it is the cheapest work"
-        admission.enter()
-        admission.leave()
-        deadline = time.monotonic() + 2
-        while admission.congested:
-            assert time.monotonic() < deadline, "the shedding never stopped once the loop was idle"
-            await asyncio.sleep(0.01)
-        admission.enter()
-    finally:
-        watch.cancel()
 
 
 async def test_the_queue_path_waits_out_a_full_model_queue_instead_of_failing_the_batch(settings: Settings) -> None:

@@ -200,7 +200,9 @@ var serviceSettings = [
   { name: 'MAX_MODEL_BYTES', value: '268435456' }
   { name: 'BODY_TIMEOUT_MS', value: '5000' }
   { name: 'MAX_INFLIGHT', value: '16' }
-  { name: 'MAX_LOOP_LAG_MS', value: '20' }
+  { name: 'MAX_QUEUED', value: '256' }
+  { name: 'MAX_QUEUE_WAIT_MS', value: '20' }
+  { name: 'QUEUE_TARGET_MS', value: '5' }
   { name: 'REQUEST_TIMEOUT_MS', value: '2000' }
   { name: 'MODELS_KEEP_VERSIONS', value: '2' }
   { name: 'GC_GEN0_THRESHOLD', value: '50000' }
