@@ -72,7 +72,14 @@ async def build_service(settings: Settings) -> ScoringService:
     registry = ModelRegistry(
         source, settings.ort, settings.batch, settings.models_keep_versions, predictions, catalogue=features.catalogue
     )
-    rollout = Rollout(registry, source, redis, poll_s=settings.model_poll_s)
+    control = None
+    if settings.redis_url:
+        from shared.control import RedisControlStore
+
+        control = RedisControlStore.from_url(
+            settings.redis_url, prefix=settings.redis_prefix, use_entra=settings.redis_use_entra
+        )
+    rollout = Rollout(registry, source, control, poll_s=settings.model_poll_s)
     from shared.ensembles import Ensembles
 
     ensembles = Ensembles(registry, source, settings.ort, settings.batch.max_size)

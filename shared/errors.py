@@ -16,6 +16,7 @@
     ├── ModelSourceError          503 model_source      UNAVAILABLE        (retry)
     ├── Unavailable               503 unavailable       UNAVAILABLE        (queue: retry)
     │   ├── ResultStoreDown       503 result_store_down UNAVAILABLE        (queue: retry; nothing published)
+    │   ├── ControlStoreDown      503 control_store_down UNAVAILABLE       (a pin or model record not kept; nothing changed)
     │   ├── PublishFailed         503 publish_failed    UNAVAILABLE        (queue: retry; stored result republished)
     │   ├── BatchIncomplete       503 batch_incomplete  UNAVAILABLE        (queue: the host redelivers the batch)
     │   ├── Overloaded            503 overloaded        UNAVAILABLE        (shed at once, Retry-After; queue: retry)
@@ -46,6 +47,7 @@ __all__ = [
     "BatchShapeError",
     "BatcherClosed",
     "BodyTimeout",
+    "ControlStoreDown",
     "DeadlineExceeded",
     "InferenceFailed",
     "InvalidEvent",
@@ -160,6 +162,13 @@ class ResultStoreDown(Unavailable):
     """The idempotency store (Redis) did not answer: nothing is scored or published for it."""
 
     code = "result_store_down"
+
+
+class ControlStoreDown(Unavailable):
+    """The fleet's control records (Redis) could not be read or written: a pin, a release or a
+    version record was not kept, so nothing was changed; the caller may try again."""
+
+    code = "control_store_down"
 
 
 class PublishFailed(Unavailable):

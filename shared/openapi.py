@@ -461,7 +461,7 @@ def _api(max_batch_items: int) -> dict[str, Schema]:
                             **JSON_BODY,
                             404: ["model_not_found", "not_found"],
                             422: ["invalid_event", "model_invalid"],
-                            503: UNREADY,
+                            503: [*UNREADY, "control_store_down"],
                         }
                     ),
                 },
@@ -472,7 +472,10 @@ def _api(max_batch_items: int) -> dict[str, Schema]:
                 "model_release",
                 "Release the pin: the newest version serves again, everywhere",
                 "models",
-                {"200": model, **_api_errors({404: ["model_not_found", "not_found"], 503: UNREADY})},
+                {
+                    "200": model,
+                    **_api_errors({404: ["model_not_found", "not_found"], 503: [*UNREADY, "control_store_down"]}),
+                },
                 params=["name"],
             ),
         },

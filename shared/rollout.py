@@ -14,8 +14,14 @@ through its registry (validate, warm, swap); an echo of a version it already ser
 no-op. Pins (`models:pin:{name}`) are kept in Redis too, so they survive restarts and hold
 on every replica until released.
 
-Control records carry no TTL on purpose: under volatile-lru only keys with a TTL are
-evicted, so a pin is never lost to cache pressure (they are a few bytes per model).
+The records live in the control store (shared/control.py), whose writes raise: a pin, a
+release or a version record that Redis did not keep is a 503 naming Redis, and nothing
+changes on this replica that it could not announce. A release is a record too (`version`
+null), not a deletion, so a *missing* pin record means "lost" (a FLUSHDB, a failover to an
+empty replica), never "released": a replica that holds a pin whose record is gone writes
+it back, and one that serves a version newer than a lost `latest` record writes that
+back, and readiness says so. Records carry no TTL: under volatile-lru only keys with a
+TTL are evicted, so cache pressure never removes one (they are a few bytes per model).
 """
 
 from __future__ import annotations
@@ -27,8 +33,8 @@ from typing import Any
 
 import orjson
 
-from shared.cache.tier import L2Tier
-from shared.errors import ModelInvalid, ModelNotFound, ScoringError
+from shared.control import ControlStore
+from shared.errors import ControlStoreDown, ModelInvalid, ModelNotFound, ScoringError
 from shared.models.source import ModelRef, ModelSource, check_ref, version_key
 from shared.registry import ModelRegistry
 from shared.serving import LoadedModel
@@ -38,6 +44,7 @@ __all__ = ["WATCH_S", "Rollout", "latest_key", "pin_key"]
 log = logging.getLogger(__name__)
 
 WATCH_S = 1.0  # how often a replica reads the fleet's model records
+RECENT_S = 60.0  # readiness names a restored record this long
 
 
 def latest_key(name: str) -> str:
@@ -55,59 +62,82 @@ class Rollout:
         self,
         registry: ModelRegistry,
         source: ModelSource,
-        l2: L2Tier | None,
+        control: ControlStore | None,
         *,
         poll_s: float,
         watch_s: float = WATCH_S,
     ) -> None:
         self._registry = registry
         self._source = source
-        self._l2 = l2
+        self._control = control
         self._poll_s = poll_s
         self._watch_s = watch_s
         self.converged_at: dict[str, float] = {}  # name -> when this replica last changed what it serves
+        self._restored: tuple[str, float] | None = None  # the last record written back, and when
 
     # -- what the core calls ---------------------------------------------------------
 
     async def restore_pins(self) -> None:
-        """Before the first load: the pins the fleet keeps in Redis apply here too."""
-        if self._l2 is None:
+        """Before the first load: the pins the fleet keeps apply here too.
+
+        With the store down, this replica starts on the newest versions, says so in readiness,
+        and applies the pins as soon as its watch reads them.
+        """
+        if self._control is None:
             return
         refs = await asyncio.to_thread(self._source.list)
-        for name in sorted({ref.name for ref in refs}):
-            pin = await self._record(pin_key(name))
-            if pin is not None:
+        names = sorted({ref.name for ref in refs})
+        try:
+            pins = await self._records([pin_key(name) for name in names])
+        except ControlStoreDown as exc:
+            log.error("the fleet's pins are unknown at start, serving the newest versions: %s", exc.detail)
+            return
+        for name, pin in zip(names, pins, strict=True):
+            if pin is not None and pin.get("version") is not None:
                 self._registry.pins[name] = str(pin["version"])
 
     async def installed(self, loaded: LoadedModel) -> None:
-        """A version was installed here from an upload: tell the others."""
-        await self._announce("activated", loaded.name, loaded.version, loaded.fingerprint)
+        """A version was installed here from an upload: tell the others (`ControlStoreDown` if not kept)."""
+        if self._control is not None:
+            await self._control.write(latest_key(loaded.name), _latest(loaded))
 
     async def pin(self, name: str, version: str) -> LoadedModel:
-        """Serve `version` of `name` on every replica until released (loaded from the source if need be)."""
+        """Serve `version` of `name` on every replica until released (loaded from the source if need be).
+
+        The record is written first: if the store does not keep it, this raises and nothing
+        serves differently here either.
+        """
         check_ref(name, version)
         await self._ensure_loaded(name, version)
-        loaded = await self._registry.pin(name, version)
-        if self._l2 is not None:
-            self._l2.put(pin_key(name), orjson.dumps({"version": version, "at": time.time()}), None)
-            await self._l2.flush()
-        await self._announce("pinned", name, version, loaded.fingerprint)
-        return loaded
+        if self._control is not None:
+            await self._control.write(pin_key(name), _pin(version))
+        return await self._registry.pin(name, version)
 
     async def unpin(self, name: str) -> LoadedModel:
-        """Release a pin everywhere: the newest version serves again."""
-        loaded = await self._registry.unpin(name)
-        if self._l2 is not None:
-            await self._l2.delete(pin_key(name))
-        await self._announce("unpinned", name, loaded.version, loaded.fingerprint)
-        return loaded
+        """Release a pin everywhere: the newest version serves again (record first, as for `pin`)."""
+        self._registry.active(name)  # NOTE: ModelNotFound before any record is written
+        if self._control is not None:
+            await self._control.write(pin_key(name), _pin(None))
+        return await self._registry.unpin(name)
+
+    async def aclose(self) -> None:
+        if self._control is not None:
+            await self._control.aclose()
+
+    def problem(self) -> str | None:
+        """What readiness lists: the control store failing, or a lost record written back lately."""
+        if self._control is not None and (failing := self._control.problem()) is not None:
+            return failing
+        if self._restored is not None and time.monotonic() - self._restored[1] <= RECENT_S:
+            return f"control: {self._restored[0]}"
+        return None
 
     # -- the background job -------------------------------------------------------------
 
     async def run(self) -> None:
         """Follow the fleet's records and poll the source, until cancelled."""
         async with asyncio.TaskGroup() as group:
-            if self._l2 is not None:
+            if self._control is not None:
                 group.create_task(self._watch_forever())
             if self._poll_s > 0:
                 group.create_task(self._poll_forever())
@@ -133,6 +163,8 @@ class Rollout:
             await asyncio.sleep(self._poll_s)
             try:
                 await self.poll_once()
+            except ScoringError as exc:  # NOTE: the store or the source said no; the next tick retries
+                log.warning("model poll incomplete: %s", exc.detail)
             except Exception:  # NOTE: a source hiccup must not end polling; the next tick retries
                 log.warning("model poll failed", exc_info=True)
 
@@ -142,6 +174,8 @@ class Rollout:
             for name in self._registry.names():
                 try:
                     await self._reconcile(name)
+                except ControlStoreDown:
+                    break  # NOTE: readiness says so (`problem`); the next tick retries every name
                 except ScoringError as exc:  # NOTE: a bad record or file is logged; the next read retries
                     log.warning("model record for %s not applied: %s", name, exc.detail)
 
@@ -163,17 +197,36 @@ class Rollout:
             self._changed(name)
 
     async def _reconcile(self, name: str) -> None:
-        """Apply the durable records this replica may have missed while away."""
-        if self._l2 is None:
+        """Apply the durable records this replica may have missed while away; write back lost ones."""
+        if self._control is None:
             return
-        latest = await self._record(latest_key(name))
+        latest, pin = await self._records([latest_key(name), pin_key(name)])
         if latest is not None:
             await self._apply({"kind": "activated", **latest})
-        pin = await self._record(pin_key(name))
-        if pin is not None and self._registry.pins.get(name) != str(pin["version"]):
+        else:
+            await self._write_back_latest(name)
+        held = self._registry.pins.get(name)
+        if pin is None:
+            if held is not None and await self._control.write_if_absent(pin_key(name), _pin(held)):
+                self._wrote_back(f"the pin of {name!r} (version {held}) was missing from Redis; written back")
+        elif pin.get("version") is None:
+            if held is not None:
+                await self._apply({"kind": "unpinned", "name": name, "version": held})
+        elif held != str(pin["version"]):
             await self._apply({"kind": "pinned", "name": name, "version": pin["version"]})
-        elif pin is None and name in self._registry.pins:
-            await self._apply({"kind": "unpinned", "name": name, "version": self._registry.pins[name]})
+
+    async def _write_back_latest(self, name: str) -> None:
+        assert self._control is not None  # noqa: S101 narrows the type for mypy; the caller checked
+        versions = self._registry.loaded_versions(name)
+        if not versions:
+            return
+        newest = self._registry.active(name, versions[-1])
+        if await self._control.write_if_absent(latest_key(name), _latest(newest)):
+            self._wrote_back(f"the newest-version record of {name!r} was missing from Redis; written back")
+
+    def _wrote_back(self, what: str) -> None:
+        log.warning("%s", what)
+        self._restored = (what, time.monotonic())
 
     # -- helpers ------------------------------------------------------------------------
 
@@ -200,19 +253,25 @@ class Rollout:
     def _changed(self, name: str) -> None:
         self.converged_at[name] = time.time()
 
-    async def _announce(self, kind: str, name: str, version: str, fingerprint: str) -> None:
-        if self._l2 is None:
-            return
-        if kind == "activated":
-            record = {"name": name, "version": version, "fingerprint": fingerprint, "at": time.time()}
-            self._l2.put(latest_key(name), orjson.dumps(record), None)
-            await self._l2.flush()
+    async def _records(self, keys: list[str]) -> list[dict[str, Any] | None]:
+        assert self._control is not None  # noqa: S101 narrows the type for mypy; an invariant, never an input check
+        return [_decoded(payload) for payload in await self._control.read(keys)]
 
-    async def _record(self, key: str) -> dict[str, Any] | None:
-        assert self._l2 is not None  # noqa: S101 narrows the type for mypy; an invariant, never an input check
-        payload = await self._l2.get(key)
-        try:
-            record = orjson.loads(payload) if payload else None
-        except orjson.JSONDecodeError:
-            return None
-        return record if isinstance(record, dict) else None
+
+def _decoded(payload: bytes | None) -> dict[str, Any] | None:
+    try:
+        record = orjson.loads(payload) if payload else None
+    except orjson.JSONDecodeError:
+        return None  # NOTE: a corrupt record reads as absent
+    return record if isinstance(record, dict) else None
+
+
+def _latest(loaded: LoadedModel) -> bytes:
+    return orjson.dumps(
+        {"name": loaded.name, "version": loaded.version, "fingerprint": loaded.fingerprint, "at": time.time()}
+    )
+
+
+def _pin(version: str | None) -> bytes:
+    """A pin record; `None`: released (a record too, so that a missing one means lost)."""
+    return orjson.dumps({"version": version, "at": time.time()})

@@ -163,6 +163,8 @@ class ScoringService:
 
     async def aclose(self) -> None:
         await self.background.aclose()
+        if self._rollout is not None:
+            await self._rollout.aclose()
         if self._reviewer is not None:
             await self._reviewer.aclose()
         await self._registry.aclose()
@@ -225,6 +227,8 @@ class ScoringService:
         if self._l2 is not None:
             reasons.append(self._l2.problem())
         reasons.append(self._registry.source.problem())
+        if self._rollout is not None:
+            reasons.append(self._rollout.problem())
         if self._reviewer is not None:
             reasons.append(self._reviewer.problem())
         share = self._recent_defaulted

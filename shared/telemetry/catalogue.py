@@ -37,7 +37,7 @@ AGE_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 30
 BATCH_BUCKETS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
 TOKEN_BUCKETS = (16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0)
 # What readiness can list as degraded (each reason starts with one): always reported, 0 when well.
-DEGRADED_COMPONENTS = ("features", "models", "overloaded", "queue", "redis", "reviews")
+DEGRADED_COMPONENTS = ("control", "features", "models", "overloaded", "queue", "redis", "reviews")
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +82,7 @@ CATALOGUE: tuple[Spec, ...] = (
         "scoring.degraded",
         "gauge",
         "1",
-        "1 while readiness lists the component as degraded (features, models, overloaded, queue, redis, reviews), else 0",
+        "1 while readiness lists the component as degraded (control, features, models, overloaded, queue, redis, reviews), else 0",
         ("scoring.component",),
     ),
     Spec(

@@ -1,0 +1,120 @@
+"""Control writes report the truth: a pin or release that Redis did not keep is a 503 naming Redis.
+
+Two replicas over one redis-server of the test's own (stopped, slowed through a proxy, or
+flushed) and one model directory holding versions 1 and 2: version 2 serves until a pin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import orjson
+from redis.asyncio import Redis
+
+from shared.rollout import pin_key
+from shared.settings import Settings
+from tests.faults.conftest import over_redis, seeded
+from tests.faults.proxy import Proxy
+from tests.faults.rig import Replica, eventually
+from tests.faults.servers import RedisServer
+from tests.onnx_models import make_model
+
+Replicas = Callable[[Settings], Replica]
+OwnRedis = Callable[..., RedisServer]
+
+
+def two_versions(models_dir: Path) -> None:
+    (models_dir / "fraud" / "2").mkdir(parents=True)
+    (models_dir / "fraud" / "2" / "model.onnx").write_bytes(make_model(bias=-21.0))
+
+
+async def fleet(settings: Settings, url: str, replicas: Replicas, models_dir: Path) -> tuple[Replica, Replica]:
+    two_versions(models_dir)
+    shared = over_redis(settings, await seeded(url))
+    a, b = replicas(shared), replicas(shared)
+    await a.start()
+    await b.start()
+    return a, b
+
+
+async def pinned(replica: Replica) -> object:
+    [model] = (await replica.client.get("/api/models")).json()["models"]
+    return model["pinned"], model["active_version"]
+
+
+async def activate(replica: Replica, version: str) -> httpx.Response:
+    return await replica.client.post("/api/models/fraud/activate", json={"version": version})
+
+
+async def test_a_pin_with_redis_down_is_a_503_naming_redis_and_changes_nothing(
+    settings: Settings, own_redis: OwnRedis, replicas: Replicas, models_dir: Path
+) -> None:
+    redis = own_redis()
+    a, b = await fleet(settings, redis.url, replicas, models_dir)
+    assert await pinned(a) == (None, "2")
+    await asyncio.to_thread(redis.kill)
+
+    refused = await activate(a, "1")
+    assert refused.status_code == 503, refused.text
+    assert refused.json()["error"] == "control_store_down" and "redis" in refused.json()["detail"]
+    assert await pinned(a) == (None, "2"), "nothing changed here that the fleet was not told"
+    assert any(d.startswith("control: redis") for d in await a.degraded())
+    release = await a.client.delete("/api/models/fraud/activate")
+    assert release.status_code == 503 and release.json()["error"] == "control_store_down"
+
+    await asyncio.to_thread(redis.start)
+    kept = await activate(a, "1")
+    assert kept.status_code == 200 and kept.json()["pinned"] == "1"
+    record = await Redis.from_url(redis.url).get(pin_key("fraud"))
+    assert record is not None and orjson.loads(record)["version"] == "1"
+
+    async def b_follows() -> bool:
+        return await pinned(b) == ("1", "1")
+
+    await eventually(b_follows, 15.0, "the other replica following the pin")
+
+
+async def test_a_pin_with_redis_slow_is_a_503_within_the_store_deadline(
+    settings: Settings, own_redis: OwnRedis, replicas: Replicas, models_dir: Path
+) -> None:
+    redis = own_redis()
+    with Proxy(("127.0.0.1", redis.port)) as proxy:
+        a, _ = await fleet(settings, f"redis://127.0.0.1:{proxy.port}/0", replicas, models_dir)
+        proxy.mode("delay", delay_s=3.0)
+        refused = await activate(a, "1")
+        assert refused.status_code == 503 and refused.json()["error"] == "control_store_down"
+        assert "TimeoutError" in refused.json()["detail"]
+        proxy.mode("pass")
+        assert await pinned(a) == (None, "2")
+
+
+async def test_a_pin_lost_to_a_flush_is_written_back_and_a_release_still_reaches_everyone(
+    settings: Settings, own_redis: OwnRedis, replicas: Replicas, models_dir: Path
+) -> None:
+    redis = own_redis()
+    a, b = await fleet(settings, redis.url, replicas, models_dir)
+    assert (await activate(a, "1")).status_code == 200
+
+    async def both(state: tuple[object, str]) -> bool:
+        return await pinned(a) == state and await pinned(b) == state
+
+    await eventually(lambda: both(("1", "1")), 15.0, "the pin on both replicas")
+    client = Redis.from_url(redis.url)
+    await client.flushdb()  # NOTE: every record gone: a missing pin means "lost", never "released"
+
+    async def written_back() -> bool:
+        record = await client.get(pin_key("fraud"))
+        return record is not None and orjson.loads(record)["version"] == "1"
+
+    await eventually(written_back, 15.0, "the pin written back")
+    assert await both(("1", "1")), "the rollback held through the flush"
+    assert any("written back" in d for d in await a.degraded() + await b.degraded())
+
+    released = await a.client.delete("/api/models/fraud/activate")
+    assert released.status_code == 200 and released.json()["pinned"] is None
+    await eventually(lambda: both((None, "2")), 15.0, "the release on both replicas")
+    assert orjson.loads(await client.get(pin_key("fraud")) or b"{}")["version"] is None
+    await client.aclose()
