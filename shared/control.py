@@ -96,8 +96,8 @@ class RedisControlStore:
     async def read(self, keys: Sequence[str]) -> list[bytes | None]:
         if not keys:
             return []
-        values: list[bytes | None] = await self._call(self._client.mget([self._prefix + k for k in keys]))
-        return values
+        values = await self._call(self._client.mget([self._prefix + k for k in keys]))
+        return [v.encode() if isinstance(v, str) else v for v in values]  # NOTE: the client never decodes
 
     async def write(self, key: str, value: bytes) -> None:
         await self._call(self._client.set(self._prefix + key, value))
