@@ -39,6 +39,24 @@ hypothesis_settings.register_profile("long", max_examples=10_000, deadline=None,
 hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fast"))
 
 
+# C extensions that the main test process must never load (tests/oip/test_clients.py says why).
+ISOLATED_MODULES = ("gevent", "greenlet", "geventhttpclient")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Fail the run, before any test, if collecting it loaded what must stay in a child process."""
+    if os.environ.get("SCORING_TESTS_GEVENT") == "1":
+        return  # NOTE: the child process of tests/oip/test_clients.py, which exists to load them
+    import sys
+
+    loaded = [name for name in ISOLATED_MODULES if name in sys.modules]
+    if loaded:
+        raise pytest.UsageError(
+            f"the test process imported {', '.join(loaded)}: keep tritonclient.http in "
+            "tests/oip/v2_clients.py, which runs in a process of its own"
+        )
+
+
 def _unavailable(what: str) -> None:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"{what} is required under CI=true (run through `make test`)")
