@@ -18,6 +18,7 @@ from shared.settings import Settings
 
 if TYPE_CHECKING:
     from shared.cache.tier import L2Tier
+    from shared.control import ControlStore
     from shared.models.source import ModelSource
     from shared.review.client import ReviewClient
     from shared.review.prompt import Opinion
@@ -83,9 +84,17 @@ async def build_service(settings: Settings) -> ScoringService:
     from shared.ensembles import Ensembles
 
     ensembles = Ensembles(registry, source, settings.ort, settings.batch.max_size)
-    reviewer = build_reviewer(settings, redis) if settings.review.enabled else None
+    reviewer = build_reviewer(settings, redis, control) if settings.review.enabled else None
     service = ScoringService(
-        settings, registry, features, predictions, redis, reviewer=reviewer, rollout=rollout, ensembles=ensembles
+        settings,
+        registry,
+        features,
+        predictions,
+        redis,
+        reviewer=reviewer,
+        rollout=rollout,
+        ensembles=ensembles,
+        control=control,
     )
     if settings.telemetry:
         from shared.telemetry.setup import configure
@@ -108,8 +117,11 @@ async def build_service(settings: Settings) -> ScoringService:
     return service
 
 
-def build_reviewer(settings: Settings, redis: L2Tier | None, client: ReviewClient | None = None) -> Reviewer:
-    """The review of the uncertain tail (AZURE_OPENAI_ENDPOINT set): client, answer cache, store."""
+def build_reviewer(
+    settings: Settings, redis: L2Tier | None, control: ControlStore | None, client: ReviewClient | None = None
+) -> Reviewer:
+    """The review of the uncertain tail (AZURE_OPENAI_ENDPOINT set): client, answer cache (the cache
+    tier), store of outcomes (the store whose writes raise)."""
     from cachetools import TTLCache
 
     from shared.cache.tiered import TieredCache
@@ -134,7 +146,7 @@ def build_reviewer(settings: Settings, redis: L2Tier | None, client: ReviewClien
         policy,
         client or AzureOpenAIClient(policy, prompt),
         answers,
-        ReviewStore(redis, policy.result_ttl_s),
+        ReviewStore(control, policy.result_ttl_s),
         prompt,
     )
 

@@ -1,4 +1,4 @@
-"""The fleet's control records (pins, the newest version of each model): a store whose writes raise.
+"""Records the API reports as kept (pins, model records, reviews' outcomes): a store whose writes raise.
 
 The caches' tier turns every failure into a miss, which is right for a cache and wrong for
 a write the API reports as done: a pin that was never written would answer "pinned" while
@@ -6,8 +6,8 @@ the other replicas serve on. Here every call runs under a deadline and a failure
 `ControlStoreDown` (a 503 naming Redis), so the caller knows the record was not kept and
 changes nothing it could not announce.
 
-Records carry no TTL: under volatile-lru only keys with a TTL are evicted, so a flood of
-cache writes never evicts a pin. A FLUSHDB (or a failover to an empty replica) can still
+Control records carry no TTL: under volatile-lru only keys with a TTL are evicted, so a
+flood of cache writes never evicts a pin (reviews' outcomes carry their REVIEW_TTL_S). A FLUSHDB (or a failover to an empty replica) can still
 remove them; shared/rollout.py restores what it finds missing.
 
 `RedisControlStore` is the real store; `MemoryControlStore` is the fake for tests of other
@@ -38,7 +38,7 @@ class ControlStore(Protocol):
 
     async def read(self, keys: Sequence[str]) -> list[bytes | None]: ...
 
-    async def write(self, key: str, value: bytes) -> None: ...
+    async def write(self, key: str, value: bytes, ttl_s: float | None = None) -> None: ...
 
     async def write_if_absent(self, key: str, value: bytes) -> bool:
         """Store `value` unless `key` holds one; whether it was stored."""
@@ -64,7 +64,7 @@ class _Health:
         if failed_at is None or self.succeeded_at > failed_at or time.monotonic() - failed_at > RECENT_S:
             return None
         ago = time.monotonic() - failed_at
-        return f"control: redis {self.failure} {ago:.0f} s ago: pins and model records cannot be read or written"
+        return f"control: redis {self.failure} {ago:.0f} s ago: pins, model records and reviews cannot be kept"
 
 
 class RedisControlStore:
@@ -99,8 +99,9 @@ class RedisControlStore:
         values = await self._call(self._client.mget([self._prefix + k for k in keys]))
         return [v.encode() if isinstance(v, str) else v for v in values]  # NOTE: the client never decodes
 
-    async def write(self, key: str, value: bytes) -> None:
-        await self._call(self._client.set(self._prefix + key, value))
+    async def write(self, key: str, value: bytes, ttl_s: float | None = None) -> None:
+        px = max(1, int(ttl_s * 1000)) if ttl_s else None
+        await self._call(self._client.set(self._prefix + key, value, px=px))
 
     async def write_if_absent(self, key: str, value: bytes) -> bool:
         return bool(await self._call(self._client.set(self._prefix + key, value, nx=True)))
@@ -138,9 +139,9 @@ class MemoryControlStore:
         self._check()
         return [self.data.get(k) for k in keys]
 
-    async def write(self, key: str, value: bytes) -> None:
+    async def write(self, key: str, value: bytes, ttl_s: float | None = None) -> None:
         self._check()
-        self.data[key] = value
+        self.data[key] = value  # NOTE: no expiry here: a fake for tests of other code
 
     async def write_if_absent(self, key: str, value: bytes) -> bool:
         self._check()

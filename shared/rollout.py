@@ -120,10 +120,6 @@ class Rollout:
             await self._control.write(pin_key(name), _pin(None))
         return await self._registry.unpin(name)
 
-    async def aclose(self) -> None:
-        if self._control is not None:
-            await self._control.aclose()
-
     def problem(self) -> str | None:
         """What readiness lists: the control store failing, or a lost record written back lately."""
         if self._control is not None and (failing := self._control.problem()) is not None:
@@ -222,7 +218,9 @@ class Rollout:
             return
         newest = self._registry.active(name, versions[-1])
         if await self._control.write_if_absent(latest_key(name), _latest(newest)):
-            self._wrote_back(f"the newest-version record of {name!r} was missing from Redis; written back")
+            # NOTE: logged, not listed in readiness: every replica serves on as it did, and this
+            # replica's poll of the source would catch up anyway (a lost pin is listed: `_wrote_back`)
+            log.warning("the newest-version record of %r was missing from Redis; written back", name)
 
     def _wrote_back(self, what: str) -> None:
         log.warning("%s", what)

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Literal
 from shared.admission import Admission
 from shared.background import Background
 from shared.cache import L2Tier, PredictionCache
+from shared.control import ControlStore
 from shared.decision import Decider, Review, ThresholdDecider, Verdict
 from shared.ensembles import Ensemble, Ensembles
 from shared.errors import BatcherClosed, ModelNotFound, NotReady, ReviewNotFound, ScoringError
@@ -128,6 +129,7 @@ class ScoringService:
         reviewer: Reviewer | None = None,
         rollout: Rollout | None = None,
         ensembles: Ensembles | None = None,
+        control: ControlStore | None = None,
     ) -> None:
         self.settings = settings
         self.background = Background()
@@ -140,6 +142,7 @@ class ScoringService:
         self._decider: Decider = decider or reviewer or ThresholdDecider()
         self._rollout = rollout
         self._ensembles = ensembles
+        self._control = control  # NOTE: the rollout's and the reviews' store; this object closes it, last
         self._default = settings.default_model
         self._events = 0
         self._defaulted = 0  # events scored with at least one user feature on its model default
@@ -163,8 +166,6 @@ class ScoringService:
 
     async def aclose(self) -> None:
         await self.background.aclose()
-        if self._rollout is not None:
-            await self._rollout.aclose()
         if self._reviewer is not None:
             await self._reviewer.aclose()
         await self._registry.aclose()
@@ -172,6 +173,8 @@ class ScoringService:
             self._ensembles.release()
         if self._l2 is not None:
             await self._l2.aclose()
+        if self._control is not None:
+            await self._control.aclose()
 
     async def install_model(self, ref: ModelRef, data: bytes) -> LoadedModel:
         """Load, validate, warm and activate a model version (the Blob trigger's path); tell the fleet."""

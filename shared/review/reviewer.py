@@ -250,7 +250,7 @@ class Reviewer:
         now = self._clock()
         if self.breaker.state == "open":
             return f"reviews: breaker open for {self.breaker.open_for(now):.0f} s more; local decisions only"
-        return None
+        return self._store.problem()
 
     def describe(self) -> dict[str, object]:
         return {**self.stats.as_dict(), "breaker": self.breaker.state, "breaker_opened": self.breaker.opened}
@@ -267,4 +267,5 @@ class Reviewer:
         for event_id in self._pending:
             self._store.put(event_id, {"event_id": event_id, **Review("failed", event_id, "shutdown").as_dict()})
         self._pending.clear()
+        await self._store.drain()
         await self._client.aclose()

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from redis.asyncio import Redis
 
 from shared.cache import PredictionCache, RedisTier, codec
+from shared.control import RedisControlStore
 from shared.feature_store import SCHEMA_KEY, FeatureStore, encode_user, user_key
 from shared.review.store import ReviewStore
 from tests.strategies import corrupted
@@ -52,6 +53,7 @@ def test_corrupt_values_in_redis_read_as_misses(redis_url: str, redis_prefix: st
 async def _read_back(url: str, prefix: str, values: list[bytes]) -> None:
     client = Redis.from_url(url)
     tier = RedisTier.from_url(url, timeout_s=2.0, prefix=prefix)
+    control = RedisControlStore(Redis.from_url(url), prefix=prefix)
     users = [f"u{i}" for i in range(len(values))]
     writes = {prefix + user_key(u): v for u, v in zip(users, values, strict=True)}
     writes |= {prefix + f"pred:m:1:{i}": v for i, v in enumerate(values)}
@@ -78,16 +80,18 @@ async def _read_back(url: str, prefix: str, values: list[bytes]) -> None:
                 score != score  # NaN: eight bytes are always some double
             )
 
-        reviews = ReviewStore(tier, 60.0)
+        reviews = ReviewStore(control, 60.0)
         for i, raw in enumerate(values):
             record = await reviews.get(f"e{i}")
             valid = expected_object(raw)
             assert record == (valid if isinstance(valid, dict) else None)
 
         assert tier.stats.errors == 0 and tier.problem() is None  # corrupt data is no Redis failure
+        assert reviews.problem() is None
     finally:
         await client.delete(*writes)
         await tier.aclose()
+        await control.aclose()
         await client.aclose()
 
 

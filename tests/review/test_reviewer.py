@@ -232,7 +232,7 @@ async def test_an_unexpected_client_error_is_a_failed_review_that_counts_against
 
     core = await services(reviewing(**ALL, breaker_failures=2))
     await core._reviewer.aclose()  # type: ignore[union-attr]  # NOTE: replaced by one over the broken client
-    core._reviewer = core._decider = build_reviewer(core.settings, None, client=Broken())  # type: ignore[assignment]
+    core._reviewer = core._decider = build_reviewer(core.settings, None, None, client=Broken())  # type: ignore[assignment]
     statuses = [(await core.score(payment(event_id=f"x{i}"))).review.status for i in range(3)]  # type: ignore[arg-type,union-attr]
     assert statuses == ["failed", "failed", "skipped"]  # never a 500; the breaker opened
     assert (await core.review("x0"))["status"] == "failed"
