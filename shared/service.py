@@ -32,6 +32,7 @@ from shared.errors import BatcherClosed, ModelNotFound, NotReady, ReviewNotFound
 from shared.events import PaymentEvent, decode_event, decode_events
 from shared.feature_store import FeatureStore
 from shared.features import FeatureRow
+from shared.models.runtime import gpu_missing
 from shared.models.source import ModelRef
 from shared.registry import EventKind, Hook, ModelRegistry
 from shared.rollout import Rollout
@@ -213,6 +214,9 @@ class ScoringService:
 
     def readiness(self) -> Readiness:
         models = self._registry.names()
+        missing = gpu_missing(self.settings.ort)
+        if missing is not None:
+            return Readiness(False, missing, models)
         if not self._registry.ready:
             return Readiness(False, "models are still loading", models)
         if self._default not in models:

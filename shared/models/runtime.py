@@ -20,7 +20,7 @@ from shared.errors import InferenceFailed, ModelInvalid
 from shared.models.spec import ModelSpec
 from shared.settings import OrtOptions
 
-__all__ = ["OnnxModel", "choose_providers", "gpu_usable"]
+__all__ = ["OnnxModel", "choose_providers", "gpu_missing", "gpu_usable"]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +47,23 @@ def gpu_usable() -> bool:
         return count.value > 0
     except OSError:
         return False
+
+
+def gpu_missing(options: OrtOptions) -> str | None:
+    """Why CUDA will not run although ORT_REQUIRE_GPU asks for it; None when it will (or is not asked for).
+
+    NOTE: without this, a GPU profile running the CPU image (built without ORT_GPU=1) serves on
+    the CPU and reports ready: the choice of providers falls back silently by design.
+    """
+    if not options.require_gpu:
+        return None
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        return "ORT_REQUIRE_GPU is set, but this onnxruntime has no CUDA provider (an image built without ORT_GPU=1)"
+    if not gpu_usable():
+        return "ORT_REQUIRE_GPU is set, but no CUDA device is usable (no GPU attached, or its driver did not load)"
+    if not options.use_gpu:
+        return "ORT_REQUIRE_GPU is set, but ORT_USE_GPU is false"
+    return None
 
 
 def choose_providers(options: OrtOptions) -> list[str]:
