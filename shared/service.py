@@ -21,7 +21,7 @@ import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, cast
 
 from shared.admission import Admission
 from shared.background import Background
@@ -214,7 +214,8 @@ class ScoringService:
 
     def readiness(self) -> Readiness:
         models = self._registry.names()
-        missing = gpu_missing(self.settings.ort)
+        running = {str(m["name"]): cast("list[str]", m["providers"]) for m in self._registry.describe()}
+        missing = gpu_missing(self.settings.ort, running)
         if missing is not None:
             return Readiness(False, missing, models)
         if not self._registry.ready:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import logging
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -49,20 +50,30 @@ def gpu_usable() -> bool:
         return False
 
 
-def gpu_missing(options: OrtOptions) -> str | None:
-    """Why CUDA will not run although ORT_REQUIRE_GPU asks for it; None when it will (or is not asked for).
+def gpu_missing(options: OrtOptions, sessions: Mapping[str, Sequence[str]] | None = None) -> str | None:
+    """Why CUDA does not run although ORT_REQUIRE_GPU asks for it; None when it does (or is not asked for).
 
-    NOTE: without this, a GPU profile running the CPU image (built without ORT_GPU=1) serves on
-    the CPU and reports ready: the choice of providers falls back silently by design.
+    `sessions`: each loaded model's session providers. NOTE: onnxruntime-gpu lists the CUDA
+    provider on any image, and a session whose CUDA provider cannot load its libraries (an image
+    built without ORT_GPU=1) silently runs on the CPU: only the session's own providers tell.
     """
     if not options.require_gpu:
         return None
-    if "CUDAExecutionProvider" not in ort.get_available_providers():
-        return "ORT_REQUIRE_GPU is set, but this onnxruntime has no CUDA provider (an image built without ORT_GPU=1)"
-    if not gpu_usable():
-        return "ORT_REQUIRE_GPU is set, but no CUDA device is usable (no GPU attached, or its driver did not load)"
     if not options.use_gpu:
         return "ORT_REQUIRE_GPU is set, but ORT_USE_GPU is false"
+    on_cpu = sorted(name for name, providers in (sessions or {}).items() if "CUDAExecutionProvider" not in providers)
+    why = _no_cuda()
+    if on_cpu:
+        cause = why or "CUDA did not load (an image built without ORT_GPU=1 lacks its libraries)"
+        return f"ORT_REQUIRE_GPU is set, but {', '.join(on_cpu)} runs on the CPU: {cause}"
+    return None if why is None else f"ORT_REQUIRE_GPU is set, but {why}"
+
+
+def _no_cuda() -> str | None:
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        return "this onnxruntime has no CUDA provider (the CPU package)"
+    if not gpu_usable():
+        return "no CUDA device is usable (no GPU attached, or its driver did not load)"
     return None
 
 

@@ -37,3 +37,11 @@ async def test_readiness_fails_while_the_gpu_it_requires_is_missing(
     assert not readiness.ready and readiness.detail.startswith("ORT_REQUIRE_GPU is set")
     cpu = await services(settings)
     assert cpu.readiness().ready
+
+
+def test_a_model_whose_session_fell_back_to_the_cpu_is_named() -> None:
+    """The CPU image on a GPU: the CUDA provider is listed, its libraries are absent, the session runs on CPU."""
+    reason = gpu_missing(OrtOptions(require_gpu=True), {"fraud": ["CPUExecutionProvider"]})
+    assert reason is not None and reason.startswith("ORT_REQUIRE_GPU is set, but fraud runs on the CPU")
+    if gpu_usable():  # pragma: no cover - a GPU machine
+        assert gpu_missing(OrtOptions(require_gpu=True), {"fraud": ["CUDAExecutionProvider"]}) is None
