@@ -214,8 +214,7 @@ class ScoringService:
 
     def readiness(self) -> Readiness:
         models = self._registry.names()
-        running = {str(m["name"]): cast("list[str]", m["providers"]) for m in self._registry.describe()}
-        missing = gpu_missing(self.settings.ort, running)
+        missing = gpu_missing(self.settings.ort, self._sessions()) if self.settings.ort.require_gpu else None
         if missing is not None:
             return Readiness(False, missing, models)
         if not self._registry.ready:
@@ -223,6 +222,10 @@ class ScoringService:
         if self._default not in models:
             return Readiness(False, f"DEFAULT_MODEL {self._default!r} names no loaded model", models)
         return Readiness(True, "", models, self._degraded())
+
+    def _sessions(self) -> dict[str, list[str]]:
+        """Each active model's session providers (what ONNX Runtime really runs it on)."""
+        return {str(m["name"]): cast("list[str]", m["providers"]) for m in self._registry.describe()}
 
     def _degraded(self) -> list[str]:
         """What the core serves with less than it should: it keeps serving, and says so.
