@@ -6,6 +6,7 @@ The score is printed at the end of every run (conftest.py): `mutations caught N/
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -458,3 +459,20 @@ def test_mutation_is_caught(pristine: Path, tmp_path: Path, check: str, file: st
 
 def test_every_class_of_mistake_has_a_mutation() -> None:
     assert set(CHECKS) == {m[1] for m in MUTATIONS}
+
+
+def test_a_floating_base_image_is_caught(tmp_path: Path) -> None:
+    """The Dockerfile is not in MUTATIONS' pristine tree as pinned (the pin is the issue 22 work's
+    to make), so this mutation starts from a pinned copy: pinned passes, the tag alone fails."""
+    from checks.platform import check_base_image_pinned
+
+    digest = "sha256:" + "0" * 64
+    source = (REPO / "Dockerfile").read_text()
+    pinned = re.sub(r"^(FROM\s+\S+?)(@sha256:[0-9a-f]{64})?$", rf"\1@{digest}", source, count=1, flags=re.M)
+    (tmp_path / "Dockerfile").write_text(pinned)
+    assert check_base_image_pinned(tmp_path) == [], "the check must pass on a pinned copy"
+    (tmp_path / "Dockerfile").write_text(pinned.replace(f"@{digest}", ""))
+    SCORE["total"] += 1
+    findings = check_base_image_pinned(tmp_path)
+    SCORE["caught"] += bool(findings)
+    assert findings, "the base-image check missed a FROM by tag"

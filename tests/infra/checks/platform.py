@@ -208,3 +208,14 @@ def check_windows_hooks(root: Path) -> list[str]:
         if isinstance(windows, dict) and not (root / str(windows.get("run", ""))).is_file():
             findings.append(f"azure.yaml: hook {name}'s windows script {windows.get('run')!r} is missing")
     return findings
+
+
+def check_base_image_pinned(root: Path) -> list[str]:
+    """Every FROM of the Dockerfile names its image by digest: a tag can be moved to another image,
+    a digest cannot (P32), so a rebuild of the same commit runs the same host and worker."""
+    findings = []
+    for line in (root / "Dockerfile").read_text().splitlines():
+        image = re.match(r"^FROM\s+(?:--platform=\S+\s+)?(\S+)", line)
+        if image and not re.search(r"@sha256:[0-9a-f]{64}$", image.group(1)):
+            findings.append(f"Dockerfile: {image.group(1)} is a tag, not a digest (P32)")
+    return findings
