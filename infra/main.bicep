@@ -54,6 +54,12 @@ param dedicatedProfileType string = 'D8'
 @description('Run on a serverless GPU profile (needs the GPU image build, docs/gpu.md).')
 param enableGpu bool = false
 
+@description('Keep the dedicated CPU pool while the app runs on the GPU: true for the deployment that moves the app to the GPU; false afterwards stops its billing (docs/deploy.md).')
+param keepCpuPool bool = true
+
+@description('Keep the GPU profile while the app runs on CPU: true for the deployment that moves the app off the GPU (docs/deploy.md).')
+param keepGpuProfile bool = false
+
 @description('Serverless GPU profile type.')
 @allowed([
   'Consumption-GPU-NC8as-T4'
@@ -201,6 +207,8 @@ module environment 'modules/environment.bicep' = {
     dedicatedMinNodes: (minReplicas + replicasPerNode - 1) / replicasPerNode
     dedicatedMaxNodes: (maxReplicas + replicasPerNode - 1) / replicasPerNode
     enableGpu: enableGpu
+    keepCpuPool: keepCpuPool
+    keepGpuProfile: keepGpuProfile
     gpuProfileType: gpuProfileType
   }
 }

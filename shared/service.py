@@ -21,7 +21,7 @@ import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, cast
 
 from shared.admission import Admission
 from shared.background import Background
@@ -33,6 +33,7 @@ from shared.errors import BatcherClosed, ModelNotFound, NotReady, ReviewNotFound
 from shared.events import PaymentEvent, decode_event, decode_events
 from shared.feature_store import FeatureStore
 from shared.features import FeatureRow
+from shared.models.runtime import gpu_missing
 from shared.models.source import ModelRef
 from shared.registry import EventKind, Hook, ModelRegistry
 from shared.rollout import Rollout
@@ -214,11 +215,18 @@ class ScoringService:
 
     def readiness(self) -> Readiness:
         models = self._registry.names()
+        missing = gpu_missing(self.settings.ort, self._sessions()) if self.settings.ort.require_gpu else None
+        if missing is not None:
+            return Readiness(False, missing, models)
         if not self._registry.ready:
             return Readiness(False, "models are still loading", models)
         if self._default not in models:
             return Readiness(False, f"DEFAULT_MODEL {self._default!r} names no loaded model", models)
         return Readiness(True, "", models, self._degraded())
+
+    def _sessions(self) -> dict[str, list[str]]:
+        """Each active model's session providers (what ONNX Runtime really runs it on)."""
+        return {str(m["name"]): cast("list[str]", m["providers"]) for m in self._registry.describe()}
 
     def _degraded(self) -> list[str]:
         """What the core serves with less than it should: it keeps serving, and says so.

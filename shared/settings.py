@@ -161,6 +161,11 @@ class OrtOptions:
     graph_optimization: GraphOptimization = setting("ORT_GRAPH_OPTIMIZATION", "all", "graph optimization level")
     use_gpu: bool = setting("ORT_USE_GPU", True, "CUDA only when a GPU is really usable; else CPU")
     use_tensorrt: bool = setting("ORT_USE_TENSORRT", False, "TensorRT before CUDA when a GPU is usable")
+    require_gpu: bool = setting(
+        "ORT_REQUIRE_GPU",
+        False,
+        "readiness fails unless CUDA is usable (a GPU profile running the CPU image, or no GPU, is not ready)",
+    )
     inline: bool = setting(
         "ORT_INLINE", True, "run small models on the event loop (no thread hop); `false` for big or GPU models"
     )
@@ -414,6 +419,12 @@ class Settings:
         3600.0,
         "how long Redis keeps a payment's result for redeliveries; > the queues' duplicate-detection window",
     )
+    queue_batch_budget_ms: int = setting(
+        "QUEUE_BATCH_BUDGET_MS",
+        60_000,
+        "longest one queue batch may take, reviews and publishing included; below the queue's lock "
+        "duration, which nothing renews for a batch (docs/platform.md P1)",
+    )
 
     def __post_init__(self) -> None:
         _check(self.max_body_bytes >= 1024, "MAX_BODY_BYTES", f"an integer >= 1024, got {self.max_body_bytes}")
@@ -449,6 +460,16 @@ class Settings:
         _check(0 <= self.trace_sample_ratio <= 1, "TRACE_SAMPLE_RATIO", "a number within 0..1")
         _check(self.log_rejections_per_s >= 0, "LOG_REJECTIONS_PER_S", "a number >= 0")
         _check(self.result_ttl_s >= 600, "RESULT_TTL_S", "a number >= 600 (the duplicate-detection window, 10 min)")
+        _check(
+            6_000 <= self.queue_batch_budget_ms <= 270_000,
+            "QUEUE_BATCH_BUDGET_MS",
+            "an integer within 6000..270000 (a Service Bus lock lasts 5 minutes at most)",
+        )
+        _check(
+            self.review.queue_timeout_ms < self.queue_batch_budget_ms,
+            "LLM_QUEUE_TIMEOUT_MS",
+            f"less than QUEUE_BATCH_BUDGET_MS ({self.queue_batch_budget_ms}): a review wait must fit in a batch",
+        )
 
     @property
     def uses_blob_models(self) -> bool:

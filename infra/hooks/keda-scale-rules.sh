@@ -1,9 +1,9 @@
 #!/bin/sh
 # Turn on our KEDA rules on the Functions container app, the documented way: a PATCH of
-# `properties.template.scale` (allowScalingRuleOverride + rules) on the EXISTING app.
-# A create that sets the override is rejected, so main.bicep creates the app without it
-# and outputs the scale block (SCORING_SCALE) this hook sends. Idempotent: run it after
-# every provision and deploy (azure.yaml postprovision and postdeploy; docs/deploy.md).
+# `properties.template.scale` (allowScalingRuleOverride + rules) on the EXISTING app. Learn
+# documents the override only as that PATCH (docs/platform.md P11), so main.bicep creates the
+# app without it and outputs the scale block (SCORING_SCALE) this hook sends. Idempotent: run
+# it after every provision and deploy (azure.yaml postprovision and postdeploy; docs/deploy.md).
 #
 #   SERVICE_SCORING_RESOURCE_ID=/subscriptions/.../containerApps/ca-x-scoring \
 #   SCORING_SCALE='{"allowScalingRuleOverride":true,...}' infra/hooks/keda-scale-rules.sh

@@ -1,8 +1,11 @@
 // Azure Monitor alerts for the latency budget and the queue path:
-// p99 latency and 5xx rate (App Insights log queries over `requests`, which host.json
-// keeps at Information: tests/infra checks both), new dead letters, queue depth,
-// queue size (the partition-exhaustion symptom), throttling, message age, and
-// replicas pinned at maxReplicas.
+// p99 latency and 5xx rate of the keyed routes (App Insights log queries over `requests`,
+// which in host.json's OpenTelemetry mode are the host's own HTTP server spans, sampled by
+// OTEL_TRACES_SAMPLER: docs/platform.md P16, P17; tests/infra checks the queries stay
+// ratios and percentiles), the same for every port from the app's own metrics (V2 gRPC and
+// the fast lane never reach `requests`: P14), new dead letters, queue depth, queue size
+// (the partition-exhaustion symptom), throttling, message age, and replicas pinned at
+// maxReplicas.
 
 @description('Resource tags.')
 param tags object
@@ -39,6 +42,9 @@ param maxReplicas int
 
 @description('p99 latency budget in ms for the HTTP scoring routes.')
 param p99BudgetMs int = 50
+
+@description('Mean time of one scored event, every port and trigger (the app\'s scoring.stage.duration, stage total), in ms.')
+param meanEventBudgetMs int = 10
 
 @description('Active messages in the input queue that count as a backlog.')
 param queueDepthThreshold int = 10000
@@ -175,6 +181,77 @@ resource queueAge 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = {
           failingPeriods: {
             numberOfEvaluationPeriods: 1
             minFailingPeriodsToAlert: 1
+          }
+        }
+      ]
+    }
+    actions: {
+      actionGroups: actionGroups
+    }
+  }
+}
+
+// NOTE: the keyed routes' alerts above read `requests`, which only the host writes: traffic on
+// the additional TCP ports (V2 gRPC, the fast lane) bypasses the host (docs/platform.md P14).
+// These two read what the app's core records for every event whatever its port or trigger.
+resource allPortsShed 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = {
+  name: '${prefix}-all-ports-shed'
+  location: location
+  tags: tags
+  properties: {
+    description: 'The app turned work away (overloaded or past its deadline) on some port or trigger: scale out, or check the CPU rule.'
+    severity: 2
+    enabled: true
+    scopes: [
+      appInsightsId
+    ]
+    evaluationFrequency: 'PT5M'
+    windowSize: 'PT5M'
+    criteria: {
+      allOf: [
+        {
+          query: 'customMetrics | where name == \'scoring.requests.shed\' | summarize shed = sum(valueSum)'
+          timeAggregation: 'Maximum'
+          metricMeasureColumn: 'shed'
+          operator: 'GreaterThan'
+          threshold: 0
+          failingPeriods: {
+            numberOfEvaluationPeriods: 1
+            minFailingPeriodsToAlert: 1
+          }
+        }
+      ]
+    }
+    actions: {
+      actionGroups: actionGroups
+    }
+  }
+}
+
+resource allPortsLatency 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = {
+  name: '${prefix}-all-ports-latency'
+  location: location
+  tags: tags
+  properties: {
+    description: 'The mean time of one scored event, over every port and trigger, is over its budget.'
+    severity: 2
+    enabled: true
+    scopes: [
+      appInsightsId
+    ]
+    evaluationFrequency: 'PT5M'
+    windowSize: 'PT5M'
+    criteria: {
+      allOf: [
+        {
+          query: 'customMetrics | where name == \'scoring.stage.duration\' and tostring(customDimensions[\'scoring.stage\']) == \'total\' | summarize mean_ms = iff(sum(valueCount) == 0, 0.0, 1000.0 * sum(valueSum) / sum(valueCount))'
+          timeAggregation: 'Maximum'
+          metricMeasureColumn: 'mean_ms'
+          operator: 'GreaterThan'
+          threshold: meanEventBudgetMs
+          failingPeriods: {
+            numberOfEvaluationPeriods: 2
+            minFailingPeriodsToAlert: 2
           }
         }
       ]

@@ -1,9 +1,10 @@
 // The scoring service: an Azure Functions (Python v2) container on Azure Container Apps
 // (kind 'functionapp'). Scaling is ours, not the platform's trigger mapping, but the
 // documented way to say so is a PATCH on the existing app: this template creates the app
-// with replica bounds only, and outputs `scale` (allowScalingRuleOverride + the two KEDA
+// with replica bounds only, and outputs `scale` (allowScalingRuleOverride + the three KEDA
 // rules below), which infra/hooks/keda-scale-rules.sh PATCHes in after provision and
-// after every deploy (idempotent; order in docs/deploy.md).
+// after every deploy (idempotent; order in docs/deploy.md). Each platform behaviour this
+// relies on is a row of docs/platform.md.
 //
 // Every setting the code reads (shared/settings.py APP_SETTING_NAMES) is set here;
 // tests/infra checks that. Connections are identity-based; no secret is stored.
@@ -126,6 +127,14 @@ param logLevel string = 'INFO'
 @maxValue(65535)
 param grpcPort int = 8001
 
+@description('CPU scale rule: average CPU utilization (%) of the replicas above which one is added. Transport-agnostic: it sees the work on the additional TCP ports, which the HTTP rule never counts (docs/platform.md P14).')
+@minValue(10)
+@maxValue(95)
+param cpuScaleUtilization int = 70
+
+@description('Host spans (the `requests` table the latency and 5xx alerts read) each replica\'s host exports per second at most: a fixed count keeps p99 meaningful at low load and the ingestion bounded at 10k req/s (docs/platform.md P17).')
+param requestsTracesPerSecond string = '5'
+
 @description('Port of the fast lane: HTTP served by the Python worker process itself, skipping the Functions host\'s per-invocation hop; reachable inside the environment only (docs/capacity.md, docs/deploy.md).')
 @minValue(1)
 @maxValue(65535)
@@ -162,6 +171,11 @@ var hostSettings = [
   // host.json telemetryMode OpenTelemetry: the worker attaches each invocation's trace context
   // and streams its own logs (the host does not copy them); the app configures the exporter once.
   { name: 'PYTHON_ENABLE_OPENTELEMETRY', value: 'true' }
+  // The host's own spans (the `requests` table) are sampled by its Azure Monitor exporter from
+  // these two (host 4.1048.100+, azure-functions-host#11568); host.json's
+  // logging.applicationInsights is not read in OpenTelemetry mode (docs/platform.md P16, P17).
+  { name: 'OTEL_TRACES_SAMPLER', value: 'microsoft.rate_limited' }
+  { name: 'OTEL_TRACES_SAMPLER_ARG', value: requestsTracesPerSecond }
   // One worker process per replica: the warm sessions, caches and batchers are per process, and
   // the gRPC and fast-lane ports can be bound once (docs/capacity.md). Scale with replicas.
   { name: 'FUNCTIONS_WORKER_PROCESS_COUNT', value: '1' }
@@ -192,11 +206,13 @@ var serviceSettings = [
   { name: 'ORT_GRAPH_OPTIMIZATION', value: 'all' }
   { name: 'ORT_USE_GPU', value: useGpu ? 'true' : 'false' }
   { name: 'ORT_USE_TENSORRT', value: 'false' }
+  { name: 'ORT_REQUIRE_GPU', value: useGpu ? 'true' : 'false' } // the CPU image on a GPU profile is not ready
   { name: 'ORT_INLINE', value: useGpu ? 'false' : 'true' } // on a GPU the run leaves the event loop; a second batch forms meanwhile
   { name: 'MAX_BODY_BYTES', value: '65536' }
   { name: 'MAX_BATCH_ITEMS', value: '256' }
   { name: 'MAX_MESSAGE_BYTES', value: '262144' }
   { name: 'RESULT_TTL_S', value: '3600' } // > the queues' duplicate-detection window (servicebus.bicep)
+  { name: 'QUEUE_BATCH_BUDGET_MS', value: '60000' } // + the host's settling < the payments lock (servicebus.bicep): nothing renews a batch's locks
   { name: 'MAX_MODEL_BYTES', value: '268435456' }
   { name: 'BODY_TIMEOUT_MS', value: '5000' }
   { name: 'MAX_INFLIGHT', value: '16' }
@@ -212,7 +228,7 @@ var serviceSettings = [
   { name: 'LLM_BAND_HIGH', value: '0.75' }
   { name: 'LLM_REVIEW_NOTES', value: 'true' }
   { name: 'LLM_TIMEOUT_MS', value: '150' } // the HTTP path's wait; the p99 budget is 50 ms for the rest
-  { name: 'LLM_QUEUE_TIMEOUT_MS', value: '5000' } // well inside the queue's message lock (servicebus.bicep)
+  { name: 'LLM_QUEUE_TIMEOUT_MS', value: '5000' } // well inside QUEUE_BATCH_BUDGET_MS; never past the batch's budget
   { name: 'LLM_CALL_TIMEOUT_MS', value: '10000' }
   { name: 'LLM_MAX_RPS', value: '20' } // per replica (openai.bicep sizes the deployment's tokens/min)
   { name: 'LLM_MAX_SHARE', value: '0.25' }
@@ -235,8 +251,12 @@ var openAiSettings = [
 
 var env = concat(hostSettings, serviceSettings, empty(openAiEndpoint) ? [] : openAiSettings)
 
-// Liveness restarts a wedged worker; readiness takes a replica out of rotation until
-// its model is loaded and warm; startup gives the first model load up to 2 minutes.
+// Startup gives the first model load up to 2 minutes (on the function route: the worker has
+// indexed and answers). Liveness restarts a replica whose host stopped answering: it asks the
+// host's own `/admin/host/ping`, anonymous and outside the host's HTTP throttle (admin paths
+// skip it), so overload (429 past maxOutstandingRequests) never restarts replicas at peak
+// (docs/platform.md P8, P9). Readiness takes a replica out of rotation until its model is
+// loaded and warm, and while a GPU it requires is missing (ORT_REQUIRE_GPU).
 var probes = [
   {
     type: 'Startup'
@@ -252,7 +272,7 @@ var probes = [
   {
     type: 'Liveness'
     httpGet: {
-      path: '/api/health/live'
+      path: '/admin/host/ping'
       port: port
     }
     periodSeconds: 10
@@ -292,6 +312,18 @@ var scaleRules = [
     http: {
       metadata: {
         concurrentRequests: string(httpConcurrentRequests)
+      }
+    }
+  }
+  {
+    // NOTE: the HTTP rule counts requests through the ingress's main port only; V2 gRPC and the
+    // fast lane arrive on additional TCP ports, which it never sees. CPU sees every port's work.
+    name: 'cpu-all-ports'
+    custom: {
+      type: 'cpu'
+      metadata: {
+        type: 'Utilization'
+        value: string(cpuScaleUtilization)
       }
     }
   }
@@ -367,8 +399,8 @@ resource app 'Microsoft.App/containerApps@2026-07-01' = {
           }
         }
       ]
-      // NOTE: no allowScalingRuleOverride and no rules on create: a create that sets the
-      // override is rejected; the post-provision hook PATCHes `scale` (output below).
+      // NOTE: no allowScalingRuleOverride and no rules here: Learn documents the override only as
+      // a PATCH on an existing app (docs/platform.md P11), which the hooks send (output below).
       scale: {
         minReplicas: minReplicas
         maxReplicas: maxReplicas

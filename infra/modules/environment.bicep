@@ -1,11 +1,13 @@
 // Container Apps environment with workload profiles:
 // - 'Consumption' (always present),
-// - 'scoring': a Dedicated general-purpose pool for steady, noisy-neighbour-free latency
-//   (CPU only: with `enableGpu` the app runs on the GPU profile, and an idle dedicated
-//   pool would bill its minimum nodes for nothing),
-// - 'gpu' (with `enableGpu`): a serverless GPU profile. Serverless GPU profiles can be
-//   added to an existing environment (only dedicated GPU profiles are creation-time),
-//   so turning `enableGpu` on later is a redeploy, not a new environment (docs/gpu.md).
+// - 'scoring': a Dedicated general-purpose pool for steady, noisy-neighbour-free latency,
+//   where the app runs on CPU; kept while `keepCpuPool` (default) even when the app runs on
+//   the GPU, so the deployment that moves the app never removes the profile it leaves,
+// - 'gpu': a serverless GPU profile, present while the app runs on it (`enableGpu`) or
+//   `keepGpuProfile` keeps it for the way back.
+// Moving the app between profiles is therefore two deployments (docs/deploy.md, "GPU on an
+// existing deployment"): the move, with the old profile kept, then the removal of the old
+// profile once nothing runs on it. tests/infra checks every state and both moves.
 // Logs go to Azure Monitor and on to Log Analytics through a diagnostic setting, so
 // the template never handles the workspace shared key.
 
@@ -35,6 +37,12 @@ param dedicatedMaxNodes int = 4
 @description('Add a serverless GPU workload profile.')
 param enableGpu bool = false
 
+@description('Keep the dedicated CPU pool while the app runs on the GPU (set false only once the app has left it).')
+param keepCpuPool bool = true
+
+@description('Keep the GPU profile while the app runs on CPU (set true for the deployment that moves the app off it).')
+param keepGpuProfile bool = false
+
 @description('Serverless GPU profile type.')
 @allowed([
   'Consumption-GPU-NC8as-T4'
@@ -59,15 +67,8 @@ var gpuProfile = {
   workloadProfileType: gpuProfileType
 }
 
-var cpuProfiles = [
-  consumptionProfile
-  dedicatedProfile
-]
-
-var gpuProfiles = [
-  consumptionProfile
-  gpuProfile
-]
+var hasCpuPool = !enableGpu || keepCpuPool
+var hasGpuProfile = enableGpu || keepGpuProfile
 
 resource environment 'Microsoft.App/managedEnvironments@2026-07-01' = {
   name: name
@@ -77,7 +78,7 @@ resource environment 'Microsoft.App/managedEnvironments@2026-07-01' = {
     appLogsConfiguration: {
       destination: 'azure-monitor'
     }
-    workloadProfiles: enableGpu ? gpuProfiles : cpuProfiles
+    workloadProfiles: concat([consumptionProfile], hasCpuPool ? [dedicatedProfile] : [], hasGpuProfile ? [gpuProfile] : [])
   }
 }
 

@@ -51,8 +51,8 @@ param outputQueueNames array = [
   'risk-rejected'
 ]
 
-@description('Peek-lock duration of the input queue. The Functions host renews the lock for up to host.json maxAutoLockRenewalDuration, which must cover functionTimeout (tests/infra checks both); short, so a crashed replica\'s messages return quickly.')
-param lockDuration string = 'PT30S'
+@description('Peek-lock duration of the input queue. The trigger is a batch trigger, whose locks nothing renews (docs/platform.md P1): the lock must outlast the whole batch, i.e. QUEUE_BATCH_BUDGET_MS plus the host\'s settling, and functionTimeout (tests/infra checks both). Longer means a crashed replica\'s messages return later.')
+param lockDuration string = 'PT2M'
 
 @description('Deliveries before a message is dead-lettered.')
 @minValue(1)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import logging
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,7 @@ from shared.errors import InferenceFailed, ModelInvalid
 from shared.models.spec import ModelSpec
 from shared.settings import OrtOptions
 
-__all__ = ["OnnxModel", "choose_providers", "gpu_usable"]
+__all__ = ["OnnxModel", "choose_providers", "gpu_missing", "gpu_usable"]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,33 @@ def gpu_usable() -> bool:
         return count.value > 0
     except OSError:
         return False
+
+
+def gpu_missing(options: OrtOptions, sessions: Mapping[str, Sequence[str]] | None = None) -> str | None:
+    """Why CUDA does not run although ORT_REQUIRE_GPU asks for it; None when it does (or is not asked for).
+
+    `sessions`: each loaded model's session providers. NOTE: onnxruntime-gpu lists the CUDA
+    provider on any image, and a session whose CUDA provider cannot load its libraries (an image
+    built without ORT_GPU=1) silently runs on the CPU: only the session's own providers tell.
+    """
+    if not options.require_gpu:
+        return None
+    if not options.use_gpu:
+        return "ORT_REQUIRE_GPU is set, but ORT_USE_GPU is false"
+    on_cpu = sorted(name for name, providers in (sessions or {}).items() if "CUDAExecutionProvider" not in providers)
+    why = _no_cuda()
+    if on_cpu:
+        cause = why or "CUDA did not load (an image built without ORT_GPU=1 lacks its libraries)"
+        return f"ORT_REQUIRE_GPU is set, but {', '.join(on_cpu)} runs on the CPU: {cause}"
+    return None if why is None else f"ORT_REQUIRE_GPU is set, but {why}"
+
+
+def _no_cuda() -> str | None:
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        return "this onnxruntime has no CUDA provider (the CPU package)"
+    if not gpu_usable():
+        return "no CUDA device is usable (no GPU attached, or its driver did not load)"
+    return None
 
 
 def choose_providers(options: OrtOptions) -> list[str]:

@@ -10,6 +10,13 @@ A transient failure (store down, no model ready, publishing failed) marks only t
 it touched `failed`; the adapter raises afterwards so the host abandons the batch and Service
 Bus redelivers it (dead-lettering after the queue's max delivery count). Whatever was kept
 or sent before is republished byte for byte, and duplicate detection drops the republish.
+
+Every batch settles within its `BatchBudget`. The host renews no lock of a batch invocation
+(docs/platform.md P1): a message is locked from its receipt until the host completes it after
+`handle` returns, so the whole batch, review waits, overload waits and publisher retries
+included, must end well inside the queue's lock duration (the infra lock check sizes both).
+Scoring ends `publish_s` before the budget does; what it has not finished by then fails (and is
+redelivered); the send gets what is left.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
-from shared.errors import Overloaded, PayloadTooLarge, ScoringError
+from shared.errors import DeadlineExceeded, Overloaded, PayloadTooLarge, PublishFailed, ScoringError
 from shared.events import PaymentEvent, decode_event
 from shared.queue.idempotency import MemoryResultStore, RedisResultStore, ResultStore
 from shared.queue.messages import Incoming, Outbound, enqueued_iso, rejection_record
@@ -35,13 +42,37 @@ from shared.telemetry.tracing import sampled
 if TYPE_CHECKING:
     from shared.service import Scored, ScoringService
 
-__all__ = ["COMPLETED_QUEUE", "REJECTED_QUEUE", "Handled", "Outcome", "PaymentBatch"]
+__all__ = ["COMPLETED_QUEUE", "REJECTED_QUEUE", "BatchBudget", "Handled", "Outcome", "PaymentBatch"]
 
 COMPLETED_QUEUE = "risk-completed"
 REJECTED_QUEUE = "risk-rejected"
 Outcome = Literal["completed", "duplicate", "rejected", "failed"]
 INPUT = "payments"  # the trigger's queue, as telemetry names it
 OVERLOAD_WAIT_S = 5.0  # how long a message waits out a full model queue before its batch is redelivered
+# NOTE: the SDK's retries stay well inside the publish share of the budget (its default backoff
+# may wait up to 120 s between tries); the budget's own timeout is the hard bound.
+PUBLISH_RETRY = {"retry_total": 3, "retry_backoff_factor": 0.5, "retry_backoff_max": 2.0}
+
+
+@dataclass(frozen=True, slots=True)
+class BatchBudget:
+    """How long one invocation's batch may take, decode to publish (QUEUE_BATCH_BUDGET_MS).
+
+    `total_s` must stay below the queue's lock duration less the host's own settle time
+    (tests/infra checks it); `publish_s`, the end of it kept for the one send.
+    """
+
+    total_s: float = 60.0
+    publish_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.publish_s < self.total_s:
+            raise ValueError(f"BatchBudget: 0 < publish_s < total_s, got {self.publish_s}, {self.total_s}")
+
+    @classmethod
+    def of(cls, total_ms: float) -> BatchBudget:
+        """A budget of `total_ms`, a sixth of it kept for publishing."""
+        return cls(total_ms / 1000, total_ms / 6000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,11 +99,13 @@ class PaymentBatch:
         publisher: Publisher,
         *,
         max_message_bytes: int,
+        budget: BatchBudget | None = None,
     ) -> None:
         self._service = service
         self._store = store
         self.publisher = publisher
         self._cap = max_message_bytes
+        self._budget = budget or BatchBudget()
         self._core: ScoringService | None = None  # once scoring reached it: where the queue's health is reported
 
     @classmethod
@@ -94,14 +127,18 @@ class PaymentBatch:
             )
         if publisher is None:
             publisher = ServiceBusPublisher(
-                connection_string=settings.service_bus_connection, namespace=settings.service_bus_namespace
+                connection_string=settings.service_bus_connection,
+                namespace=settings.service_bus_namespace,
+                **PUBLISH_RETRY,
             )
         store = store or MemoryResultStore(settings.result_ttl_s)
-        return cls(service, store, publisher, max_message_bytes=settings.max_message_bytes)
+        budget = BatchBudget.of(settings.queue_batch_budget_ms)
+        return cls(service, store, publisher, max_message_bytes=settings.max_message_bytes, budget=budget)
 
     async def handle(self, messages: Sequence[Incoming]) -> list[Handled]:
-        """A verdict per message, in order; raises nothing a message caused."""
+        """A verdict per message, in order, within the budget; raises nothing a message caused."""
         started = time.perf_counter()
+        ends = asyncio.get_running_loop().time() + self._budget.total_s
         traced = self._traced(messages)
         done: list[Handled | None] = [None] * len(messages)
         primary: dict[str, int] = {}  # event_id → the first message of the batch carrying it
@@ -119,14 +156,14 @@ class PaymentBatch:
             parse_s[i] = time.perf_counter() - t0
             if primary.setdefault(event.event_id, i) == i:
                 events[i] = event
-        await self._results(messages, events, parse_s, done, started, traced)
+        await self._results(messages, events, parse_s, done, started, traced, ends - self._budget.publish_s)
         for i, msg in enumerate(messages):  # a payment twice in one batch: the second follows the first
             if done[i] is None:
                 first = done[primary[ids[i]]]
                 assert first is not None  # noqa: S101 narrows the type for mypy; an invariant, never an input check
                 outcome: Outcome = "duplicate" if first.outcome in ("completed", "duplicate") else first.outcome
                 done[i] = Handled(msg.message_id, outcome, first.body, first.error)
-        verdicts = await self._publish(messages, [d for d in done if d is not None], ids, traced)
+        verdicts = await self._publish(messages, [d for d in done if d is not None], ids, traced, ends)
         self._measure(messages, verdicts, started, traced)
         self._report(verdicts)
         return verdicts
@@ -196,11 +233,12 @@ class PaymentBatch:
         done: list[Handled | None],
         started: float,
         traced: dict[int, Any],
+        until: float,
     ) -> None:
-        """Fill `done` for every decoded message: kept result, new result, or failure."""
+        """Fill `done` for every decoded message by loop time `until`: kept result, new result, or failure."""
         order = list(events)
         try:
-            kept = await self._store.find([events[i].event_id for i in order])
+            kept = await _by(until, self._store.find([events[i].event_id for i in order]), "looking up results")
         except ScoringError as exc:
             self._fail(messages, order, done, exc)
             return
@@ -215,7 +253,7 @@ class PaymentBatch:
         except ScoringError as exc:
             self._fail(messages, fresh, done, exc)
             return
-        scored = await asyncio.gather(*(self._score(service, events[i], parse_s[i]) for i in fresh))
+        scored = await asyncio.gather(*(self._score(service, events[i], parse_s[i], until) for i in fresh))
         new: list[tuple[int, bytes]] = []
         for i, result in zip(fresh, scored, strict=True):
             if isinstance(result, ScoringError):
@@ -227,7 +265,9 @@ class PaymentBatch:
                 if i in traced:
                     _stage_spans(traced[i], result, started)
         try:
-            stored = await self._store.keep([(events[i].event_id, body) for i, body in new])
+            stored = await _by(
+                until, self._store.keep([(events[i].event_id, body) for i, body in new]), "keeping results"
+            )
         except ScoringError as exc:
             self._fail(messages, [i for i, _ in new], done, exc)
             return
@@ -236,26 +276,37 @@ class PaymentBatch:
             done[i] = Handled(messages[i].message_id, outcome, kept_body)
 
     @staticmethod
-    async def _score(service: ScoringService, event: PaymentEvent, parse_s: float) -> Scored | ScoringError:
-        """One event through the core (as `score_many` does, with its decode time): errors in its slot.
+    async def _score(
+        service: ScoringService, event: PaymentEvent, parse_s: float, until: float
+    ) -> Scored | ScoringError:
+        """One event through the core (as `score_many` does, with its decode time) by loop time
+        `until`: errors in its slot, `DeadlineExceeded` (redelivered) when the budget runs out.
 
-        A full model queue (`Overloaded`) is waited out here, backing off up to OVERLOAD_WAIT_S:
-        the message holds its lock meanwhile (renewed by the host), whereas a failed batch would be
-        redelivered at once and, after maxDeliveryCount tries, dead-letter a valid payment.
+        A full model queue (`Overloaded`) is waited out here, backing off up to OVERLOAD_WAIT_S
+        and never past `until`: a failed batch would be redelivered at once and, after
+        maxDeliveryCount tries, dead-letter a valid payment. A review holds the answer for at most
+        LLM_QUEUE_TIMEOUT_MS, and never past `until` either (then the event is answered locally).
         """
-        # NOTE: a queue message can wait longer than an HTTP caller for a review of its event
-        wait_s = service.settings.review.queue_timeout_ms / 1000
+        loop = asyncio.get_running_loop()
         pause, waited = 0.005, 0.0
-        while True:
-            try:
-                return await service.score(event, parse_s=parse_s, review_wait_s=wait_s)
-            except Overloaded as exc:
-                if waited >= OVERLOAD_WAIT_S:
-                    return exc
-            except ScoringError as exc:
-                return exc
-            await asyncio.sleep(pause)
-            waited, pause = waited + pause, min(pause * 2, 0.5)
+        try:
+            async with asyncio.timeout_at(until):
+                while True:
+                    # NOTE: a queue message can wait longer than an HTTP caller for a review of its event
+                    wait_s = min(service.settings.review.queue_timeout_ms / 1000, max(0.0, until - loop.time()))
+                    try:
+                        return await service.score(event, parse_s=parse_s, review_wait_s=wait_s)
+                    except Overloaded as exc:
+                        if waited >= OVERLOAD_WAIT_S or loop.time() + pause >= until:
+                            return exc
+                    except ScoringError as exc:
+                        return exc
+                    await asyncio.sleep(pause)
+                    waited, pause = waited + pause, min(pause * 2, 0.5)
+        except TimeoutError:
+            return DeadlineExceeded(
+                "the queue batch budget (QUEUE_BATCH_BUDGET_MS) ran out before this event was scored"
+            )
 
     @staticmethod
     def _fail(
@@ -265,9 +316,15 @@ class PaymentBatch:
             done[i] = Handled(messages[i].message_id, "failed", None, exc)
 
     async def _publish(
-        self, messages: Sequence[Incoming], verdicts: list[Handled], ids: dict[int, str], traced: dict[int, Any]
+        self,
+        messages: Sequence[Incoming],
+        verdicts: list[Handled],
+        ids: dict[int, str],
+        traced: dict[int, Any],
+        until: float,
     ) -> list[Handled]:
-        """One send for the batch; if it fails, every message it carried fails (and is redelivered)."""
+        """One send for the batch by loop time `until`; if it fails or outlasts the budget, every
+        message it carried fails (and is redelivered: duplicate detection drops what did arrive)."""
         outbound: list[Outbound] = []
         carried: list[int] = []
         for i, (msg, verdict) in enumerate(zip(messages, verdicts, strict=True)):
@@ -278,16 +335,31 @@ class PaymentBatch:
             properties = _continued(msg.properties, traced.get(i))
             outbound.append(Outbound(queue, verdict.body, message_id, msg.correlation_id, properties))
             carried.append(i)
+        failure: ScoringError | None = None
         try:
-            await self.publisher.publish(outbound)
+            async with asyncio.timeout_at(until):
+                await self.publisher.publish(outbound)
+        except TimeoutError:
+            failure = PublishFailed("publishing outlasted the queue batch budget (QUEUE_BATCH_BUDGET_MS)")
         except ScoringError as exc:
+            failure = exc
+        if failure is not None:
             for i in carried:
-                verdicts[i] = Handled(verdicts[i].message_id, "failed", None, exc)
+                verdicts[i] = Handled(verdicts[i].message_id, "failed", None, failure)
         return verdicts
 
     async def aclose(self) -> None:
         await self.publisher.aclose()
         await self._store.aclose()
+
+
+async def _by(until: float, work: Awaitable[Any], what: str) -> Any:
+    """`work`, or `DeadlineExceeded` once loop time `until` passes (the batch budget's scoring share)."""
+    try:
+        async with asyncio.timeout_at(until):
+            return await work
+    except TimeoutError:
+        raise DeadlineExceeded(f"{what} outlasted the queue batch budget (QUEUE_BATCH_BUDGET_MS)") from None
 
 
 def _timestamp(msg: Incoming) -> float:

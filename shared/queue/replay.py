@@ -3,7 +3,10 @@
 Each non-empty line is one message body (its `event_id` is the message id) and goes
 through the same batch handler as the Service Bus trigger, idempotency included (Redis
 when REDIS_URL is set, else this process). Lines go in batches of host.json's
-`maxMessageBatchSize`, a few batches at once as the host runs them. One JSON line per
+`maxMessageBatchSize`, one batch at a time, as the host runs a batch trigger: its batch loop
+waits for each invocation before it receives the next batch, and `maxConcurrentCalls` does not
+apply to batches (docs/platform.md P2). The messages/s on stderr is therefore one replica's
+queue-path rate, less the broker's receive and complete round trips. One JSON line per
 message on stdout:
 
     {"outcome": "completed"|"duplicate"|"rejected"|"failed", "message_id": ..., "body": <result or null>, "reason": ...}
@@ -36,7 +39,6 @@ if TYPE_CHECKING:
 __all__ = ["main", "replay"]
 
 BATCH = 64  # host.json extensions.serviceBus.maxMessageBatchSize
-IN_FLIGHT = 4  # batches at once, as concurrent invocations would
 
 
 def message_id(line: bytes, number: int) -> str:
@@ -63,14 +65,12 @@ def as_line(handled: Handled) -> bytes:
 
 
 async def replay(batch: PaymentBatch, incoming: Sequence[Incoming], out: list[bytes]) -> Counter[str]:
-    """Every message through `batch`, in batches, output lines in input order."""
-    chunks = [incoming[i : i + BATCH] for i in range(0, len(incoming), BATCH)]
+    """Every message through `batch`, one batch after the other, output lines in input order."""
     outcomes: Counter[str] = Counter()
-    for start in range(0, len(chunks), IN_FLIGHT):
-        for handled in await asyncio.gather(*(batch.handle(c) for c in chunks[start : start + IN_FLIGHT])):
-            for verdict in handled:
-                outcomes[verdict.outcome] += 1
-                out.append(as_line(verdict))
+    for start in range(0, len(incoming), BATCH):
+        for verdict in await batch.handle(incoming[start : start + BATCH]):
+            outcomes[verdict.outcome] += 1
+            out.append(as_line(verdict))
     return outcomes
 
 

@@ -111,7 +111,8 @@ def test_platform_identity_is_not_available_to_containers(container_app: dict[st
 
 def test_probes_hit_the_health_routes(app: Module, container_app: dict[str, Any]) -> None:
     probes = {p["type"]: p for p in app.var("probes")}
-    assert probes["Liveness"]["httpGet"]["path"] == "/api/health/live"
+    # NOTE: liveness asks the host itself, outside its HTTP throttle (docs/platform.md P8, P9)
+    assert probes["Liveness"]["httpGet"]["path"] == "/admin/host/ping"
     assert probes["Readiness"]["httpGet"]["path"] == "/api/health/ready"
     assert probes["Startup"]["httpGet"]["path"].startswith("/api/health/")
     for probe in probes.values():

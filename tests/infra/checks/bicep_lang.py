@@ -406,6 +406,7 @@ def load_all(infra: Path) -> dict[Path, BicepFile]:
 
 
 def check_language(infra: Path) -> list[str]:
+    """Symbols, module arguments and outputs, literal types and int() as Bicep defines them (P25)."""
     files = load_all(infra)
     findings = module_arguments(files) + module_outputs(files)
     for f in files.values():

@@ -18,10 +18,13 @@ from .tables import BUILT_IN_ROLES, EXPECTED_GRANTS, METRICS
 GUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 INFORMATION = 2
 LOG_LEVELS = {"trace": 0, "debug": 1, "information": 2, "warning": 3, "error": 4, "critical": 5, "none": 6}
-# App Insights table -> host.json log category that writes it (Functions host sources:
-# the `requests` telemetry is the Host.Results category, logged at Information).
-TABLE_CATEGORY = {"requests": "Host.Results"}
-SERVICE_BUS_MAX_LOCK_S = 300  # Service Bus caps a message lock at 5 minutes
+SERVICE_BUS_MAX_LOCK_S = 300  # P3: "The maximum value for LockDuration is 5 minutes"
+# NOTE: after `handle` returns, the host still answers the invocation over gRPC and completes
+# every message of the batch (one broker round trip each, concurrently: P4). A generous
+# allowance; docs/deploy.md's checklist measures it on the deployed app.
+HOST_SETTLE_S = 30
+HOST_TRACE_SAMPLERS = frozenset({"microsoft.rate_limited", "microsoft.fixed_percentage"})  # P17
+HOST_ANONYMOUS_PATHS = frozenset({"/admin/host/ping"})  # P9: HostController.Ping has no [Authorize]
 
 
 def _body(resource: dict[str, Any]) -> dict[str, Any]:
@@ -60,7 +63,7 @@ def _param_default(tree: dict[str, Any], value: Any) -> Any:
 
 
 def check_roles(root: Path) -> list[str]:
-    """Every roleDefinitionId is a reviewed built-in role; each identity gets exactly its grants."""
+    """Every roleDefinitionId is a reviewed built-in role (P26); each identity gets exactly its grants."""
     infra = root / "infra"
     files = load_all(infra)
     main = files[(infra / "main.bicep").resolve()]
@@ -114,7 +117,7 @@ def _identity(main: Any, module_path: Path, principal_param: Any) -> str:
 
 
 def check_metrics(root: Path) -> list[str]:
-    """Metric alerts and AzureMetrics queries name metrics their resource type emits."""
+    """Metric alerts and AzureMetrics queries name metrics their resource type emits (P27)."""
     infra = root / "infra"
     files = load_all(infra)
     findings: list[str] = []
@@ -163,7 +166,7 @@ def _catalogue(root: Path) -> dict[str, Any]:
 
 def check_app_metrics(root: Path) -> list[str]:
     """Every customMetrics name a log alert reads is one the app emits (the catalogue), and a
-    metric the app records in seconds is scaled to the alert's milliseconds."""
+    metric the app records in seconds is scaled to the alert's milliseconds (P28)."""
     catalogue = _catalogue(root)
     findings: list[str] = []
     for path in sorted((root / "infra").rglob("*.bicep")):
@@ -198,11 +201,9 @@ def _level(host: dict[str, Any], category: str) -> int:
     return LOG_LEVELS[levels.get("default", "Information").lower()]
 
 
-def check_logging_feeds_alerts(root: Path) -> list[str]:
-    """Every App Insights table a log alert reads is written at the level host.json keeps."""
-    host = json.loads((root / "host.json").read_text())
-    findings: list[str] = []
-    sampling = host.get("logging", {}).get("applicationInsights", {}).get("samplingSettings", {})
+def _requests_alerts(root: Path) -> list[tuple[str, str, str, str]]:
+    """(file, rule, query, measure column) of every log alert that reads `requests`."""
+    found = []
     for path in sorted((root / "infra").rglob("*.bicep")):
         tree = parse(path)
         for name, res in tree.get("resources", {}).items():
@@ -211,16 +212,55 @@ def check_logging_feeds_alerts(root: Path) -> list[str]:
             for criterion in _body(res)["properties"]["criteria"]["allOf"]:
                 query = str(_var_text(tree, criterion["query"]))
                 table = re.match(r"\s*(\w+)", query)
-                category = TABLE_CATEGORY.get(table.group(1) if table else "")
-                if category is None:
-                    continue
-                if _level(host, category) > INFORMATION:
-                    findings.append(
-                        f"{path.name}: {name} reads `{table.group(1)}`, but host.json logs {category} above Information"
-                    )
-                excluded = {t.strip().lower() for t in str(sampling.get("excludedTypes", "")).split(";")}
-                if sampling.get("isEnabled", True) and "request" not in excluded:
-                    findings.append(f"{path.name}: {name} counts `requests`, which host.json samples")
+                if table and table.group(1) == "requests":
+                    found.append((path.name, name, query, str(criterion.get("metricMeasureColumn", ""))))
+    return found
+
+
+def check_logging_feeds_alerts(root: Path) -> list[str]:
+    """Every `requests` alert reads a table the host writes the way host.json's telemetry mode says.
+
+    OpenTelemetry mode (P16, P17): `requests` are the host's own HTTP server spans, which no log
+    level filters and `logging.applicationInsights` does not sample (that section is not read:
+    present, it is a belief); the host's exporter samples them per OTEL_TRACES_SAMPLER, which
+    the app must set (an unset sampler leaves the rate to the exporter's default), and a sampled
+    table is only read through ratios and percentiles (`pct_*`, `p<N>_*` columns), never counts.
+    Application Insights mode (P15): the Host.Results category writes `requests` at
+    Information, and the SDK's adaptive sampling must exclude Request.
+    """
+    host = json.loads((root / "host.json").read_text())
+    alerts = _requests_alerts(root)
+    if not alerts:
+        return []
+    findings: list[str] = []
+    mode = str(host.get("telemetryMode", "ApplicationInsights")).lower()
+    insights = host.get("logging", {}).get("applicationInsights")
+    if mode == "opentelemetry":
+        if insights is not None:
+            findings.append(
+                "host.json: logging.applicationInsights is not read in OpenTelemetry mode (P16): "
+                "it samples and filters nothing there"
+            )
+        env = app_env(root)
+        sampler = env.get("OTEL_TRACES_SAMPLER")
+        if sampler not in HOST_TRACE_SAMPLERS or "OTEL_TRACES_SAMPLER_ARG" not in env:
+            findings.append(
+                f"app.bicep: OTEL_TRACES_SAMPLER {sampler!r} (+ _ARG) must name one of {sorted(HOST_TRACE_SAMPLERS)}: "
+                "the host samples `requests` by it (P17)"
+            )
+        for file, name, _, column in alerts:
+            if not re.match(r"(pct|p\d+)_", column):
+                findings.append(
+                    f"{file}: {name} reads `requests` as {column!r}: a sampled table gives ratios and percentiles, not counts"
+                )
+        return findings
+    sampling = (insights or {}).get("samplingSettings", {})
+    excluded = {t.strip().lower() for t in str(sampling.get("excludedTypes", "")).split(";")}
+    for file, name, _, _ in alerts:
+        if _level(host, "Host.Results") > INFORMATION:
+            findings.append(f"{file}: {name} reads `requests`, but host.json logs Host.Results above Information")
+        if sampling.get("isEnabled", True) and "request" not in excluded:
+            findings.append(f"{file}: {name} counts `requests`, which host.json samples")
     return findings
 
 
@@ -236,44 +276,66 @@ def _iso(value: str) -> int:
     return h * 3600 + mi * 60 + s
 
 
-def check_lock_budget(root: Path, trigger_queue: str) -> list[str]:
-    """A message stays locked for as long as its invocation may run (functionTimeout), and
-    no longer waits in the prefetch buffer than its lock lasts."""
-    host = json.loads((root / "host.json").read_text())
-    findings: list[str] = []
-    timeout = _hms(host["functionTimeout"])
-    renewal = _hms(host["extensions"]["serviceBus"].get("maxAutoLockRenewalDuration", "00:05:00"))
+def _queue_lock_s(root: Path, queue: str) -> int | None:
     tree = parse(root / "infra" / "modules" / "servicebus.bicep")
-    lock = None
     for res in tree["resources"].values():
         body = _body(res)
-        if (
-            res["type"].lower() == "microsoft.servicebus/namespaces/queues"
-            and _param_default(tree, body["name"]) == trigger_queue
-        ):
-            lock = _iso(_param_default(tree, body["properties"]["lockDuration"]))
+        if res["type"].lower() == "microsoft.servicebus/namespaces/queues" and _param_default(tree, body["name"]) == queue:
+            return _iso(_param_default(tree, body["properties"]["lockDuration"]))
+    return None
+
+
+def _is_batch(trigger: dict[str, Any]) -> bool:
+    return "MANY" in str(trigger.get("cardinality", "")).upper()
+
+
+def check_lock_budget(root: Path, trigger_queue: str) -> list[str]:
+    """A batch's messages stay locked until the host settles them, with no renewal in between.
+
+    The host renews no lock of a batch invocation, and maxAutoLockRenewalDuration and
+    maxConcurrentCalls do not apply to batch functions (P1, P2: in host.json they are beliefs).
+    A message is locked from its receipt until the host completes it after the function returns
+    (P4), so the app's batch budget (QUEUE_BATCH_BUDGET_MS) plus the host's settling
+    (HOST_SETTLE_S) must fit in the queue's lock, which Service Bus caps at 5 minutes (P3);
+    functionTimeout must exceed the budget (the app's own bound ends the batch first) and not
+    outlast the lock (P7); a minMessageBatchSize wait holds received messages too (P6); and a
+    prefetched message's lock runs while it waits in the buffer behind the batch ahead (P5).
+    """
+    host = json.loads((root / "host.json").read_text())
+    service_bus = host.get("extensions", {}).get("serviceBus", {})
+    findings: list[str] = []
+    triggers = [kw for _, kw in _one(function_app_bindings(root), "service_bus_queue_trigger")]
+    if triggers and all(_is_batch(t) for t in triggers):
+        for inert in ("maxAutoLockRenewalDuration", "maxConcurrentCalls"):
+            if inert in service_bus:
+                findings.append(f"host.json: serviceBus.{inert} does not apply to batch functions (P1, P2): a belief")
+    lock = _queue_lock_s(root, trigger_queue)
     if lock is None:
-        return [f"servicebus.bicep: no queue {trigger_queue!r}"]
-    if renewal < timeout:
-        findings.append(
-            f"host.json: maxAutoLockRenewalDuration {renewal}s < functionTimeout {timeout}s: a long invocation loses its lock"
-        )
+        return [*findings, f"servicebus.bicep: no queue {trigger_queue!r}"]
     if not 5 <= lock <= SERVICE_BUS_MAX_LOCK_S:
-        findings.append(f"servicebus.bicep: {trigger_queue} lockDuration {lock}s outside 5..{SERVICE_BUS_MAX_LOCK_S}s")
-    if lock > renewal:
+        findings.append(f"servicebus.bicep: {trigger_queue} lockDuration {lock}s outside 5..{SERVICE_BUS_MAX_LOCK_S}s (P3)")
+    budget_ms = _service_setting(root, "QUEUE_BATCH_BUDGET_MS")
+    if budget_ms is None or not budget_ms.isdigit():
+        return [*findings, "app.bicep: serviceSettings sets no QUEUE_BATCH_BUDGET_MS (an integer)"]
+    budget = int(budget_ms) / 1000
+    timeout = _hms(host["functionTimeout"])
+    wait = _hms(service_bus.get("maxBatchWaitTime", "00:00:00")) if service_bus.get("minMessageBatchSize", 1) > 1 else 0
+    if wait + budget + HOST_SETTLE_S > lock:
         findings.append(
-            f"servicebus.bicep: {trigger_queue} lockDuration {lock}s > maxAutoLockRenewalDuration {renewal}s"
+            f"servicebus.bicep: {trigger_queue} lockDuration {lock}s < batch wait {wait}s + QUEUE_BATCH_BUDGET_MS "
+            f"{budget:g}s + the host's settling {HOST_SETTLE_S}s: a slow batch loses its locks (P1, P4)"
         )
-    # NOTE: a prefetched message is locked from the moment it lands in the buffer, and nothing renews
-    # it there (Service Bus docs, "Prefetch"): it waits for the invocations ahead of it, each of which
-    # only functionTimeout bounds, so the buffer may hold no more than the lock outlasts.
-    service_bus = host["extensions"]["serviceBus"]
-    prefetch, batch = service_bus.get("prefetchCount", 0), service_bus.get("maxMessageBatchSize", 1000)
-    ahead = -(-prefetch // batch)  # invocations a message at the back of the buffer waits for
-    if prefetch and ahead * timeout >= lock:
+    if not budget < timeout <= lock:
         findings.append(
-            f"host.json: prefetchCount {prefetch} holds {ahead} invocation(s) of maxMessageBatchSize {batch} "
-            f"that may each run functionTimeout {timeout}s >= lockDuration {lock}s: prefetched locks would expire"
+            f"host.json: functionTimeout {timeout}s must exceed QUEUE_BATCH_BUDGET_MS {budget:g}s and not outlast "
+            f"the {lock}s lock (P7)"
+        )
+    prefetch, batch = service_bus.get("prefetchCount", 0), service_bus.get("maxMessageBatchSize", 1000)
+    ahead = -(-prefetch // batch)  # batches a message at the back of the buffer waits for
+    if prefetch and (ahead + 1) * budget + HOST_SETTLE_S >= lock:
+        findings.append(
+            f"host.json: prefetchCount {prefetch} holds {ahead} batch(es) of {batch} that may each take "
+            f"{budget:g}s: prefetched locks would expire in the buffer (P5)"
         )
     return findings
 
@@ -289,8 +351,8 @@ def check_admission(root: Path) -> list[str]:
     """The app, not the host, decides what is shed; the host's queue stays short.
 
     The Functions host runs at most `maxConcurrentRequests` HTTP invocations per instance and
-    answers 429 past `maxOutstandingRequests` (running + queued), for every HTTP function, the
-    platform's probes included. So it must run more at once than the app's MAX_INFLIGHT (the
+    answers 429 past `maxOutstandingRequests` (running + queued), for every non-admin request,
+    the readiness probe included (P8). So it must run more at once than the app's MAX_INFLIGHT (the
     probes and the app's own fast 503s need invocations beyond the app's slots), and queue no
     more than one more round (a request, or a probe, waits at most that long in the host).
     """
@@ -321,8 +383,8 @@ def check_admission(root: Path) -> list[str]:
 
 
 def check_override_api_version(root: Path) -> list[str]:
-    """app.bicep, azure.yaml's service apiVersion and the PATCH hook use one API version,
-    and that version's Scale model knows allowScalingRuleOverride."""
+    """app.bicep, azure.yaml's service apiVersion (P12) and the PATCH hook (P11) use one API
+    version, and that version's Scale model knows allowScalingRuleOverride (P24)."""
     import yaml
 
     from .arm_models import fields, models_module
@@ -422,7 +484,8 @@ def _one(bindings: dict[str, Any], decorator: str) -> list[tuple[str, dict[str, 
 
 
 def check_function_app(root: Path, setting_names: tuple[str, ...]) -> list[str]:
-    """Queues, connections, the blob webhook, probes and settings agree with function_app.py."""
+    """Queues, identity connections (P30), the blob webhook (P29), probes (P9, P10) and settings
+    agree with function_app.py."""
     bindings = function_app_bindings(root)
     infra = root / "infra"
     sb, app, main = (parse(infra / p) for p in ("modules/servicebus.bicep", "modules/app.bicep", "main.bicep"))
@@ -474,7 +537,11 @@ def check_function_app(root: Path, setting_names: tuple[str, ...]) -> list[str]:
     routes = [(fn, kw) for fn, kw in _one(bindings, "route")]
     probes = _var_text(app, "probes")
     for probe in probes:
+        if "httpGet" not in probe:
+            continue  # a TCP probe asks no route
         path = probe["httpGet"]["path"]
+        if path in HOST_ANONYMOUS_PATHS:
+            continue  # the host's own endpoint, not a function route (P9)
         served = [(fn, kw) for fn, kw in routes if re.fullmatch(_route_regex(prefix, kw.get("route", fn)), path)]
         # NOTE: which of several matching routes answers depends on the host's ordering of
         # function names; that is function_app.py's own test. Here: one serves it anonymously.

@@ -23,7 +23,8 @@ INTERNAL_PORTS = {"GRPC_PORT": "gRPC", "FAST_LANE_PORT": "fast lane"}
 
 def check_grpc_ingress(root: Path) -> list[str]:
     """One internal port mapping per port the worker serves itself (GRPC_PORT, FAST_LANE_PORT),
-    on the port its app setting names, and no other additional port."""
+    on the port its app setting names, and no other additional port: `external: false` keeps it
+    inside the environment (P24), which is all that guards it, since the host never sees it (P14)."""
     tree = parse(root / "infra" / "modules" / "app.bicep")
     env = app_env(root)
     mappings = _ingress(tree).get("additionalPortMappings") or []

@@ -126,6 +126,10 @@ KEDA_METADATA: dict[str, frozenset[str]] = {
         }
     ),
     "http": frozenset({"concurrentRequests"}),
+    # KEDA cpu scaler (docs/platform.md P23): `type` (Utilization | AverageValue; KEDA marks it
+    # deprecated for trigger.metricType, which a Container Apps rule has no field for), `value`,
+    # `containerName`.
+    "cpu": frozenset({"type", "value", "containerName"}),
 }
 
 # Some resource types span several operation groups of one package (azure-mgmt-monitor 7
