@@ -72,6 +72,7 @@ class Admission:
         self.timed_out = 0
         self._waiting: deque[_Waiter] = deque()
         self._above_since: float | None = None  # since when every waiter handed a slot waited past target
+        self._standing = False
         self._release_s = 0.0  # moving average of the interval between slots freed while some wait
         self._released_at = 0.0
         self._last_refused = float("-inf")
@@ -85,12 +86,14 @@ class Admission:
 
     def refuses(self) -> bool:
         """Whether a request arriving now is turned away at once (then it is counted as shed):
-        every slot taken, and the wait queue full or too slow for the wait it would have."""
+        every slot taken, and the wait queue full or too slow for the wait it would have.
+
+        The first in line always waits (its wait then measures the queue again), so a stale
+        estimate can never refuse everything."""
         if not self.limit or self.inflight < self.limit:
             return False
         ahead = len(self._waiting)
-        now = time.monotonic()
-        if ahead < self.policy.max_queued and (ahead + 1) * self._release_s <= self._allowed_s(now):
+        if ahead < self.policy.max_queued and (not ahead or (ahead + 1) * self._release_s <= self._allowed_s()):
             return False
         self._refused()
         return True
@@ -99,14 +102,13 @@ class Admission:
     def waiting(self) -> int:
         return len(self._waiting)
 
-    def standing(self, now: float | None = None) -> bool:
-        """Whether the queue stands: every request handed a slot for a whole interval had waited
-        past QUEUE_TARGET_MS (overload, not a burst); it stands until it empties."""
-        since = self._above_since
-        return since is not None and (time.monotonic() if now is None else now) - since >= INTERVAL_S
+    def standing(self) -> bool:
+        """Whether the queue stands: the requests handed a slot over a whole interval had all
+        waited past QUEUE_TARGET_MS (overload, not a burst); it stands until it empties."""
+        return self._standing
 
-    def _allowed_s(self, now: float) -> float:
-        return self._target_s if self.standing(now) else self._max_wait_s
+    def _allowed_s(self) -> float:
+        return self._target_s if self._standing else self._max_wait_s
 
     # -- slots ------------------------------------------------------------------------------
 
@@ -130,7 +132,7 @@ class Admission:
         waiter = _Waiter(loop.create_future(), now)
         if not self._waiting:
             self._released_at = now  # NOTE: the interval between slots freed is measured while some wait
-        limit_s = self._allowed_s(now)
+        limit_s = self._allowed_s()
         waiter.timer = loop.call_later(limit_s, self._expire, waiter, limit_s)
         self._waiting.append(waiter)
         try:
@@ -164,28 +166,44 @@ class Admission:
         except ValueError:
             return
         if not self._waiting:
-            self._above_since = None
+            self._emptied()
+
+    def _emptied(self) -> None:
+        """The wait queue is empty: it stands no more, and its next one is measured afresh."""
+        self._above_since, self._standing, self._release_s = None, False, 0.0
 
     def leave(self) -> None:
-        """Give the slot back: to the longest waiter, or free it."""
-        if not self._waiting:
-            self.inflight -= 1
+        """Give the slot back: to the longest waiter still waiting, or free it."""
+        while self._waiting:
+            waiter = self._waiting.popleft()
+            if waiter.timer is not None:
+                waiter.timer.cancel()
+            if waiter.future.done():
+                continue  # NOTE: cancelled in this tick, its task not yet run to leave the queue
+            self._handed(waiter, time.monotonic())
+            waiter.future.set_result(None)  # NOTE: the slot passes over; inflight is unchanged
             return
-        now = time.monotonic()
-        self._release_s += RELEASE_ALPHA * (now - self._released_at - self._release_s)
+        self._emptied()
+        self.inflight -= 1
+
+    def _handed(self, waiter: _Waiter, now: float) -> None:
+        """CoDel's bookkeeping at each hand-over: the interval between slots freed, and whether
+        the waits have stayed past the target for a whole interval."""
+        interval = now - self._released_at
+        self._release_s = (
+            interval if not self._release_s else self._release_s + RELEASE_ALPHA * (interval - self._release_s)
+        )
         self._released_at = now
-        waiter = self._waiting.popleft()
-        if waiter.timer is not None:
-            waiter.timer.cancel()
         if not self._waiting:
-            self._above_since = None  # NOTE: an empty queue ends a standing one
-        elif self.standing(now):
+            self._emptied()
+        elif self._standing:
             pass  # NOTE: once standing, it stands until it empties (waits near the target would flap it)
         elif now - waiter.since < self._target_s:
             self._above_since = None
         elif self._above_since is None:
             self._above_since = now
-        waiter.future.set_result(None)  # NOTE: the slot passes over; inflight is unchanged
+        elif now - self._above_since >= INTERVAL_S:
+            self._standing = True
 
     def _refused(self) -> None:
         self.shed += 1
@@ -255,8 +273,8 @@ class Admitted:
         admission, task = self._admission, self._task
         assert task is not None  # noqa: S101 narrows the type: __aenter__ set it
         try:
-            if kind is asyncio.CancelledError and (late := admission.expired(task)) is not None:
-                raise late from None
+            if kind is not None and (late := admission.expired(task)) is not None:
+                raise late from None  # NOTE: the deadline cancelled the work, whatever it raised then
         finally:
             admission.deadlines.disarm(task)
             admission.leave()

@@ -117,9 +117,11 @@ class RedisControlStore:
                 result = await call
         except (RedisError, OSError, TimeoutError) as exc:
             self._health.failed_at, self._health.failure = time.monotonic(), type(exc).__name__
-            raise ControlStoreDown(
-                f"redis did not keep the fleet's record ({type(exc).__name__}): nothing was changed; try again"
-            ) from exc
+            if isinstance(exc, TimeoutError):  # NOTE: a write may have landed all the same
+                detail = "redis did not answer in time (TimeoutError): the fleet's record may or may not have changed"
+            else:
+                detail = f"redis failed ({type(exc).__name__}): the fleet's record was not changed"
+            raise ControlStoreDown(f"{detail}; this replica changed nothing (GET /api/models); try again") from exc
         self._health.succeeded_at = time.monotonic()
         return result
 

@@ -74,6 +74,7 @@ class Rollout:
         self._watch_s = watch_s
         self.converged_at: dict[str, float] = {}  # name -> when this replica last changed what it serves
         self._restored: tuple[str, float] | None = None  # the last record written back, and when
+        self._locks: dict[str, asyncio.Lock] = {}  # per model: pins, releases and the watch, one at a time
 
     # -- what the core calls ---------------------------------------------------------
 
@@ -105,20 +106,30 @@ class Rollout:
         """Serve `version` of `name` on every replica until released (loaded from the source if need be).
 
         The record is written first: if the store does not keep it, this raises and nothing
-        serves differently here either.
+        serves differently here. If this replica then cannot load the version, the record
+        that was there before is put back and the error raised.
         """
         check_ref(name, version)
-        await self._ensure_loaded(name, version)
-        if self._control is not None:
+        async with self._lock(name):
+            await self._check_pinnable(name, version)
+            if self._control is None:
+                return await self._pin_here(name, version)
+            (before,) = await self._records([pin_key(name)])
             await self._control.write(pin_key(name), _pin(version))
-        return await self._registry.pin(name, version)
+            try:
+                return await self._pin_here(name, version)
+            except ScoringError:
+                kept = before.get("version") if before is not None else None
+                await self._control.write(pin_key(name), _pin(None if kept is None else str(kept)))
+                raise
 
     async def unpin(self, name: str) -> LoadedModel:
         """Release a pin everywhere: the newest version serves again (record first, as for `pin`)."""
         self._registry.active(name)  # NOTE: ModelNotFound before any record is written
-        if self._control is not None:
-            await self._control.write(pin_key(name), _pin(None))
-        return await self._registry.unpin(name)
+        async with self._lock(name):
+            if self._control is not None:
+                await self._control.write(pin_key(name), _pin(None))
+            return await self._registry.unpin(name)
 
     def problem(self) -> str | None:
         """What readiness lists: the control store failing, or a lost record written back lately."""
@@ -185,8 +196,7 @@ class Rollout:
             if fresh and await self._registry.load(ModelRef(name, version)) is not None:
                 self._changed(name)
         elif kind == "pinned":
-            await self._ensure_loaded(name, version)
-            await self._registry.pin(name, version)
+            await self._pin_here(name, version)
             self._changed(name)
         elif kind == "unpinned" and name in self._registry.pins:
             await self._registry.unpin(name)
@@ -196,11 +206,15 @@ class Rollout:
         """Apply the durable records this replica may have missed while away; write back lost ones."""
         if self._control is None:
             return
+        async with self._lock(name):  # NOTE: a pin or release here in the meantime would be undone
+            await self._reconcile_records(name)
+
+    async def _reconcile_records(self, name: str) -> None:
+        assert self._control is not None  # noqa: S101 narrows the type for mypy; the caller checked
         latest, pin = await self._records([latest_key(name), pin_key(name)])
         if latest is not None:
             await self._apply({"kind": "activated", **latest})
-        else:
-            await self._write_back_latest(name)
+        await self._write_back_latest(name, latest)
         held = self._registry.pins.get(name)
         if pin is None:
             if held is not None and await self._control.write_if_absent(pin_key(name), _pin(held)):
@@ -211,16 +225,24 @@ class Rollout:
         elif held != str(pin["version"]):
             await self._apply({"kind": "pinned", "name": name, "version": pin["version"]})
 
-    async def _write_back_latest(self, name: str) -> None:
+    async def _write_back_latest(self, name: str, latest: dict[str, Any] | None) -> None:
+        """Where the `latest` record is lost, or names a version older than this replica's newest
+        (its announcement failed), write this replica's newest."""
         assert self._control is not None  # noqa: S101 narrows the type for mypy; the caller checked
         versions = self._registry.loaded_versions(name)
         if not versions:
             return
         newest = self._registry.active(name, versions[-1])
-        if await self._control.write_if_absent(latest_key(name), _latest(newest)):
-            # NOTE: logged, not listed in readiness: every replica serves on as it did, and this
-            # replica's poll of the source would catch up anyway (a lost pin is listed: `_wrote_back`)
-            log.warning("the newest-version record of %r was missing from Redis; written back", name)
+        # NOTE: logged, not listed in readiness: every replica serves on as it did, and each one's
+        # poll of the source would catch up anyway (a lost pin is listed: `_wrote_back`)
+        if latest is None:
+            if await self._control.write_if_absent(latest_key(name), _latest(newest)):
+                log.warning("the newest-version record of %r was missing from Redis; written back", name)
+        elif version_key(newest.version) > version_key(str(latest.get("version", ""))):
+            await self._control.write(latest_key(name), _latest(newest))
+            log.warning(
+                "the newest-version record of %r named an older version; version %s written", name, newest.version
+            )
 
     def _wrote_back(self, what: str) -> None:
         log.warning("%s", what)
@@ -228,13 +250,36 @@ class Rollout:
 
     # -- helpers ------------------------------------------------------------------------
 
+    def _lock(self, name: str) -> asyncio.Lock:
+        return self._locks.setdefault(name, asyncio.Lock())
+
+    async def _check_pinnable(self, name: str, version: str) -> None:
+        """`ModelNotFound` unless `version` is loaded here or in the model source."""
+        self._registry.active(name)  # NOTE: a name no replica serves
+        if version in self._registry.loaded_versions(name):
+            return
+        if ModelRef(name, version) not in await asyncio.to_thread(self._source.list):
+            raise ModelNotFound(f"model {name!r} has no version {version!r} in the model source")
+
+    async def _pin_here(self, name: str, version: str) -> LoadedModel:
+        """Pin on this replica, loading the version if need be; as it was before on failure."""
+        before = self._registry.pins.get(name)
+        self._registry.pins[name] = version  # NOTE: first: a version outside MODELS_KEEP_VERSIONS stays loaded
+        try:
+            await self._ensure_loaded(name, version)
+            return await self._registry.pin(name, version)
+        except BaseException:
+            if before is None:
+                self._registry.pins.pop(name, None)
+            else:
+                self._registry.pins[name] = before
+            raise
+
     async def _ensure_loaded(self, name: str, version: str) -> None:
         if version in self._registry.loaded_versions(name):
             return
-        ref = ModelRef(name, version)
-        if ref not in await asyncio.to_thread(self._source.list):
-            raise ModelNotFound(f"model {name!r} has no version {version!r} in the model source")
-        if await self._registry.load(ref) is None:
+        await self._check_pinnable(name, version)
+        if await self._registry.load(ModelRef(name, version)) is None:
             error = self._registry.last_error.get(name)
             raise ModelInvalid(error.reason if error else f"{name}/{version} cannot be loaded")
 

@@ -185,8 +185,8 @@ class AdmissionPolicy:
     """How much scoring work one process takes at once, how long the rest may wait (shared/admission.py).
 
     `max_inflight` requests are in the work at once; the next wait for a slot, at most
-    `max_queue_wait_ms` (`queue_target_ms` while the wait queue stands: not empty for 100 ms),
-    and no more than `max_queued` of them. Admitted work has `request_timeout_ms` to finish.
+    `max_queue_wait_ms` (`queue_target_ms` while the wait queue stands: waits past the target
+    for 100 ms of hand-overs), and no more than `max_queued` of them. Admitted work has `request_timeout_ms` to finish.
     """
 
     max_inflight: int = setting(
@@ -205,7 +205,7 @@ class AdmissionPolicy:
     queue_target_ms: float = setting(
         "QUEUE_TARGET_MS",
         5.0,
-        "longest wait while the wait queue stands (not empty for 100 ms: overload, not a burst); newest served first",
+        "longest wait while the wait queue stands (waits past it for 100 ms of hand-overs: overload, not a burst)",
     )
     request_timeout_ms: int = setting(
         "REQUEST_TIMEOUT_MS",

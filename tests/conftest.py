@@ -43,18 +43,33 @@ hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fast"))
 ISOLATED_MODULES = ("gevent", "greenlet", "geventhttpclient")
 
 
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """Fail the run, before any test, if collecting it loaded what must stay in a child process."""
+def _isolated_loaded() -> str | None:
     if os.environ.get("SCORING_TESTS_GEVENT") == "1":
-        return  # NOTE: the child process of tests/oip/test_clients.py, which exists to load them
+        return None  # NOTE: the child process of tests/oip/test_clients.py, which exists to load them
     import sys
 
     loaded = [name for name in ISOLATED_MODULES if name in sys.modules]
-    if loaded:
-        raise pytest.UsageError(
-            f"the test process imported {', '.join(loaded)}: keep tritonclient.http in "
-            "tests/oip/v2_clients.py, which runs in a process of its own"
-        )
+    if not loaded:
+        return None
+    return (
+        f"the test process imported {', '.join(loaded)}: keep tritonclient.http in "
+        "tests/oip/v2_clients.py, which runs in a process of its own"
+    )
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Fail the run, before any test, if collecting it loaded what must stay in a child process."""
+    if (problem := _isolated_loaded()) is not None:
+        raise pytest.UsageError(problem)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The same, for an import inside a test or a fixture: the run fails at its end."""
+    if (problem := _isolated_loaded()) is not None:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        import sys
+
+        sys.stderr.write(f"\nERROR: {problem}\n")
 
 
 def _unavailable(what: str) -> None:

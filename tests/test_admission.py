@@ -79,27 +79,27 @@ async def test_past_max_queued_an_arrival_is_refused_at_once() -> None:
 
 
 async def test_a_standing_queue_cuts_the_wait_to_the_target() -> None:
-    """Waits past QUEUE_TARGET_MS for a whole interval are overload, not a burst: from then on a
-    request waits at most QUEUE_TARGET_MS, until the queue empties."""
+    """Waits past QUEUE_TARGET_MS over a whole interval of hand-overs are overload, not a burst: from
+    then on a newcomer may wait at most QUEUE_TARGET_MS, until the queue empties."""
     admission = _admission(max_inflight=1, max_queue_wait_ms=10_000, queue_target_ms=50)
     await admission.take()
-    first = asyncio.create_task(admission.take())
+    first, second, third = (asyncio.create_task(admission.take()) for _ in range(3))
     await asyncio.sleep(0.06)
-    second = asyncio.create_task(admission.take())
-    await asyncio.sleep(0)
     admission.leave()  # NOTE: `first` waited past the target: the interval starts
     await first
-    assert not admission.standing(), "one late waiter is a burst"
+    assert not admission.standing(), "one late hand-over is a burst"
     await asyncio.sleep(INTERVAL_S * 1.2)
-    third = asyncio.create_task(admission.take())
-    await asyncio.sleep(0)
+    assert not admission.standing(), "time alone does not make a queue stand: a hand-over does"
     admission.leave()  # NOTE: `second` waited past the target too, a whole interval later
     await second
     assert admission.standing()
     started = time.monotonic()
-    with pytest.raises(Overloaded, match="no slot within 50 ms"):
-        await third
-    assert time.monotonic() - started < 5, "the target, not MAX_QUEUE_WAIT_MS, bounded the wait"
+    with pytest.raises(Overloaded):
+        await admission.take()
+    assert time.monotonic() - started < 5, "refused within the target, not after MAX_QUEUE_WAIT_MS"
+    assert not third.done(), "who waits already keeps the wait it was given"
+    admission.leave()
+    await third
     assert not admission.standing(), "an empty queue stands no more"
     late = asyncio.create_task(admission.take())
     await asyncio.sleep(0.06)
@@ -115,20 +115,21 @@ async def test_a_queue_that_cannot_drain_in_time_refuses_at_arrival() -> None:
     over what it may wait: refused at once, before any wait."""
     admission = _admission(max_inflight=1, max_queue_wait_ms=100, queue_target_ms=100)
     await admission.take()
-    for _ in range(40):  # NOTE: slots freed about 5 ms apart (more on a slow machine: more refusals)
-        waiter = asyncio.create_task(admission.take())
+    backlog = [asyncio.create_task(admission.take()) for _ in range(10)]
+    await asyncio.sleep(0)
+    for _ in range(8):  # NOTE: slots freed 5 ms apart or more while some wait (slower: more refusals)
         await asyncio.sleep(0.005)
         admission.leave()
-        await waiter
+    await asyncio.gather(*backlog[:8])
     arrivals = [asyncio.create_task(admission.take()) for _ in range(40)]
     await asyncio.sleep(0)
     refused = [a for a in arrivals if a.done()]
     assert refused and all(isinstance(a.exception(), Overloaded) for a in refused)
     assert "ms apart" in str(refused[0].exception())
-    assert admission.waiting == 40 - len(refused) and admission.shed == len(refused)
+    assert admission.waiting == 2 + 40 - len(refused) and admission.shed == len(refused)
     for _ in range(admission.waiting):
         admission.leave()
-    await asyncio.gather(*arrivals, return_exceptions=True)
+    await asyncio.gather(*backlog, *arrivals, return_exceptions=True)
     admission.leave()
     assert admission.inflight == 0
 
@@ -159,6 +160,37 @@ async def test_a_waiter_cancelled_from_outside_leaves_the_queue_and_the_slot_pas
     assert gone.cancelled() and admission.inflight == 1
     admission.leave()
     assert admission.inflight == 0
+
+
+async def test_a_slot_freed_in_the_tick_a_waiter_is_cancelled_goes_to_the_next_waiter() -> None:
+    admission = _admission(max_inflight=1, max_queue_wait_ms=10_000)
+    await admission.take()
+    gone = asyncio.create_task(admission.take())
+    after = asyncio.create_task(admission.take())
+    await asyncio.sleep(0)
+    gone.cancel()  # NOTE: no yield before the slot is freed: `gone` is still in the queue
+    admission.leave()
+    await after
+    assert gone.cancelled() and admission.inflight == 1 and admission.waiting == 0
+    admission.leave()
+    assert admission.inflight == 0
+
+
+async def test_a_stale_estimate_never_refuses_the_first_in_line() -> None:
+    """Slow work frees slots far apart; once the queue empties, the first to find the slots full waits."""
+    admission = _admission(max_inflight=1, max_queue_wait_ms=20, queue_target_ms=20)
+    await admission.take()
+    slow = asyncio.create_task(admission.take())
+    await asyncio.sleep(0.01)
+    admission.leave()  # NOTE: a slot freed after 10 ms (an estimate the next waiters are judged by)
+    await slow
+    first = asyncio.create_task(admission.take())
+    await asyncio.sleep(0)
+    assert not first.done(), "it waits: nobody is ahead of it"
+    admission.leave()
+    await first
+    admission.leave()
+    assert admission.inflight == 0 and admission.shed == 0
 
 
 async def test_a_waiter_cancelled_as_its_slot_arrives_passes_the_slot_on() -> None:
@@ -193,7 +225,7 @@ async def test_work_past_its_deadline_is_cancelled_and_told() -> None:
     started = time.monotonic()
     with pytest.raises(DeadlineExceeded) as late:
         await slow()
-    assert time.monotonic() - started < 1.0 and not finished
+    assert time.monotonic() - started < 4.0 and not finished  # NOTE: the work would take 5 s
     assert late.value.grpc_status == "DEADLINE_EXCEEDED" and late.value.retry_after_s == 1.0
     assert admission.timed_out == 1 and admission.deadlines.armed == 0 and admission.inflight == 0
     async with admission.admitted():
@@ -261,7 +293,7 @@ async def test_every_scoring_route_sheds_with_a_503_and_retry_after_when_full(
     await _holding(core.admission, 2)  # NOTE: two requests in the work (the public way in: as a request takes a slot)
     started = time.perf_counter()
     refused = await client.post(path, json=body)
-    assert time.perf_counter() - started < 0.5
+    assert time.perf_counter() - started < 5, "refused, not held (MAX_QUEUED 0: no room to wait)"
     assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
     assert refused.headers["content-type"] == "application/json"
     assert refused.json()["error"] == "overloaded" if not path.startswith("/v2") else "MAX_QUEUED" in refused.text
@@ -284,8 +316,11 @@ async def test_every_scoring_route_waits_for_a_slot_and_then_answers(
     async for client, core in _app(dataclasses.replace(settings, admission=policy)):
         await core.admission.take()
         answer = asyncio.create_task(client.post(path, json=body))
-        while core.admission.waiting == 0:
+        for _ in range(5000):  # NOTE: until the request waits for its slot (bounded: 10 s)
+            if core.admission.waiting or answer.done():
+                break
             await asyncio.sleep(0.002)
+        assert core.admission.waiting == 1, answer
         core.admission.leave()  # NOTE: the request in the work ends: the waiting one takes its slot
         assert (await answer).status_code == 200
         stats = (await client.get("/api/stats")).json()["admission"]
@@ -317,26 +352,28 @@ async def test_requests_in_the_work_hold_their_slots_and_the_next_waits_then_is_
     policy = AdmissionPolicy(max_inflight=2, max_queue_wait_ms=50, queue_target_ms=50)
     async for client, core in _app(_slow_review(settings, llm, admission=policy)):
         held = [asyncio.create_task(client.post("/api/score", json=event(event_id=f"held-{i}"))) for i in range(2)]
-        while core.admission.inflight < 2:
+        for _ in range(2000):  # NOTE: until both hold their slots (bounded: 10 s)
+            if core.admission.inflight >= 2:
+                break
             await asyncio.sleep(0.005)
         started = time.perf_counter()
         refused = await client.post("/api/score", json=event(event_id="third"))
         assert refused.status_code == 503 and refused.json()["error"] == "overloaded"
-        assert 0.049 <= time.perf_counter() - started < 0.4, "it waited MAX_QUEUE_WAIT_MS, not for the work"
+        assert 0.049 <= time.perf_counter() - started < 5, "it waited MAX_QUEUE_WAIT_MS, not for the work"
         for answer in await asyncio.gather(*held):
             assert answer.status_code == 200 and answer.json()["review"]["status"] == "done"
         assert core.admission.inflight == 0
 
 
 async def test_work_past_request_timeout_is_dropped_and_the_caller_told(settings: Settings, llm: LlmServer) -> None:
-    llm.behaviour.delay_s = 2.0
+    llm.behaviour.delay_s = 4.0
     async for client, core in _app(_slow_review(settings, llm, admission=AdmissionPolicy(request_timeout_ms=200))):
         started = time.perf_counter()
         late = await client.post("/api/score", json=event(event_id="late"))
         waited = time.perf_counter() - started
         assert late.status_code == 503 and late.headers["retry-after"] == "1"
         assert late.json()["error"] == "deadline_exceeded" and "REQUEST_TIMEOUT_MS (200 ms)" in late.json()["detail"]
-        assert 0.15 < waited < 1.0
+        assert 0.15 < waited < 3.5, "answered at the deadline, not after the 4 s review"
         document = (await client.get("/api/openapi.json")).json()
         assert answer_problems(document, "POST", "/api/score", 503, late.headers["content-type"], late.content) == []
         assert core.admission.inflight == 0 and core.admission.timed_out == 1

@@ -90,8 +90,8 @@ async def test_predictions_are_shared_across_replicas_through_redis(
     replica_a = await services(shared_settings)
     replica_b = await services(shared_settings)
     assert (await replica_a.score(decode_event(body()))).source == "model"
-    for _ in range(100):  # the L2 write is fire-and-forget
-        if await redis_client.keys(redis_prefix + "pred:*"):
+    for _ in range(1000):  # the L2 write is fire-and-forget: up to 10 s on a loaded machine
+        if [key async for key in redis_client.scan_iter(match=redis_prefix + "pred:*", count=1000)]:
             break
         await asyncio.sleep(0.01)
     scored = await replica_b.score(decode_event(body()))

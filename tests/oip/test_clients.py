@@ -45,6 +45,7 @@ def test_standard_v2_clients_pass_in_a_process_of_their_own() -> None:
         check=False,
     )
     tail = (done.stdout + done.stderr)[-4000:]
+    assert done.returncode >= 0, f"the clients' process died of signal {-done.returncode}:\n{tail}"
     assert done.returncode == 0, tail
     assert " passed" in done.stdout and " failed" not in done.stdout, tail
 

@@ -87,10 +87,10 @@ async def test_a_slow_review_answers_locally_then_becomes_readable(
     core = await services(reviewing(**ALL, timeout_ms=100.0))
     started = time.perf_counter()
     body = (await core.score(payment())).as_dict()  # type: ignore[arg-type]
-    assert time.perf_counter() - started < 0.4, "the request waited past LLM_TIMEOUT_MS"
+    assert time.perf_counter() - started < 0.6, "the request waited for the review (0.6 s), past LLM_TIMEOUT_MS"
     assert body["source"] == "model" and body["review"] == {"status": "pending", "id": "evt-1"}
     assert (await core.review("evt-1"))["status"] == "pending"
-    for _ in range(40):
+    for _ in range(200):  # NOTE: up to 10 s for a 0.6 s review: a loaded machine is slow, not wrong
         await asyncio.sleep(0.05)
         if (kept := await core.review("evt-1"))["status"] != "pending":
             break
@@ -142,12 +142,12 @@ async def test_failures_open_the_breaker_and_a_later_probe_closes_it(
     services: Build, reviewing: Callable[..., Settings], llm: LlmServer
 ) -> None:
     llm.behaviour.fault = "500"
-    core = await services(reviewing(**ALL, breaker_failures=2, breaker_reset_s=0.3))
+    core = await services(reviewing(**ALL, breaker_failures=2, breaker_reset_s=2.0))
     statuses = [(await core.score(payment(event_id=f"e{i}"))).review.status for i in range(4)]  # type: ignore[arg-type,union-attr]
     assert statuses == ["failed", "failed", "skipped", "skipped"]
     assert len(llm.requests) == 2 and core.stats()["reviews"]["breaker"] == "open"  # type: ignore[index]
     llm.behaviour.fault = None
-    await asyncio.sleep(0.35)
+    await asyncio.sleep(2.1)
     assert (await core.score(payment(event_id="e9"))).source == "llm"  # type: ignore[arg-type]
     assert core.stats()["reviews"]["breaker"] == "closed"  # type: ignore[index]
     assert core.readiness().degraded == []
