@@ -79,10 +79,23 @@ def _unavailable(what: str) -> None:
 
 
 def closed_port() -> int:
-    """A loopback port where nothing listens (bound, then closed again)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port where nothing listens, for a server that binds it later (and again after a restart).
+
+    NOTE: below the kernel's ephemeral range (net.ipv4.ip_local_port_range, 32768-60999 by default):
+    a port from `bind(("", 0))` is in that range, and between its check and the server's bind (or a
+    test's restart of the server) any outgoing connection of the machine could take it as its own.
+    """
+    import random
+
+    for _ in range(200):
+        port = random.randint(20_000, 32_767)  # noqa: S311 not a secret: a port number
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free loopback port below the ephemeral range")
 
 
 async def port_frees(port: int, within_s: float = 5.0) -> bool:
