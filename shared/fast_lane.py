@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from shared.service import ScoringService
 
-__all__ = ["fast_lane", "scoring_routes"]
+__all__ = ["fast_lane", "listening_socket", "scoring_routes"]
 
 STOP_S = 1.5  # inside the core's 2 s for its jobs to stop
 
@@ -67,7 +67,7 @@ def fast_lane(host: str, app: Callable[[], ASGIApp]) -> Callable[[ScoringService
             lane = scoring_routes(app())
             await serve_http(lane, host, port, header_timeout_s=service.settings.http_header_timeout_ms / 1000)
 
-        service.background.add("fast_lane", serve)
+        service.background.add("fast_lane", serve, serving=True)
 
     return add
 
@@ -101,7 +101,7 @@ async def serve_http(app: ASGIApp, host: str, port: int, *, header_timeout_s: fl
     server = Embedded(config)
     # NOTE: the socket is ours: uvicorn calls sys.exit when it cannot bind, which would end the
     # Functions worker; an OSError here goes to the supervisor instead, which retries.
-    sock = socket.create_server((host, port), backlog=1024)
+    sock = listening_socket(host, port)
     running: asyncio.Future[Any] = asyncio.ensure_future(server.serve(sockets=[sock]))
     try:
         await asyncio.shield(running)
@@ -112,3 +112,18 @@ async def serve_http(app: ASGIApp, host: str, port: int, *, header_timeout_s: fl
         raise
     finally:
         sock.close()
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket whose accepted connections send without delay (TCP_NODELAY).
+
+    NOTE: the Functions worker runs a plain asyncio loop, whose transports set TCP_NODELAY only
+    on sockets whose `proto` is IPPROTO_TCP (asyncio.base_events._set_nodelay); a socket from
+    `socket.create_server()` has proto 0, and so has every connection accepted from it. Set on
+    the listening socket, Linux passes the option to each accepted one. Without it Nagle holds
+    every small answer for the peer's delayed ACK (~40 ms). uvloop sets it regardless, so
+    `make run` never showed this.
+    """
+    sock = socket.create_server((host, port), backlog=1024)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock

@@ -109,3 +109,19 @@ async def test_the_lane_serves_the_data_plane_only(settings: Settings) -> None:
                 assert r.status_code == 404 and r.json()["error"] == "not_found", (method, path)
     finally:
         await handlers.holder.aclose()
+
+
+def test_the_lanes_connections_send_without_delay() -> None:
+    """Accepted connections carry TCP_NODELAY: the worker's plain asyncio loop does not set it on them."""
+    import socket
+
+    from shared.fast_lane import listening_socket
+
+    server = listening_socket("127.0.0.1", 0)
+    try:
+        client = socket.create_connection(server.getsockname())
+        accepted, _ = server.accept()
+        with client, accepted:
+            assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+    finally:
+        server.close()

@@ -142,6 +142,7 @@ def test_service_bus_function_bindings() -> None:
             "connection": "ServiceBusConnection",
             "queueName": "payments",
             "cardinality": "many",
+            "dataType": str(func.DataType.BINARY.value),  # the bodies as queued, not decoded by the host
         }
     }  # NOTE: no output bindings: results carry a MessageId only the SDK can set (shared/queue/publisher.py)
 
@@ -397,3 +398,31 @@ async def test_a_malformed_redis_url_under_the_host_is_a_503_naming_it() -> None
     )
     r = await handlers.http(http_request("POST", "/api/score", event()))
     assert r.status_code == 503 and "s3cret" not in r.get_body().decode()
+
+
+async def test_a_publisher_that_cannot_be_built_fails_its_messages_with_the_reason(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """azure.identity.aio cannot build its credential without aiohttp: each message fails with that
+    reason (the batch is redelivered) instead of an ImportError that leaves no verdict."""
+    import sys
+
+    from shared.errors import BatchIncomplete
+    from shared.queue.publisher import ServiceBusPublisher
+
+    for name in [m for m in sys.modules if m == "aiohttp" or m.startswith(("aiohttp.", "azure.identity"))]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "aiohttp", None)  # NOTE: as in an image that lacks it: import fails
+    publisher = ServiceBusPublisher(namespace="payments.servicebus.windows.net")
+    h = FunctionHandlers(ServiceHolder(lambda: settings), publisher=publisher)
+    try:
+        with pytest.raises(BatchIncomplete, match=r"1 of 1 messages failed.*cannot be built.*aiohttp"):
+            await h.payments([sb_message(json.dumps(event(event_id="no-aiohttp")).encode(), "no-aiohttp")])
+    finally:
+        await h.aclose()
+
+
+def test_the_publishers_credential_builds_from_the_pinned_requirements() -> None:
+    """requirements.txt pins what azure.identity.aio's credential imports (aiohttp)."""
+    requirements = (REPO / "requirements.txt").read_text()
+    assert re.search(r"^aiohttp==", requirements, re.M), "aiohttp is not pinned: the credential cannot be built"
