@@ -168,7 +168,7 @@ async def v2_version_infer(req: func.HttpRequest, context: func.Context) -> func
     cardinality=func.Cardinality.MANY,
     data_type=func.DataType.BINARY,
 )
-async def payments(msgs: List[func.ServiceBusMessage]) -> None:
+async def payments(msgs: List[func.ServiceBusMessage]) -> None:  # noqa: UP006 (see the NOTE above)
     await handlers.payments(msgs)
 
 
