@@ -171,7 +171,11 @@ class Host:
         arrays = {
             "MessageIdArray": ids,
             "DeliveryCountArray": [1] * len(ids),
-            "EnqueuedTimeUtcArray": ["2026-12-01T09:00:00.000Z"] * len(ids),
+            # NOTE: .NET writes seven fractional digits (azure-functions-python-worker#269)
+            "EnqueuedTimeUtcArray": ["2026-12-01T09:00:00.1234567Z"] * len(ids),
+            "ExpiresAtUtcArray": ["2026-12-15T09:00:00.1234567Z"] * len(ids),
+            "LockedUntilArray": ["2026-12-01T09:01:00.1234567Z"] * len(ids),
+            "SequenceNumberArray": list(range(1, len(ids) + 1)),
             "CorrelationIdArray": [f"corr-{m}" for m in ids],
             "UserPropertiesArray": [{} for _ in ids],
             "ApplicationPropertiesArray": [{} for _ in ids],
