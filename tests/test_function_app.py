@@ -426,3 +426,49 @@ def test_the_publishers_credential_builds_from_the_pinned_requirements() -> None
     """requirements.txt pins what azure.identity.aio's credential imports (aiohttp)."""
     requirements = (REPO / "requirements.txt").read_text()
     assert re.search(r"^aiohttp==", requirements, re.M), "aiohttp is not pinned: the credential cannot be built"
+
+
+@pytest.mark.parametrize(
+    ("url", "path"),
+    [
+        ("http://localhost/api/score", ("/api/score", "")),
+        ("https://app.example/api/score/?x=1", ("/api/score/", "x=1")),
+        ("http://localhost/api/score/batch", ("/api/score/batch", "")),
+        ("http://localhost/api/models/fraud_v-2.1/score", ("/api/models/fraud_v-2.1/score", "")),
+        ("http://localhost/api/models/fr%C3%A9/score", None),  # NOTE: escapes go through AsgiMiddleware
+        ("http://localhost/api/scores", None),
+        ("http://localhost/api/models/fraud/activate", None),
+        ("http://localhost/v2/models/fraud/infer", None),
+    ],
+)
+def test_the_scoring_routes_are_told_by_their_url(url: str, path: tuple[str, str] | None) -> None:
+    from shared.triggers import scoring_path
+
+    assert scoring_path(url) == path
+
+
+async def test_the_scoring_routes_answer_as_through_the_asgi_bridge(handlers: FunctionHandlers) -> None:
+    """The direct framing and func.AsgiMiddleware over the same app: the same answers."""
+    big = json.dumps(event(note="x" * 70_000)).encode()
+    cases = [
+        ("/api/score", json.dumps(event(event_id="d-1")).encode(), "application/json"),
+        ("/api/score/", json.dumps(event(event_id="d-2")).encode(), "application/json"),
+        ("/api/score", b"{", "application/json"),
+        ("/api/score", json.dumps(event()).encode(), "text/plain"),
+        ("/api/score", big, "application/json"),
+        ("/api/score/batch", json.dumps({"events": [event(event_id="d-3"), event(amount=-1)]}).encode(), "application/json"),
+        ("/api/models/fraud/score", json.dumps(event(event_id="d-4")).encode(), "application/json"),
+        ("/api/models/nope/score", json.dumps(event(event_id="d-5")).encode(), "application/json"),
+    ]  # fmt: skip
+    for path, body, content_type in cases:
+        req = func.HttpRequest("POST", f"http://localhost{path}", headers={"content-type": content_type}, body=body)
+        direct = await handlers.http(req)
+        bridged = await handlers._asgi.handle_async(req, None)
+        assert direct.status_code == bridged.status_code, (path, content_type, direct.get_body()[:200])
+        assert direct.mimetype == bridged.mimetype == "application/json"
+        a, b = json.loads(direct.get_body()), json.loads(bridged.get_body())
+        if direct.status_code == 200:
+            for answer in (a, b):
+                for row in answer.get("results", [answer]):
+                    row.pop("timings_ms", None), row.pop("source", None)
+        assert a == b, path

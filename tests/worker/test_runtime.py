@@ -106,6 +106,16 @@ def test_every_http_function_answers_through_the_worker(host: Host) -> None:
     assert "fraud" in {m["name"] for m in host.call("models", "GET", "/api/models").json()["models"]}
 
 
+def test_once_built_an_invocation_sends_the_host_no_worker_info_line(host: Host) -> None:
+    """The worker's per-invocation INFO lines (one gRPC message each) stay at WARNING, from the app."""
+    before = len(host.logs)
+    for n in range(5):
+        assert host.call("score", "POST", "/api/score", json.dumps(event(event_id=f"l-{n}")).encode()).status == 200
+    time.sleep(0.2)
+    info = [log.message for log in host.logs[before:] if log.level == host.protos.RpcLog.Information]
+    assert info == [], info[:3]
+
+
 def test_v2_infer_and_pinning_through_the_worker(host: Host) -> None:
     meta = host.call("v2_model", "GET", "/v2/models/fraud", params={"name": "fraud"}).json()
     width = meta["inputs"][0]["shape"][-1]
