@@ -1,6 +1,6 @@
 """The production hop, measured: the app driven through the real worker runtime.
 
-    python -m bench.worker [--rounds 3] [--singles 3000] [--batches 40] [--seconds 5] [--profile]
+    python -m bench.worker [--rounds 3] [--singles 3000] [--batches 20] [--profile]
 
 A stand-in host (tests/worker/host.py) drives `function_app.py` through `azure_functions_runtime`
 (Python 3.13, .venv-worker; `make worker-venvs`) over the host's gRPC messages, as in
@@ -10,9 +10,7 @@ production. It reports, medians over `--rounds` fresh worker processes:
   worker process's CPU per invocation (/proc: user + system, over the measured invocations);
 - `score_batch`: HTTP invocations of 64 events each (2 in flight), events/s and worker CPU per event;
 - `payments`: batches of 64 messages, one at a time (the host runs one batch at a time per
-  replica), events per second and worker CPU per event;
-- the fast lane (FAST_LANE_PORT) under the worker's own plain asyncio loop, and `make run`
-  (uvicorn on uvloop) beside it, with wrk (2 threads, 16 connections, miss path): req/s, p99.
+  replica), events per second, worker CPU per event and milliseconds per batch.
 
 The stand-in host shares the machine's cores with the worker: invocations/s is a floor, CPU
 per invocation is the figure that carries over. `--profile` records the worker with py-spy
@@ -35,8 +33,6 @@ from pathlib import Path
 from typing import Any
 
 from bench.loadgen import event_body
-from bench.run import wrk
-from bench.servers import free_port, start_server, wait_http
 from tests.worker.host import REPO, Host, running_worker
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -141,40 +137,29 @@ def profile(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes] | No
 
 
 def one_round(args: argparse.Namespace, round_no: int, env: dict[str, str], out: Path) -> dict[str, Any]:
-    lane_port = free_port()
     result: dict[str, Any] = {}
-    with running_worker({**env, "FAST_LANE_PORT": str(lane_port)}, memory_publisher=True) as (host, worker):
+    with running_worker(env, memory_publisher=True) as (host, worker):
         init = host.start(REPO)
         if init.result.status != 1:
             raise RuntimeError(init.result.exception.message)
-        wait_http(f"http://127.0.0.1:{lane_port}/api/health/ready", 60)
+        for _ in range(600):  # NOTE: the warm-up loads the models right after indexing
+            if host.call("health", "GET", "/api/health/ready", params={"probe": "ready"}).status == 200:
+                break
+            time.sleep(0.05)
         spy = profile(worker.pid, 8, out / "worker-profile.txt") if args.profile and round_no == 1 else None
         result["score"] = singles(host, worker.pid, args.singles, f"r{round_no}")
         if spy is not None:
             spy.wait()
         result["score_batch_64"] = http_batches(host, worker.pid, args.batches * 2, f"r{round_no}")
         result["payments_64"] = batches(host, worker.pid, args.batches, f"r{round_no}")
-        before = cpu_s(worker.pid)
-        lane = wrk(lane_port, args.seconds, 16, "miss")
-        lane["cpu_us_per_request"] = (cpu_s(worker.pid) - before) / (lane["rps"] * args.seconds) * 1e6
-        result["fast_lane"] = lane
     return result
-
-
-def make_run_round(args: argparse.Namespace, env: dict[str, str]) -> dict[str, float]:
-    server = start_server("make-run", "shared.asgi:app", env, server="uvicorn")
-    try:
-        return wrk(server.port, args.seconds, 16, "miss")
-    finally:
-        server.stop()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--singles", type=int, default=3000)
-    parser.add_argument("--batches", type=int, default=40)
-    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--batches", type=int, default=20)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--out", type=Path, default=REPO / "bench-out")
     args = parser.parse_args()
@@ -185,17 +170,14 @@ def main() -> None:
     env = {"MODELS_DIR": str(models), "AzureWebJobsScriptRoot": str(REPO), "FUNCTIONS_WORKER_RUNTIME": "python"}
     os.environ.clear()
     os.environ.update(base)
-    rounds, runs = [], []
-    for n in range(1, args.rounds + 1):  # NOTE: interleaved, so both sides see the same machine
+    rounds = []
+    for n in range(1, args.rounds + 1):
         rounds.append(one_round(args, n, env, args.out))
-        runs.append(make_run_round(args, env))
-        print(json.dumps({"round": n, **rounds[-1], "make_run": runs[-1]}), flush=True)
+        print(json.dumps({"round": n, **rounds[-1]}), flush=True)
     summary = {
         section: {k: statistics.median(r[section][k] for r in rounds) for k in rounds[0][section]}
         for section in rounds[0]
     }
-    summary["make_run"] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-    summary["fast_lane"]["vs_make_run"] = summary["fast_lane"]["rps"] / summary["make_run"]["rps"]
     (args.out / "worker.json").write_text(json.dumps(summary, indent=2))
     print(json.dumps(summary, indent=2))
 

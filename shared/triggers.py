@@ -18,7 +18,6 @@ import azure.functions as func
 
 from shared.build import ServiceHolder
 from shared.errors import BadRequest, BatchIncomplete, ScoringError, error_body
-from shared.fast_lane import fast_lane
 from shared.http import create_app
 from shared.models.source import check_size, parse_model_path
 from shared.oip.jobs import grpc_server
@@ -234,12 +233,6 @@ def rejection(msg: func.ServiceBusMessage, exc: ScoringError) -> str:
     return rejection_record(incoming(msg), exc).decode()
 
 
-# NOTE: every address: in Azure the gRPC port is reached through the environment's ingress
-def _lane_app() -> ASGIApp:
-    """The fast lane's app: the same routes over the same core, measured as a server of its own."""
-    return create_app(handlers.holder)
-
-
-# NOTE: every address: the ingress reaches the container on its interface; internal-only ports (infra/modules/app.bicep)
+# NOTE: every address: the environment's ingress reaches the gRPC port on the container's interface (internal only)
 _ANY = "0.0.0.0"  # noqa: S104
-handlers = FunctionHandlers(ServiceHolder(on_built=[grpc_server(_ANY), fast_lane(_ANY, _lane_app), quiet_worker_logs]))
+handlers = FunctionHandlers(ServiceHolder(on_built=[grpc_server(_ANY), quiet_worker_logs]))

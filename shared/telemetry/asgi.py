@@ -131,9 +131,7 @@ def _start(telemetry: Any, scope: Scope, parent: str | None, context: Any, hoste
     )
 
 
-def _finish(
-    telemetry: Any, span: Any, method: str, template: str, status: int, scored: Any, seconds: float
-) -> None:
+def _finish(telemetry: Any, span: Any, method: str, template: str, status: int, scored: Any, seconds: float) -> None:
     from opentelemetry.trace import StatusCode
 
     if not span.is_recording():

@@ -164,5 +164,11 @@ def test_a_span_sampled_out_by_a_provider_we_did_not_configure_just_ends(observe
         return None
 
     measured = Measured(app, lambda: True, hosted=True)
-    scope = {"type": "http", "method": "POST", "path": "/api/score", "headers": [], "route": SimpleNamespace(path="/api/score")}
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/api/score",
+        "headers": [],
+        "route": SimpleNamespace(path="/api/score"),
+    }
     measured.end(scope, 200, time.perf_counter(), NonRecordingSpan(INVALID_SPAN_CONTEXT))  # raises nothing

@@ -21,7 +21,7 @@ from typing import Any
 RUNTIME_MODULES = (
     "numpy", "onnxruntime", "redis.asyncio", "shared.service", "shared.build", "azure.servicebus.aio",
     "azure.identity.aio", "aiohttp", "shared.oip.grpc_server", "shared.oip.grpc_predict_v2_pb2",
-    "shared.fast_lane", "uvicorn", "shared.local_server", "shared.telemetry.setup", "azure.monitor.opentelemetry",
+    "uvicorn", "shared.local_server", "shared.telemetry.setup", "azure.monitor.opentelemetry",
     "azure.storage.blob.aio", "openai", "shared.openapi",
 )  # fmt: skip
 

@@ -112,7 +112,12 @@ def test_once_built_an_invocation_sends_the_host_no_worker_info_line(host: Host)
     for n in range(5):
         assert host.call("score", "POST", "/api/score", json.dumps(event(event_id=f"l-{n}")).encode()).status == 200
     time.sleep(0.2)
-    info = [log.message for log in host.logs[before:] if log.level == host.protos.RpcLog.Information]
+    worker = ("proxy_worker", "azure_functions_worker", "azure_functions_runtime", "azure.functions")
+    info = [
+        f"{log.category}: {log.message}"
+        for log in host.logs[before:]
+        if log.level == host.protos.RpcLog.Information and log.category.startswith(worker)
+    ]
     assert info == [], info[:3]
 
 
