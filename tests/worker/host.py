@@ -111,8 +111,14 @@ class Host:
         return init
 
     def invoke_async(
-        self, function: str, inputs: Sequence[Any], trigger_metadata: dict[str, Any] | None = None
+        self,
+        function: str,
+        inputs: Sequence[Any],
+        trigger_metadata: dict[str, Any] | None = None,
+        *,
+        traceparent: str = "",
     ) -> concurrent.futures.Future[Any]:
+        """`traceparent`: the W3C context the host passes on (the caller's, or the host's own span)."""
         p = self.protos
         invocation_id = str(uuid.uuid4())
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
@@ -123,6 +129,7 @@ class Host:
             function_id=self.functions[function].function_id,
             input_data=list(inputs),
             trigger_metadata=trigger_metadata or {},
+            trace_context=p.FunctionRpc_pb2.RpcTraceContext(trace_parent=traceparent) if traceparent else None,
         )
         self.outbox.put(p.StreamingMessage(request_id=str(uuid.uuid4()), invocation_request=request))
         return future

@@ -209,3 +209,33 @@ def test_a_pep_585_annotation_put_back_fails_the_index(app_env: dict[str, str], 
     assert init.result.status == host.protos.StatusResult.Failure
     assert "invalid non-type annotation" in init.result.exception.message
     assert host.functions == {}, "a failed index must serve nothing"
+
+
+def test_with_the_worker_exporting_to_azure_monitor_itself_every_answer_is_clean(
+    app_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The worker configures azure-monitor before the app (its own sampler and log handler): the
+    app exports through that setup, and a span the worker's sampler drops raises nothing."""
+    connection = "InstrumentationKey=00000000-0000-0000-0000-000000000000;IngestionEndpoint=http://127.0.0.1:9/"
+    env = {
+        **app_env,
+        "PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY": "true",
+        "PYTHON_ENABLE_OPENTELEMETRY": "true",
+        "APPLICATIONINSIGHTS_CONNECTION_STRING": connection,
+        "TRACE_SAMPLE_RATIO": "1.0",
+    }
+    with running_worker(env) as (host, _):
+        assert host.start(REPO).result.status == host.protos.StatusResult.Success
+        for _ in range(300):
+            if host.call("health", "GET", "/api/health/ready", params={"probe": "ready"}).status == 200:
+                break
+            time.sleep(0.05)
+        for n in range(40):  # NOTE: sampled by the host; the worker's sampler keeps only a few per second
+            traceparent = f"00-{n + 1:032x}-{n + 1:016x}-01"
+            body = json.dumps(event(event_id=f"t-{n}")).encode()
+            response = host.invoke_async(
+                "score", host.http("score", "POST", "/api/score", body), traceparent=traceparent
+            ).result(60)
+            assert host.answer(response).status == 200
+        errors = [log.message for log in host.logs if log.level >= host.protos.RpcLog.Error]
+    assert not [e for e in errors if "Traceback" in e or "AttributeError" in e], errors[:2]
