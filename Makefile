@@ -55,7 +55,9 @@ test-infra: .venv-infra/.installed
 # The conformance runtimes (tests/worker, bench/worker.py; docs/capacity.md, "Which runtime"):
 # Python 3.13 + azure-functions-runtime over the app's pins, as the 3.13 worker loads them; and the
 # 3.11 worker's bundled azure-functions/protobuf/grpcio in a folder put first on a 3.11 process's path.
-PYTHON313 ?= $(shell command -v python3.13 2>/dev/null || ls $(HOME)/.pyenv/versions/3.13*/bin/python3.13 2>/dev/null | tail -1)
+# NOTE: the first Python 3.13 that runs (a pyenv shim on the PATH may not, when 3.13 is not selected)
+PYTHON313 ?= $(shell for p in $$(command -v python3.13) $(HOME)/.pyenv/versions/3.13*/bin/python3.13; do \
+	"$$p" -c 'import sys; assert sys.version_info[:2] == (3, 13)' 2>/dev/null && { echo "$$p"; break; }; done)
 PIP_QUIET := -q --disable-pip-version-check --no-warn-script-location
 
 .PHONY: worker-venvs
