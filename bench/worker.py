@@ -150,7 +150,7 @@ def one_round(args: argparse.Namespace, round_no: int, env: dict[str, str], out:
         result["score"] = singles(host, worker.pid, args.singles, f"r{round_no}")
         if spy is not None:
             spy.wait()
-        result["score_batch_64"] = http_batches(host, worker.pid, args.batches * 2, f"r{round_no}")
+        result["score_batch_64"] = http_batches(host, worker.pid, args.batches * 10, f"r{round_no}")
         result["payments_64"] = batches(host, worker.pid, args.batches, f"r{round_no}")
     return result
 
