@@ -38,8 +38,8 @@ run: $(VENV)/.runtime
 ## test: lint, then start Redis (unless one answers at REDIS_URL) and Azurite, run every test, stop them
 test: lint test-unit test-infra
 
-## test-unit: the Python tests only, with their Redis and Azurite
-test-unit: $(VENV)/.dev node_modules/.installed
+## test-unit: the Python tests only, with their Redis and Azurite (and the worker conformance runtimes)
+test-unit: $(VENV)/.dev node_modules/.installed worker-venvs
 	@PY=$(PY) scripts/with_services.sh $(PY) -m pytest $(PYTEST_ARGS)
 
 ## test-infra: offline checks of infra/ (Bicep parsed by pycep-parser, checkov) in their own venv
@@ -51,6 +51,37 @@ test-infra: .venv-infra/.installed
 	@echo "installing infra checks (pycep-parser, checkov) into .venv-infra..."
 	@.venv-infra/bin/python -m pip install -q --disable-pip-version-check -r requirements-infra.txt
 	@touch $@
+
+# The conformance runtimes (tests/worker, bench/worker.py; docs/capacity.md, "Which runtime"):
+# Python 3.13 + azure-functions-runtime over the app's pins, as the 3.13 worker loads them; and the
+# 3.11 worker's bundled azure-functions/protobuf/grpcio in a folder put first on a 3.11 process's path.
+# NOTE: the first Python 3.13 that runs (a pyenv shim on the PATH may not, when 3.13 is not selected)
+PYTHON313 ?= $(shell for p in $$(command -v python3.13) $(HOME)/.pyenv/versions/3.13*/bin/python3.13; do \
+	"$$p" -c 'import sys; assert sys.version_info[:2] == (3, 13)' 2>/dev/null && { echo "$$p"; break; }; done)
+PIP_QUIET := -q --disable-pip-version-check --no-warn-script-location
+
+.PHONY: worker-venvs
+worker-venvs: .venv-worker/.installed .venv-worker311/.installed
+
+.venv-worker/.installed: requirements-worker.txt requirements.txt
+	@test -n "$(PYTHON313)" || { echo "Python 3.13 is needed for the worker conformance runtime (PYTHON313=...)" >&2; exit 2; }
+	@test -x .venv-worker/bin/python || $(PYTHON313) -m venv .venv-worker
+	@echo "installing the Python 3.13 worker runtime and the app's pins into .venv-worker..."
+	@.venv-worker/bin/python -m pip install $(PIP_QUIET) -r requirements-worker.txt 2>&1 | grep -v '^WARNING: Location' || true
+	@.venv-worker/bin/python -c 'import azure_functions_runtime, azure.functions, grpc, onnxruntime'
+	@touch $@
+
+.venv-worker311/.installed: requirements-worker311.txt
+	@echo "installing the 3.11 worker's bundled packages into .venv-worker311..."
+	@rm -rf .venv-worker311 && $(PYTHON) -m pip install $(PIP_QUIET) --target .venv-worker311 -r requirements-worker311.txt 2>&1 | grep -v '^WARNING: Location\|root' || true
+	@test -d .venv-worker311/google/protobuf
+	@touch $@
+
+## stubs: regenerate the V2 gRPC messages at the protobuf 4.25 gencode level (loads under 4.25 and the pins)
+.PHONY: stubs
+stubs:
+	@rm -rf .venv-stubs && $(PYTHON) -m pip install $(PIP_QUIET) --target .venv-stubs grpcio-tools==1.59.5 protobuf==4.25.9
+	PYTHONPATH=.venv-stubs $(PYTHON) -m grpc_tools.protoc -Ishared/oip/proto --python_out=shared/oip shared/oip/proto/grpc_predict_v2.proto
 
 ## lint: ruff (rules and format) and mypy (strict on shared/)
 lint: $(VENV)/.dev
@@ -109,4 +140,4 @@ readme: $(VENV)/.runtime
 
 ## clean: remove the virtual environments, node_modules and caches
 clean:
-	rm -rf $(VENV) .venv-infra node_modules .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-infra .venv-worker .venv-worker311 .venv-stubs node_modules .pytest_cache .mypy_cache .ruff_cache

@@ -24,6 +24,8 @@ the order cannot matter; tests/test_function_app.py models the host's table to k
 Every HTTP function forwards to the same ASGI app that `make run` serves.
 """
 
+from typing import List  # noqa: UP035 the worker's loader refuses PEP 585 generics (list[...]) on bindings
+
 import azure.functions as func
 
 from shared.triggers import handlers
@@ -150,14 +152,23 @@ async def v2_version_infer(req: func.HttpRequest, context: func.Context) -> func
     return await handlers.http(req, context)
 
 
+# NOTE: `typing.List`, not `list[...]`: both Python workers refuse a PEP 585 annotation on a binding
+# ("invalid non-type annotation") and then index no function at all (azure-functions-python-worker#1034).
+# NOTE: dataType binary: the host then sends each body as the bytes that were queued; without it the
+# host decodes bodies as UTF-8 text, replacing what does not decode (azure-functions-host#3125), so a
+# malformed body would arrive altered and its rejection record would not hold what was sent.
 # NOTE: no output bindings: the Python binding sets the body only (no MessageId for duplicate
 # detection), and sends nothing when the function raises, which a batch with a transient
 # failure must do. Results and rejections go through the SDK publisher (shared/queue/publisher.py).
 @app.function_name("payments")
 @app.service_bus_queue_trigger(
-    arg_name="msgs", queue_name="payments", connection=QUEUE_CONNECTION, cardinality=func.Cardinality.MANY
+    arg_name="msgs",
+    queue_name="payments",
+    connection=QUEUE_CONNECTION,
+    cardinality=func.Cardinality.MANY,
+    data_type=func.DataType.BINARY,
 )
-async def payments(msgs: list[func.ServiceBusMessage]) -> None:
+async def payments(msgs: List[func.ServiceBusMessage]) -> None:  # noqa: UP006 (see the NOTE above)
     await handlers.payments(msgs)
 
 

@@ -9,7 +9,7 @@ Layers (imports run one way, down this list; tests/test_layers.py fails on an up
     features, feature_store          event + user context → the model's row
     serving, registry, decision, rollout, review, signature, ensembles  one served version · versions · score → decision · fleet sync · LLM review · tensors · ensembles
     service, build                   the transport-free core · wiring once per process
-    http, openapi, triggers, asgi, __main__, local_server, fast_lane, queue, oip   adapters (openapi: the document of the HTTP API; queue: the Service Bus batch path; oip: V2 REST and gRPC)
+    http, openapi, triggers, asgi, __main__, local_server, queue, oip   adapters (openapi: the document of the HTTP API; queue: the Service Bus batch path; oip: V2 REST and gRPC)
 
 Importing `shared` is cheap: every name below loads its module on first use.
 """

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 __all__ = ["Background", "Job"]
@@ -23,21 +24,35 @@ Job = Callable[[], Awaitable[None]]
 class Background:
     """A supervisor of named jobs."""
 
-    def __init__(self, *, restart_s: float = 1.0, stop_s: float = 2.0) -> None:
+    def __init__(self, *, restart_s: float = 1.0, stop_s: float = 2.0, settle_s: float = 5.0) -> None:
         self._stop_s = stop_s
         self._jobs: dict[str, Job] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._restart_s = restart_s
+        self._settle_s = settle_s
         self._running = False
+        self._serving: set[str] = set()
+        self._failed: dict[str, tuple[str, float]] = {}  # name -> (why, when its latest attempt started)
         self.restarts: dict[str, int] = {}
 
-    def add(self, name: str, job: Job) -> None:
-        """Register `job` (started now if the supervisor already runs)."""
+    def add(self, name: str, job: Job, *, serving: bool = False) -> None:
+        """Register `job` (started now if the supervisor already runs). `serving`: a listener the
+        replica is reached through (a server on a port), whose failure `failing` reports."""
         if name in self._jobs:
             raise ValueError(f"a background job named {name!r} exists")
         self._jobs[name] = job
+        if serving:
+            self._serving.add(name)
         if self._running:
             self._spawn(name)
+
+    def failing(self) -> dict[str, str]:
+        """The serving jobs that failed and have not yet run `settle_s` since: name -> why."""
+        now = time.monotonic()
+        for name, (_, since) in list(self._failed.items()):
+            if since and now - since >= self._settle_s:
+                del self._failed[name]
+        return {name: why for name, (why, _) in self._failed.items() if name in self._serving}
 
     def start(self) -> None:
         """Start every registered job (inside the running loop)."""
@@ -68,12 +83,16 @@ class Background:
     async def _supervise(self, name: str) -> None:
         job = self._jobs[name]
         while True:
+            if name in self._failed:
+                self._failed[name] = (self._failed[name][0], time.monotonic())
             try:
                 await job()
+                self._failed.pop(name, None)
                 return  # a job that returns is done
             except asyncio.CancelledError:
                 raise
-            except Exception:
+            except Exception as exc:
                 self.restarts[name] = self.restarts.get(name, 0) + 1
+                self._failed[name] = (f"{type(exc).__name__}: {exc}", 0.0)
                 log.exception("background job %s failed; restarting in %.1f s", name, self._restart_s)
                 await asyncio.sleep(self._restart_s)

@@ -222,6 +222,10 @@ class ScoringService:
             return Readiness(False, "models are still loading", models)
         if self._default not in models:
             return Readiness(False, f"DEFAULT_MODEL {self._default!r} names no loaded model", models)
+        failing = self.background.failing()  # NOTE: a port this replica is reached through does not serve
+        if failing:
+            why = "; ".join(f"{name}: {problem}" for name, problem in sorted(failing.items()))
+            return Readiness(False, f"a listener is failing and restarting ({why})", models)
         return Readiness(True, "", models, self._degraded())
 
     def _sessions(self) -> dict[str, list[str]]:

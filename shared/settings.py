@@ -396,11 +396,6 @@ class Settings:
     grpc_port: int = setting(
         "GRPC_PORT", 0, "port of the Open Inference Protocol (V2) gRPC server in the same process; `0` = none"
     )
-    fast_lane_port: int = setting(
-        "FAST_LANE_PORT",
-        0,
-        "under the Functions host: an HTTP port served by the worker process itself (no per-invocation hop); `0` = none",
-    )
     # -- the queue path (shared/queue) ---------------------------------------------------
     service_bus_namespace: str | None = setting(
         "ServiceBusConnection__fullyQualifiedNamespace",
@@ -445,7 +440,6 @@ class Settings:
         _check(self.gc_gen0_threshold >= 0, "GC_GEN0_THRESHOLD", "an integer >= 0 (0 keeps Python's default)")
         _check(self.models_keep_versions >= 1, "MODELS_KEEP_VERSIONS", "an integer >= 1")
         _check(1 <= self.port <= 65535, "PORT", "a TCP port within 1..65535")
-        _check(0 <= self.fast_lane_port <= 65535, "FAST_LANE_PORT", "a TCP port within 1..65535, or 0 for none")
         _check(
             not (self.grpc_port and self.workers > 1), "WORKERS", "1 when GRPC_PORT is set (one process binds the port)"
         )

@@ -11,13 +11,13 @@ import asyncio
 import importlib
 import json
 import logging
+import re
 from typing import TYPE_CHECKING
 
 import azure.functions as func
 
 from shared.build import ServiceHolder
 from shared.errors import BadRequest, BatchIncomplete, ScoringError, error_body
-from shared.fast_lane import fast_lane
 from shared.http import create_app
 from shared.models.source import check_size, parse_model_path
 from shared.oip.jobs import grpc_server
@@ -28,9 +28,11 @@ from shared.queue.publisher import Publisher
 from shared.telemetry.logs import rejections
 
 if TYPE_CHECKING:
-    from starlette.types import ASGIApp
+    from starlette.types import ASGIApp, Message
 
-__all__ = ["FunctionHandlers", "handlers", "incoming", "rejection"]
+    from shared.service import ScoringService
+
+__all__ = ["FunctionHandlers", "call_asgi", "handlers", "incoming", "quiet_worker_logs", "rejection", "scoring_path"]
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +50,8 @@ class FunctionHandlers:
         self.publisher = publisher  # NOTE: the seams of the queue path; None: built from settings
         self.store = store
         self._queue: PaymentBatch | None = None
-        self._asgi = func.AsgiMiddleware(create_app(holder, hosted=True))  # type: ignore[no-untyped-call,unused-ignore]
+        self._app = create_app(holder, hosted=True)
+        self._asgi = func.AsgiMiddleware(self._app)  # type: ignore[no-untyped-call,unused-ignore]
         self._warm_up: asyncio.Task[None] | None = None
 
     def warm_up_soon(self) -> None:
@@ -75,7 +78,14 @@ class FunctionHandlers:
             log.error("warm-up failed: %s", exc.detail)
 
     async def http(self, req: func.HttpRequest, context: func.Context | None = None) -> func.HttpResponse:
-        """Every HTTP route: the same ASGI app that `make run` serves."""
+        """Every HTTP route: the same ASGI app that `make run` serves.
+
+        NOTE: the scoring routes are framed here in a few lines (`call_asgi`); every other route
+        goes through `func.AsgiMiddleware`, whose general bridge cost ~30% of an invocation's
+        worker CPU on the hot route (docs/capacity.md). Same app, same answers.
+        """
+        if req.method == "POST" and (path := scoring_path(req.url)) is not None:
+            return await call_asgi(self._app, req, path)
         try:
             response: func.HttpResponse = await self._asgi.handle_async(req, context)
         except UnicodeDecodeError:  # NOTE: AsgiMiddleware decodes the path as UTF-8 before the app runs
@@ -137,6 +147,75 @@ class FunctionHandlers:
             log.error("model %s/%s rejected: %s", ref.name, ref.version, exc.detail)
 
 
+# The scoring routes, as the host hands their URLs (no percent-escapes in a model name taken here).
+_SCORING = re.compile(r"\A[a-z]+://[^/]*(/api/(?:score(?:/batch)?|models/[A-Za-z0-9._-]+/score)/?)(?:\?([^#]*))?\Z")
+
+
+def scoring_path(url: str) -> tuple[str, str] | None:
+    """(path, query) of a scoring route's URL, else None."""
+    match = _SCORING.match(url)
+    return None if match is None else (match[1], match[2] or "")
+
+
+async def call_asgi(app: ASGIApp, req: func.HttpRequest, path: tuple[str, str]) -> func.HttpResponse:
+    """One request through `app` with its whole body, the answer collected: an ASGI server's framing."""
+    body = req.get_body()
+    sent = False
+    status, headers, chunks = 500, [], []
+
+    async def receive() -> Message:
+        nonlocal sent
+        if sent:
+            await asyncio.Future()  # NOTE: nothing more comes: a disconnect is never reported
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: Message) -> None:
+        nonlocal status, headers
+        if message["type"] == "http.response.start":
+            status, headers = message["status"], message.get("headers", [])
+        elif message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "https",
+        "path": path[0],
+        "raw_path": path[0].encode(),
+        "query_string": path[1].encode("latin-1"),
+        "root_path": "",
+        "headers": [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in req.headers.items()],
+        "client": None,
+        "server": None,
+    }
+    await app(scope, receive, send)
+    decoded = {k.decode("latin-1"): v.decode("latin-1") for k, v in headers}
+    return func.HttpResponse(
+        b"".join(chunks), status_code=status, headers=decoded, mimetype=decoded.get("content-type")
+    )
+
+
+def quiet_worker_logs(service: ScoringService) -> None:
+    """Leave the Python worker's own loggers at WARNING: their INFO lines are one or two per invocation.
+
+    NOTE: the worker writes "Received FunctionInvocationRequest" / "Function name: ..." at INFO
+    for every invocation, each a gRPC message to the host, which files the worker's
+    system-category logs in the platform's own store, not the app's Application Insights; the
+    host logs each execution itself. Measured: ~9% of an invocation's worker CPU
+    (docs/capacity.md). Their warnings and errors still flow. (No setting: one would have to be
+    set on the Container App; the worker's own debug switch is the platform's.)
+    """
+    for name in WORKER_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+# The 3.11 worker's, the 3.13 worker's, its runtime library's and the azure-functions SDK's loggers.
+WORKER_LOGGERS = ("azure_functions_worker", "proxy_worker", "azure_functions_runtime", "azure.functions")
+
+
 def incoming(msg: func.ServiceBusMessage) -> Incoming:
     """The transport-free message: body, ids, delivery count, enqueued time, trace context."""
     return Incoming(
@@ -154,10 +233,6 @@ def rejection(msg: func.ServiceBusMessage, exc: ScoringError) -> str:
     return rejection_record(incoming(msg), exc).decode()
 
 
-# NOTE: every address: in Azure the gRPC port is reached through the environment's ingress
-def _lane_app() -> ASGIApp:
-    """The fast lane's app: the same routes over the same core, measured as a server of its own."""
-    return create_app(handlers.holder)
-
-
-handlers = FunctionHandlers(ServiceHolder(on_built=[grpc_server("0.0.0.0"), fast_lane("0.0.0.0", _lane_app)]))  # noqa: S104 the ingress reaches the container on its interface; internal-only ports (infra/modules/app.bicep)
+# NOTE: every address: the environment's ingress reaches the gRPC port on the container's interface (internal only)
+_ANY = "0.0.0.0"  # noqa: S104
+handlers = FunctionHandlers(ServiceHolder(on_built=[grpc_server(_ANY), quiet_worker_logs]))

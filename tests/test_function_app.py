@@ -142,6 +142,7 @@ def test_service_bus_function_bindings() -> None:
             "connection": "ServiceBusConnection",
             "queueName": "payments",
             "cardinality": "many",
+            "dataType": str(func.DataType.BINARY.value),  # the bodies as queued, not decoded by the host
         }
     }  # NOTE: no output bindings: results carry a MessageId only the SDK can set (shared/queue/publisher.py)
 
@@ -397,3 +398,94 @@ async def test_a_malformed_redis_url_under_the_host_is_a_503_naming_it() -> None
     )
     r = await handlers.http(http_request("POST", "/api/score", event()))
     assert r.status_code == 503 and "s3cret" not in r.get_body().decode()
+
+
+def test_a_publisher_that_cannot_be_built_fails_its_messages_with_the_reason() -> None:
+    """azure.identity.aio cannot build its credential without aiohttp: each message fails with that
+    reason (the batch is redelivered) instead of an ImportError that leaves no verdict.
+
+    NOTE: in a fresh interpreter where aiohttp cannot be imported, as in an image that lacks it
+    (in this process azure.core may already hold its aiohttp transport)."""
+    import subprocess
+    import sys
+
+    script = """
+import asyncio, json, sys
+sys.modules["aiohttp"] = None
+from azure.functions.servicebus import ServiceBusMessage
+from shared.build import ServiceHolder
+from shared.errors import BatchIncomplete
+from shared.queue.publisher import ServiceBusPublisher
+from shared.settings import Settings
+from shared.triggers import FunctionHandlers
+from tests.conftest import event
+
+async def main():
+    publisher = ServiceBusPublisher(namespace="payments.servicebus.windows.net")
+    h = FunctionHandlers(ServiceHolder(lambda: Settings.from_env({})), publisher=publisher)
+    body = json.dumps(event(event_id="no-aiohttp")).encode()
+    msg = ServiceBusMessage(body=body, message_id="no-aiohttp", user_properties={}, delivery_count=1, application_properties={})
+    try:
+        await h.payments([msg])
+    except BatchIncomplete as exc:
+        print("BatchIncomplete:", exc.detail)
+    finally:
+        await h.aclose()
+
+asyncio.run(main())
+"""
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert re.search(r"BatchIncomplete: 1 of 1 messages failed.*cannot be built.*aiohttp", done.stdout), done.stdout
+
+
+def test_the_publishers_credential_builds_from_the_pinned_requirements() -> None:
+    """requirements.txt pins what azure.identity.aio's credential imports (aiohttp)."""
+    requirements = (REPO / "requirements.txt").read_text()
+    assert re.search(r"^aiohttp==", requirements, re.M), "aiohttp is not pinned: the credential cannot be built"
+
+
+@pytest.mark.parametrize(
+    ("url", "path"),
+    [
+        ("http://localhost/api/score", ("/api/score", "")),
+        ("https://app.example/api/score/?x=1", ("/api/score/", "x=1")),
+        ("http://localhost/api/score/batch", ("/api/score/batch", "")),
+        ("http://localhost/api/models/fraud_v-2.1/score", ("/api/models/fraud_v-2.1/score", "")),
+        ("http://localhost/api/models/fr%C3%A9/score", None),  # NOTE: escapes go through AsgiMiddleware
+        ("http://localhost/api/scores", None),
+        ("http://localhost/api/models/fraud/activate", None),
+        ("http://localhost/v2/models/fraud/infer", None),
+    ],
+)
+def test_the_scoring_routes_are_told_by_their_url(url: str, path: tuple[str, str] | None) -> None:
+    from shared.triggers import scoring_path
+
+    assert scoring_path(url) == path
+
+
+async def test_the_scoring_routes_answer_as_through_the_asgi_bridge(handlers: FunctionHandlers) -> None:
+    """The direct framing and func.AsgiMiddleware over the same app: the same answers."""
+    big = json.dumps(event(note="x" * 70_000)).encode()
+    cases = [
+        ("/api/score", json.dumps(event(event_id="d-1")).encode(), "application/json"),
+        ("/api/score/", json.dumps(event(event_id="d-2")).encode(), "application/json"),
+        ("/api/score", b"{", "application/json"),
+        ("/api/score", json.dumps(event()).encode(), "text/plain"),
+        ("/api/score", big, "application/json"),
+        ("/api/score/batch", json.dumps({"events": [event(event_id="d-3"), event(amount=-1)]}).encode(), "application/json"),
+        ("/api/models/fraud/score", json.dumps(event(event_id="d-4")).encode(), "application/json"),
+        ("/api/models/nope/score", json.dumps(event(event_id="d-5")).encode(), "application/json"),
+    ]  # fmt: skip
+    for path, body, content_type in cases:
+        req = func.HttpRequest("POST", f"http://localhost{path}", headers={"content-type": content_type}, body=body)
+        direct = await handlers.http(req)
+        bridged = await handlers._asgi.handle_async(req, None)
+        assert direct.status_code == bridged.status_code, (path, content_type, direct.get_body()[:200])
+        assert direct.mimetype == bridged.mimetype == "application/json"
+        a, b = json.loads(direct.get_body()), json.loads(bridged.get_body())
+        if direct.status_code == 200:
+            for answer in (a, b):
+                for row in answer.get("results", [answer]):
+                    row.pop("timings_ms", None), row.pop("source", None)
+        assert a == b, path

@@ -41,7 +41,6 @@ LAYERS: list[set[str]] = [
         "shared.asgi",
         "shared.__main__",
         "shared.local_server",
-        "shared.fast_lane",
         "shared.queue",
         "shared.oip",
     },

@@ -30,6 +30,6 @@ def grpc_server(host: str) -> Callable[[ScoringService], None]:
 
             await serve_grpc(service, host, port)
 
-        service.background.add("grpc", serve)
+        service.background.add("grpc", serve, serving=True)
 
     return add

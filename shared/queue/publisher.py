@@ -98,15 +98,24 @@ class ServiceBusPublisher:
         self._senders: dict[str, Any] = {}
 
     def _connect(self) -> Any:
-        from azure.servicebus.aio import ServiceBusClient
+        """The SDK client; a client that cannot be built (settings, a missing package) is `PublishFailed`.
 
+        NOTE: azure.identity.aio's DefaultAzureCredential raises ImportError when aiohttp is not
+        installed (its async transport); translated here, it fails the messages with its reason
+        instead of escaping as an invocation error without a verdict.
+        """
         if not self._connection_string and not self._namespace:
             raise PublishFailed("neither ServiceBusConnection nor ServiceBusConnection__fullyQualifiedNamespace is set")
-        if self._connection_string:
-            return ServiceBusClient.from_connection_string(self._connection_string, **self._options)
-        from azure.identity.aio import DefaultAzureCredential
+        try:
+            from azure.servicebus.aio import ServiceBusClient
 
-        self._credential = DefaultAzureCredential()
+            if self._connection_string:
+                return ServiceBusClient.from_connection_string(self._connection_string, **self._options)
+            from azure.identity.aio import DefaultAzureCredential
+
+            self._credential = DefaultAzureCredential()
+        except ImportError as exc:
+            raise PublishFailed(f"the Service Bus client cannot be built: {exc}") from exc
         return ServiceBusClient(str(self._namespace), self._credential, **self._options)
 
     async def publish(self, messages: Sequence[Outbound]) -> None:

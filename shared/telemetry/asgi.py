@@ -90,7 +90,7 @@ class Measured:
         if span is not None:
             telemetry = process.current()
             if telemetry is not None:
-                _finish(telemetry, span, template, status, scored, seconds)
+                _finish(telemetry, span, scope["method"], template, status, scored, seconds)
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
@@ -131,13 +131,19 @@ def _start(telemetry: Any, scope: Scope, parent: str | None, context: Any, hoste
     )
 
 
-def _finish(telemetry: Any, span: Any, template: str, status: int, scored: Any, seconds: float) -> None:
+def _finish(telemetry: Any, span: Any, method: str, template: str, status: int, scored: Any, seconds: float) -> None:
     from opentelemetry.trace import StatusCode
 
+    if not span.is_recording():
+        # NOTE: a tracer provider the app did not configure (the Functions worker's azure-monitor
+        # setup, with its own sampler) hands out non-recording spans: they have no `name` to read
+        # and record nothing, so only their end is due.
+        span.end()
+        return
     span.set_attribute("http.route", template)
     span.set_attribute("http.response.status_code", status)
     if template:
-        span.update_name(f"{span.name.split(' ', 1)[0]} {template}")
+        span.update_name(f"{method} {template}")
     if status >= 500:
         span.set_status(StatusCode.ERROR)
     if scored is not None:

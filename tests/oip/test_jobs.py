@@ -45,3 +45,31 @@ def test_a_bad_port_names_the_setting(value: str) -> None:
 
     with pytest.raises(SettingsError, match="GRPC_PORT"):
         Settings.from_env({"GRPC_PORT": value})
+
+
+async def test_a_server_that_cannot_serve_keeps_the_replica_unready_until_it_does(settings: Settings) -> None:
+    """A crash-looping listener (here its port is taken) is not ready; once it serves, ready again."""
+    import asyncio
+    import socket
+
+    blocker = socket.create_server(("127.0.0.1", 0))
+    port = blocker.getsockname()[1]
+    holder = ServiceHolder(lambda: replace(settings, grpc_port=port), on_built=[grpc_server("127.0.0.1")])
+    service = await holder.get()
+    service.background._settle_s = 0.3  # NOTE: the default settle time, shortened for the test
+    try:
+        for _ in range(100):
+            if service.background.restarts.get("grpc"):
+                break
+            await asyncio.sleep(0.02)
+        readiness = service.readiness()
+        assert not readiness.ready and "grpc" in readiness.detail and str(port) in readiness.detail
+        blocker.close()
+        for _ in range(200):
+            if service.readiness().ready:
+                break
+            await asyncio.sleep(0.02)
+        assert service.readiness().ready
+    finally:
+        blocker.close()
+        await holder.aclose()

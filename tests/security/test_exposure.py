@@ -8,10 +8,6 @@ a path (case, trailing and doubled slashes, extra segments, `..`, percent-encode
 slashes, bytes that are not UTF-8), through the host's table as the host may see it (decoded,
 with and without its dot-segment removal), and every request that lands on an anonymous
 function through the real Functions adapter: it must answer from a probe, or refuse.
-
-The fast lane (FAST_LANE_PORT) has no key: the network is its guard (an internal port,
-infra/modules/app.bicep, checked by tests/infra). So it must serve the data plane only:
-the same hostile paths go through it, and no route that changes or reveals state answers.
 """
 
 from __future__ import annotations
@@ -23,15 +19,11 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
 
 import azure.functions as func
 import pytest
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shared.build import ServiceHolder
-from shared.fast_lane import scoring_routes
-from shared.http import create_app
 from shared.settings import Settings
 from shared.triggers import FunctionHandlers
 from tests import host_routes
@@ -212,86 +204,3 @@ async def test_an_undecodable_path_is_a_json_400_not_a_failed_invocation(worker:
     """AsgiMiddleware decodes the path as UTF-8; `%ff` used to raise there, and the host answers 500."""
     reply = await worker("GET", "/api/health/%ff")
     assert reply.status_code == 400 and json.loads(reply.get_body())["error"] == "bad_request"
-
-
-# -- the fast lane ------------------------------------------------------------------------------------
-
-DATA_PLANE = {"/api/score", "/api/score/batch", "/api/models/{name}/score", "/api/health/live", "/api/health/ready"}
-Sender = Callable[[str, str], Awaitable[tuple[int, str | None]]]
-
-
-async def lane_findings(send_to: Sender) -> tuple[list[str], int]:
-    """Every hostile request that a route outside the data plane answered (`send_to` gives the
-    status and the route template the app matched, None when nothing did); and how many were sent."""
-    findings, tried = [], 0
-    for method, path in attacks(host_routes.route_table_of(metadata(), PREFIX)):
-        tried += 1
-        status, route = await send_to(method, path)
-        if route is not None and route.rstrip("/") not in DATA_PLANE and not route.startswith("/v2"):
-            findings.append(f"{method} {path} -> {route} ({status})")
-    return findings, tried
-
-
-@pytest.fixture
-async def lane(settings: Settings) -> AsyncIterator[Callable[[bool], Sender]]:
-    """`lane(filtered)`: a sender into the fast lane's app (as `shared.fast_lane` serves it, or,
-    unfiltered, the same app with nothing in front: the mutation), recording the route that answered."""
-    holder = ServiceHolder(lambda: settings)
-    app = create_app(holder)
-    reached: list[str | None] = []
-
-    async def recorded(scope: Scope, receive: Receive, send: Send) -> None:
-        await app(scope, receive, send)
-        reached.append(getattr(scope.get("route"), "path", None))
-
-    def sender(filtered: bool) -> Sender:
-        served = scoring_routes(recorded) if filtered else recorded
-
-        async def send_to(method: str, path: str) -> tuple[int, str | None]:
-            reached.clear()
-            status = await _asgi(served, method, path)
-            return status, reached[-1] if reached else None
-
-        return send_to
-
-    yield sender
-    await holder.aclose()
-
-
-async def _asgi(app: ASGIApp, method: str, raw_path: str) -> int:
-    """One request straight into ASGI, its scope as uvicorn builds it (the path percent-decoded,
-    no dot-segment removal); the response's status."""
-    scope = {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "scheme": "http",
-        "path": unquote(raw_path), "raw_path": raw_path.encode(), "query_string": b"", "root_path": "",
-        "headers": [(b"content-type", b"application/json"), (b"content-length", b"2")],
-        "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 8081),
-    }  # fmt: skip
-    sent: list[Message] = []
-    body: list[Message] = [{"type": "http.request", "body": b"{}", "more_body": False}]
-
-    async def receive() -> Message:
-        return body.pop() if body else {"type": "http.disconnect"}
-
-    async def send(message: Message) -> None:
-        sent.append(message)
-
-    await app(scope, receive, send)
-    return int(next(m["status"] for m in sent if m["type"] == "http.response.start"))
-
-
-async def test_the_fast_lane_serves_no_admin_route_on_any_path(lane: Callable[[bool], Sender]) -> None:
-    send_to = lane(True)
-    findings, tried = await lane_findings(send_to)
-    assert findings == [] and tried > 5_000
-    assert await send_to("GET", "/api/health/ready") == (200, "/api/health/ready")  # the data plane answers
-    assert await send_to("GET", "/v2/models/fraud") == (200, "/v2/models/{name}")
-    assert (await send_to("POST", "/api/score"))[1] == "/api/score"
-    assert await send_to("GET", "/api/stats") == (404, None)  # refused before any route
-
-
-async def test_the_lane_check_catches_a_lane_without_its_filter(lane: Callable[[bool], Sender]) -> None:
-    """Mutation: the same app on the lane's port with nothing in front of it."""
-    findings, _ = await lane_findings(lane(False))
-    assert "GET /api/stats -> /api/stats (200)" in findings and "GET /api/models -> /api/models (200)" in findings
-    assert any(f.startswith("DELETE /api/models/fraud/activate -> /api/models/{name}/activate (200)") for f in findings)

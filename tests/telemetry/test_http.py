@@ -149,3 +149,26 @@ def test_a_flood_of_rejections_is_rate_limited_and_the_suppressed_are_counted(
     assert len(lines) <= 5 + 5 * elapsed + 2, f"{len(lines)} lines for 200 rejections in {elapsed:.1f} s at 5/s"
     assert len(lines) < 100
     assert len(lines) + sum(getattr(r, "suppressed", 0) for r in lines) == 201, "a rejection went unaccounted"
+
+
+def test_a_span_sampled_out_by_a_provider_we_did_not_configure_just_ends(observed: Observed) -> None:
+    """Under the worker's own azure-monitor setup our spans can be non-recording: no name to read."""
+    import time
+    from types import SimpleNamespace
+
+    from opentelemetry.trace import INVALID_SPAN_CONTEXT, NonRecordingSpan
+
+    from shared.telemetry.asgi import Measured
+
+    async def app(scope: object, receive: object, send: object) -> None:
+        return None
+
+    measured = Measured(app, lambda: True, hosted=True)
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/api/score",
+        "headers": [],
+        "route": SimpleNamespace(path="/api/score"),
+    }
+    measured.end(scope, 200, time.perf_counter(), NonRecordingSpan(INVALID_SPAN_CONTEXT))  # raises nothing
