@@ -2,8 +2,8 @@
 // p99 latency and 5xx rate of the keyed routes (App Insights log queries over `requests`,
 // which in host.json's OpenTelemetry mode are the host's own HTTP server spans, sampled by
 // OTEL_TRACES_SAMPLER: docs/platform.md P16, P17; tests/infra checks the queries stay
-// ratios and percentiles), the same for every port from the app's own metrics (V2 gRPC and
-// the fast lane never reach `requests`: P14), new dead letters, queue depth, queue size
+// ratios and percentiles), the same for every port from the app's own metrics (V2 gRPC never
+// reaches `requests`: P14), new dead letters, queue depth, queue size
 // (the partition-exhaustion symptom), throttling, message age, and replicas pinned at
 // maxReplicas.
 
@@ -192,7 +192,7 @@ resource queueAge 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = {
 }
 
 // NOTE: the keyed routes' alerts above read `requests`, which only the host writes: traffic on
-// the additional TCP ports (V2 gRPC, the fast lane) bypasses the host (docs/platform.md P14).
+// the additional TCP port (V2 gRPC) bypasses the host (docs/platform.md P14).
 // These two read what the app's core records for every event whatever its port or trigger.
 resource allPortsShed 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = {
   name: '${prefix}-all-ports-shed'

@@ -127,18 +127,13 @@ param logLevel string = 'INFO'
 @maxValue(65535)
 param grpcPort int = 8001
 
-@description('CPU scale rule: average CPU utilization (%) of the replicas above which one is added. Transport-agnostic: it sees the work on the additional TCP ports, which the HTTP rule never counts (docs/platform.md P14).')
+@description('CPU scale rule: average CPU utilization (%) of the replicas above which one is added. Transport-agnostic: it sees the work on the additional TCP port (V2 gRPC), which the HTTP rule never counts (docs/platform.md P14).')
 @minValue(10)
 @maxValue(95)
 param cpuScaleUtilization int = 70
 
 @description('Host spans (the `requests` table the latency and 5xx alerts read) each replica\'s host exports per second at most: a fixed count keeps p99 meaningful at low load and the ingestion bounded at 10k req/s (docs/platform.md P17).')
 param requestsTracesPerSecond string = '5'
-
-@description('Port of the fast lane: HTTP served by the Python worker process itself, skipping the Functions host\'s per-invocation hop; reachable inside the environment only (docs/capacity.md, docs/deploy.md).')
-@minValue(1)
-@maxValue(65535)
-param fastLanePort int = 8081
 
 var placeholderImage = 'mcr.microsoft.com/azure-functions/python:4-python3.11'
 var isPlaceholder = empty(containerImage)
@@ -177,7 +172,7 @@ var hostSettings = [
   { name: 'OTEL_TRACES_SAMPLER', value: 'microsoft.rate_limited' }
   { name: 'OTEL_TRACES_SAMPLER_ARG', value: requestsTracesPerSecond }
   // One worker process per replica: the warm sessions, caches and batchers are per process, and
-  // the gRPC and fast-lane ports can be bound once (docs/capacity.md). Scale with replicas.
+  // the gRPC port can be bound once (docs/capacity.md). Scale with replicas.
   { name: 'FUNCTIONS_WORKER_PROCESS_COUNT', value: '1' }
 ]
 
@@ -240,7 +235,6 @@ var serviceSettings = [
   { name: 'TRACE_SAMPLE_RATIO', value: '0.01' }
   { name: 'LOG_REJECTIONS_PER_S', value: '10' }
   { name: 'GRPC_PORT', value: string(grpcPort) } // the V2 gRPC server in the same process (ingress below)
-  { name: 'FAST_LANE_PORT', value: string(fastLanePort) } // HTTP straight into the worker process (ingress below)
 ]
 
 var openAiSettings = [
@@ -316,8 +310,8 @@ var scaleRules = [
     }
   }
   {
-    // NOTE: the HTTP rule counts requests through the ingress's main port only; V2 gRPC and the
-    // fast lane arrive on additional TCP ports, which it never sees. CPU sees every port's work.
+    // NOTE: the HTTP rule counts requests through the ingress's main port only; V2 gRPC arrives
+    // on an additional TCP port, which it never sees. CPU sees every port's work.
     name: 'cpu-all-ports'
     custom: {
       type: 'cpu'
@@ -363,19 +357,14 @@ resource app 'Microsoft.App/containerApps@2026-07-01' = {
         targetPort: port
         transport: 'auto'
         allowInsecure: false
-        // V2 gRPC (GRPC_PORT) and the fast lane (FAST_LANE_PORT): ports of the worker process,
-        // internal to the environment. The Functions host never sees them, so no function key
-        // guards them: the network does (docs/deploy.md).
+        // V2 gRPC (GRPC_PORT): a port of the worker process, internal to the environment. The
+        // Functions host never sees it, so no function key guards it: the network does
+        // (docs/deploy.md).
         additionalPortMappings: [
           {
             external: false
             targetPort: grpcPort
             exposedPort: grpcPort
-          }
-          {
-            external: false
-            targetPort: fastLanePort
-            exposedPort: fastLanePort
           }
         ]
       }

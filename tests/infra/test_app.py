@@ -137,6 +137,12 @@ def test_every_setting_the_code_reads_is_set(app_env: dict[str, Any]) -> None:
     assert not missing, f"settings the code reads but infra/modules/app.bicep does not set: {missing}"
 
 
+def test_every_service_setting_is_one_the_code_reads(app: Module) -> None:
+    """A setting nothing reads promises what the app no longer does (FAST_LANE_PORT outlived its lane)."""
+    unread = [s["name"] for s in app.var("serviceSettings") if s["name"] not in app_setting_names()]
+    assert not unread, f"infra/modules/app.bicep sets settings the code does not read: {unread}"
+
+
 def test_local_only_settings_are_not_set(app_env: dict[str, Any]) -> None:
     leaked = [name for name in local_setting_names() if name in app_env]
     assert not leaked, f"local-only settings set on the Container App: {leaked}"
@@ -180,5 +186,5 @@ def test_the_grpc_port_is_mapped_inside_the_environment_only(app: Module) -> Non
 
 
 def test_one_worker_process_per_replica(app_env: dict[str, Any]) -> None:
-    """The in-process caches and batchers, and the gRPC and fast-lane ports, assume one worker process."""
+    """The in-process caches and batchers, and the gRPC port, assume one worker process."""
     assert app_env["FUNCTIONS_WORKER_PROCESS_COUNT"] == "1"

@@ -301,14 +301,14 @@ MUTATIONS = [
         "'ServiceBus__fullyQualifiedNamespace'",
     ),
     ("missing-app-setting", "function_app", "infra/modules/app.bicep", "{ name: 'BATCH_MAX_SIZE', value: '8' }", ""),
-    ("grpc-port-public", "grpc_ingress", "infra/modules/app.bicep", "external: false", "external: true"),
     (
-        "fast-lane-port-public",  # only the lane's mapping: the unkeyed data plane must stay inside the environment
-        "grpc_ingress",
+        "app-setting-nothing-reads",  # a setting the code no longer reads (the removed fast lane's)
+        "function_app",
         "infra/modules/app.bicep",
-        "external: false\n            targetPort: fastLanePort",
-        "external: true\n            targetPort: fastLanePort",
+        "{ name: 'GRPC_PORT', value: string(grpcPort) }",
+        "{ name: 'GRPC_PORT', value: string(grpcPort) }\n  { name: 'FAST_LANE_PORT', value: '8081' }",
     ),
+    ("grpc-port-public", "grpc_ingress", "infra/modules/app.bicep", "external: false", "external: true"),
     (
         "grpc-port-not-the-setting",
         "grpc_ingress",
@@ -323,19 +323,14 @@ MUTATIONS = [
         "{ name: 'GRPC_PORT', value: string(grpcPort) }",
         "",
     ),
+    ("grpc-exposed-elsewhere", "grpc_ingress", "infra/modules/app.bicep", "exposedPort: grpcPort", "exposedPort: 8443"),
     (
-        "fast-lane-setting-missing",
+        "port-mapped-that-nothing-serves",  # an additional port with no server behind it (the removed fast lane's 8081)
         "grpc_ingress",
         "infra/modules/app.bicep",
-        "{ name: 'FAST_LANE_PORT', value: string(fastLanePort) }",
-        "",
-    ),
-    (
-        "fast-lane-exposed-elsewhere",
-        "grpc_ingress",
-        "infra/modules/app.bicep",
-        "targetPort: fastLanePort\n            exposedPort: fastLanePort",
-        "targetPort: fastLanePort\n            exposedPort: 8443",
+        "            exposedPort: grpcPort\n          }\n",
+        "            exposedPort: grpcPort\n          }\n          {\n            external: false\n"
+        "            targetPort: 8081\n            exposedPort: 8081\n          }\n",
     ),
     ("misspelled-port-mapping", "schema", "infra/modules/app.bicep", "exposedPort: grpcPort", "exposedPrt: grpcPort"),
     # probes (P8, P9, P10)

@@ -485,7 +485,8 @@ def _one(bindings: dict[str, Any], decorator: str) -> list[tuple[str, dict[str, 
 
 def check_function_app(root: Path, setting_names: tuple[str, ...]) -> list[str]:
     """Queues, identity connections (P30), the blob webhook (P29), probes (P9, P10) and settings
-    agree with function_app.py."""
+    agree with function_app.py; app.bicep sets every setting the code reads, and its
+    `serviceSettings` (the code's own) none that the code does not read."""
     bindings = function_app_bindings(root)
     infra = root / "infra"
     sb, app, main = (parse(infra / p) for p in ("modules/servicebus.bicep", "modules/app.bicep", "main.bicep"))
@@ -551,6 +552,9 @@ def check_function_app(root: Path, setting_names: tuple[str, ...]) -> list[str]:
     missing = [n for n in setting_names if n not in env]
     if missing:
         findings.append(f"app.bicep does not set the app settings {missing}")
+    unread = [s["name"] for s in _var_text(app, "serviceSettings") if s["name"] not in setting_names]
+    if unread:
+        findings.append(f"app.bicep serviceSettings sets {unread}, which the code does not read")
     return findings
 
 
