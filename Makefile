@@ -63,13 +63,19 @@ PIP_QUIET := -q --disable-pip-version-check --no-warn-script-location
 .PHONY: worker-venvs
 worker-venvs: .venv-worker/.installed .venv-worker311/.installed
 
+# NOTE: without a Python 3.13 (Debian 12 has none; pyenv or `PYTHON313=` provide one) the 3.13 runtime's
+# tests skip and say so; under CI=true they fail (tests/worker/conftest.py), so CI always runs them.
 .venv-worker/.installed: requirements-worker.txt requirements.txt
-	@test -n "$(PYTHON313)" || { echo "Python 3.13 is needed for the worker conformance runtime (PYTHON313=...)" >&2; exit 2; }
+ifeq ($(PYTHON313),)
+	@echo "no Python 3.13: the worker conformance runtime is not built; tests/worker/test_runtime.py skips (PYTHON313=...)" >&2
+	@if [ "$$CI" = "true" ]; then exit 2; fi
+else
 	@test -x .venv-worker/bin/python || $(PYTHON313) -m venv .venv-worker
 	@echo "installing the Python 3.13 worker runtime and the app's pins into .venv-worker..."
 	@.venv-worker/bin/python -m pip install $(PIP_QUIET) -r requirements-worker.txt 2>&1 | grep -v '^WARNING: Location' || true
 	@.venv-worker/bin/python -c 'import azure_functions_runtime, azure.functions, grpc, onnxruntime'
 	@touch $@
+endif
 
 .venv-worker311/.installed: requirements-worker311.txt
 	@echo "installing the 3.11 worker's bundled packages into .venv-worker311..."
