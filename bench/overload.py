@@ -136,6 +136,15 @@ def steps(
         capacity = throughput(h2load(url, body, seconds=args.seconds, rate=None, connections=16, log=closed_log))
         base = {"admission": mode, "capacity_per_s": round(capacity)}
         yield base | {"step": "closed loop, 16 connections", "factor": None, "refused": refusals(closed_log)}
+        if args.neighbour:  # NOTE: what the neighbour leaves: the neighbour steps are multiples of the capacity alone
+            beside_log = tmp / f"{mode}-closed-beside.log"
+            with neighbour() as busy:
+                report = h2load(url, body, seconds=args.seconds, rate=None, connections=16, log=beside_log)
+            yield base | {
+                "step": f"closed loop, 16 connections, beside {busy}: {throughput(report):.0f} req/s",
+                "factor": None,
+                "refused": refusals(beside_log),
+            }
         plan = [(UNLOADED, "")] + [(f, "") for f in args.factors] + [(f, "neighbour") for f in args.neighbour]
         for factor, beside in plan:
             log = tmp / f"{mode}-{factor}-{beside}.log"

@@ -12,10 +12,10 @@ handed a slot for a whole INTERVAL_S had waited longer than QUEUE_TARGET_MS, the
 QUEUE_TARGET_MS instead of MAX_QUEUE_WAIT_MS.
 
 A refusal (`Overloaded`: a 503 with Retry-After) is early and cheap: a request is turned
-away at arrival, before its body is read, when MAX_QUEUED requests already wait or when
-the wait it would have (the waiters ahead of it times the measured interval between
-slots freed) exceeds what it may wait. A waiter whose wait runs out all the same is
-refused then.
+away at arrival, before its body is read, when MAX_QUEUED requests already wait, or when
+the queue stands and the wait it would have (the waiters ahead of it times the measured
+interval between slots freed) exceeds QUEUE_TARGET_MS. A waiter whose wait runs out all
+the same is refused then.
 
 A request admitted has `request_timeout_ms` to finish; past it the work is cancelled
 (`DeadlineExceeded`, also a 503 with Retry-After) and the slot freed. One sweeper
@@ -86,14 +86,16 @@ class Admission:
 
     def refuses(self) -> bool:
         """Whether a request arriving now is turned away at once (then it is counted as shed):
-        every slot taken, and the wait queue full or too slow for the wait it would have.
+        every slot taken, and the wait queue full, or standing and too slow for QUEUE_TARGET_MS.
 
-        The first in line always waits (its wait then measures the queue again), so a stale
-        estimate can never refuse everything."""
+        Only a standing queue is judged by its estimate (one stall measured is not a queue),
+        and the first in line always waits, so a stale estimate can never refuse everything."""
         if not self.limit or self.inflight < self.limit:
             return False
         ahead = len(self._waiting)
-        if ahead < self.policy.max_queued and (not ahead or (ahead + 1) * self._release_s <= self._allowed_s()):
+        if ahead < self.policy.max_queued and not (
+            self._standing and ahead and (ahead + 1) * self._release_s > self._target_s
+        ):
             return False
         self._refused()
         return True

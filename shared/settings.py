@@ -195,7 +195,9 @@ class AdmissionPolicy:
         "scoring requests one process works on at once; the next ones wait for a slot (`0` = no cap, no wait)",
     )
     max_queued: int = setting(
-        "MAX_QUEUED", 256, "requests waiting for a slot at most; past it a fast 503 `overloaded` with Retry-After"
+        "MAX_QUEUED",
+        64,
+        "requests waiting for a slot at most; past it a fast 503 `overloaded` with Retry-After (docs/reliability.md: why 64)",
     )
     max_queue_wait_ms: float = setting(
         "MAX_QUEUE_WAIT_MS",

@@ -211,7 +211,7 @@ var serviceSettings = [
   { name: 'MAX_MODEL_BYTES', value: '268435456' }
   { name: 'BODY_TIMEOUT_MS', value: '5000' }
   { name: 'MAX_INFLIGHT', value: '16' }
-  { name: 'MAX_QUEUED', value: '256' }
+  { name: 'MAX_QUEUED', value: '64' }
   { name: 'MAX_QUEUE_WAIT_MS', value: '20' }
   { name: 'QUEUE_TARGET_MS', value: '5' }
   { name: 'REQUEST_TIMEOUT_MS', value: '2000' }
