@@ -4,7 +4,7 @@ Layers (imports run one way, down this list; tests/test_layers.py fails on an up
 
     settings, errors, exports, telemetry  configuration · errors · lazy surfaces · metrics, traces, logs
     events                           the payment event schema and its decoding
-    cache, batching, background, deadlines, admission  tiers, prediction cache · micro-batcher · jobs · deadlines · admission control
+    cache, control, batching, background, deadlines, admission  tiers, prediction cache · records whose writes raise · micro-batcher · jobs · deadlines · admission control
     models                           spec (metadata contract) · runtime (ONNX Runtime) · source
     features, feature_store          event + user context → the model's row
     serving, registry, decision, rollout, review, signature, ensembles  one served version · versions · score → decision · fleet sync · LLM review · tensors · ensembles
