@@ -14,13 +14,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-# NOTE: imported first, before any test builds anything: the one reproducible crash of the suite (a
-# segfault in the cyclic GC, `tests/test_function_app.py tests/oip tests/security` in that order: 5
-# crashes in 6 runs, always while the log-privacy test's reviewer imported openai, i.e. while pydantic
-# built its models late in a large heap) did not happen once in 3 runs with this import here. The GC
-# found a young 2-tuple whose first item had been freed (a reference-count fault in a C extension,
-# not pinned down). docs/reliability.md, "A crash in the test process", has the evidence.
-import openai  # noqa: F401  # isort: skip
 import pytest
 from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
@@ -31,6 +24,14 @@ from shared.settings import BatchPolicy, CachePolicy, Settings
 from tests.onnx_models import make_model
 
 REPO = Path(__file__).resolve().parent.parent
+
+# NOTE: a service built from the environment (the Functions handlers, `python -m shared`) tunes the
+# process's GC at start (`shared.build.tune_gc`: gc.freeze() and a gen-0 threshold of 50,000). In the
+# test process that tuning outlived the test that built it and changed when every later test's
+# garbage was collected; with it, `tests/test_function_app.py tests/oip tests/security` segfaulted in
+# the GC in 5 runs of 6, without it in none of 3 (docs/reliability.md, "A crash in the test process").
+# `_gc_as_it_was` below fails a test that tunes it all the same.
+os.environ.setdefault("GC_GEN0_THRESHOLD", "0")
 # NOTE: Azurite's documented, public development account (not a secret; it only opens the emulator).
 AZURITE_ACCOUNT = "devstoreaccount1"
 AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
@@ -48,6 +49,22 @@ hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fast"))
 
 # C extensions that the main test process must never load (tests/oip/test_clients.py says why).
 ISOLATED_MODULES = ("gevent", "greenlet", "geventhttpclient")
+
+
+@pytest.fixture(autouse=True)
+def _gc_as_it_was() -> Iterator[None]:
+    """Every test leaves the process's GC as it found it (thresholds, nothing frozen)."""
+    import gc
+
+    before = (gc.get_threshold(), gc.get_freeze_count())
+    yield
+    after = (gc.get_threshold(), gc.get_freeze_count())
+    if after != before:
+        gc.unfreeze()
+        gc.set_threshold(*before[0])
+        pytest.fail(
+            f"the test left the GC tuned ({after} after, {before} before): build settings with gc_gen0_threshold=0"
+        )
 
 
 def _isolated_loaded() -> str | None:

@@ -166,3 +166,18 @@ def test_grpc_with_several_workers_is_refused() -> None:
     with pytest.raises(SettingsError, match="WORKERS"):
         Settings.from_env({"GRPC_PORT": "8001", "WORKERS": "2"})
     assert Settings.from_env({"GRPC_PORT": "8001", "WORKERS": "1"}).grpc_port == 8001
+
+
+def test_a_test_that_leaves_the_gc_tuned_fails(tmp_path: Path) -> None:
+    """The guard of tests/conftest.py (`_gc_as_it_was`), shown to catch the leak it exists for."""
+    offender = tmp_path / "test_offender.py"
+    offender.write_text("from shared.build import tune_gc\n\n\ndef test_tunes() -> None:\n    tune_gc(1000)\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "tests.conftest", str(offender), "-o", "addopts=", "-q"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode != 0 and "left the GC tuned" in done.stdout, done.stdout[-2000:]
