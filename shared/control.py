@@ -81,17 +81,9 @@ class RedisControlStore:
         cls, url: str, *, prefix: str = "", use_entra: bool = False, timeout_s: float = 1.0
     ) -> RedisControlStore:
         """A store over `url`; `use_entra` authenticates with a Microsoft Entra token (managed identity)."""
-        from redis.asyncio import Redis
+        from shared.cache.redis_tier import redis_client
 
-        credentials = None
-        if use_entra:
-            from redis_entraid.cred_provider import create_from_default_azure_credential
-
-            credentials = create_from_default_azure_credential(("https://redis.azure.com/.default",))
-        client = Redis.from_url(
-            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, credential_provider=credentials
-        )
-        return cls(client, prefix=prefix, timeout_s=timeout_s)
+        return cls(redis_client(url, timeout_s=timeout_s, use_entra=use_entra), prefix=prefix, timeout_s=timeout_s)
 
     async def read(self, keys: Sequence[str]) -> list[bytes | None]:
         if not keys:

@@ -17,6 +17,7 @@ from shared.settings import (
     SettingsError,
     markdown_table,
 )
+from tests.child_pytest import offender_run
 
 
 def test_defaults_are_the_embedded_local_setup() -> None:
@@ -170,14 +171,7 @@ def test_grpc_with_several_workers_is_refused() -> None:
 
 def test_a_test_that_leaves_the_gc_tuned_fails(tmp_path: Path) -> None:
     """The guard of tests/conftest.py (`_gc_as_it_was`), shown to catch the leak it exists for."""
-    offender = tmp_path / "test_offender.py"
-    offender.write_text("from shared.build import tune_gc\n\n\ndef test_tunes() -> None:\n    tune_gc(1000)\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "tests.conftest", str(offender), "-o", "addopts=", "-q"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    done = offender_run(
+        tmp_path, "from shared.build import tune_gc\n\n\ndef test_tunes() -> None:\n    tune_gc(1000)\n"
     )
     assert done.returncode != 0 and "left the GC tuned" in done.stdout, done.stdout[-2000:]

@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
@@ -24,7 +25,7 @@ from shared.batching import Batcher
 from shared.cache.tier import TierStats, ewma
 from shared.settings import BatchPolicy
 
-__all__ = ["RedisStats", "RedisTier", "ewma"]
+__all__ = ["RedisStats", "RedisTier", "ewma", "redis_client"]
 
 log = logging.getLogger(__name__)
 _FAILURES = (RedisError, OSError, TimeoutError)
@@ -32,6 +33,26 @@ RECENT_S = 10.0  # a failure this recent still shows in readiness, unless a read
 
 
 RedisStats = TierStats
+
+
+def redis_client(
+    url: str, *, timeout_s: float, connect_timeout_s: float | None = None, use_entra: bool = False, **options: Any
+) -> Redis:
+    """A client over `url`, each socket operation bounded by `timeout_s`; `use_entra` authenticates
+    with a Microsoft Entra token (managed identity). The tier, the control store and the result store
+    each hold one, with the deadlines their contracts need."""
+    credentials = None
+    if use_entra:
+        from redis_entraid.cred_provider import create_from_default_azure_credential
+
+        credentials = create_from_default_azure_credential(("https://redis.azure.com/.default",))
+    return Redis.from_url(
+        url,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s if connect_timeout_s is None else connect_timeout_s,
+        credential_provider=credentials,
+        **options,
+    )
 
 
 class RedisTier:
@@ -69,18 +90,13 @@ class RedisTier:
     @classmethod
     def from_url(cls, url: str, *, timeout_s: float, prefix: str = "", use_entra: bool = False) -> RedisTier:
         """A tier over `url`; `use_entra` authenticates with a Microsoft Entra token (managed identity)."""
-        credentials = None
-        if use_entra:
-            from redis_entraid.cred_provider import create_from_default_azure_credential
-
-            credentials = create_from_default_azure_credential(("https://redis.azure.com/.default",))
-        client = Redis.from_url(
+        client = redis_client(
             url,
-            socket_timeout=timeout_s,
-            socket_connect_timeout=max(timeout_s, 0.5),
+            timeout_s=timeout_s,
+            connect_timeout_s=max(timeout_s, 0.5),
+            use_entra=use_entra,
             retry=Retry(NoBackoff(), 0),
             health_check_interval=30,
-            credential_provider=credentials,
         )
         return cls(client, timeout_s=timeout_s, prefix=prefix)
 

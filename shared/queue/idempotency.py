@@ -94,16 +94,9 @@ class RedisResultStore:
         cls, url: str, *, ttl_s: float, prefix: str = "", use_entra: bool = False, timeout_s: float = 2.0
     ) -> RedisResultStore:
         """A store over `url`; `use_entra` authenticates with a Microsoft Entra token (managed identity)."""
-        from redis.asyncio import Redis
+        from shared.cache.redis_tier import redis_client
 
-        credentials = None
-        if use_entra:
-            from redis_entraid.cred_provider import create_from_default_azure_credential
-
-            credentials = create_from_default_azure_credential(("https://redis.azure.com/.default",))
-        client = Redis.from_url(
-            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, credential_provider=credentials
-        )
+        client = redis_client(url, timeout_s=timeout_s, use_entra=use_entra)
         return cls(client, ttl_s=ttl_s, prefix=prefix, timeout_s=timeout_s)
 
     async def find(self, event_ids: Sequence[str]) -> list[bytes | None]:

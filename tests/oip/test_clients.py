@@ -11,56 +11,24 @@ the main run if anything imports them.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.child_pytest import assert_passed, offender_run, pytest_in_child
+
 CLIENTS = Path(__file__).with_name("v2_clients.py")
 
 
 @pytest.mark.timeout(300)
 def test_standard_v2_clients_pass_in_a_process_of_their_own() -> None:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-X",
-            "faulthandler",
-            "-m",
-            "pytest",
-            str(CLIENTS),
-            "-o",
-            "addopts=",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-        ],
-        cwd=ROOT,
-        env={**os.environ, "SCORING_TESTS_GEVENT": "1"},
-        capture_output=True,
-        text=True,
-        timeout=280,
-        check=False,
-    )
-    tail = (done.stdout + done.stderr)[-4000:]
-    assert done.returncode >= 0, f"the clients' process died of signal {-done.returncode}:\n{tail}"
-    assert done.returncode == 0, tail
-    assert " passed" in done.stdout and " failed" not in done.stdout, tail
+    done = pytest_in_child(CLIENTS, timeout_s=280, env={**os.environ, "SCORING_TESTS_GEVENT": "1"})
+    assert_passed(done, "the clients")
 
 
 def test_a_test_that_loads_gevent_in_the_main_process_fails_the_run(tmp_path: Path) -> None:
     """The guard of tests/conftest.py, shown to catch the mistake it exists for."""
-    offender = tmp_path / "test_offender.py"
-    offender.write_text("import tritonclient.http  # noqa: F401\n\n\ndef test_nothing() -> None:\n    pass\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "tests.conftest", str(offender), "-o", "addopts=", "-q"],
-        cwd=ROOT,
-        env={k: v for k, v in os.environ.items() if k != "SCORING_TESTS_GEVENT"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    source = "import tritonclient.http  # noqa: F401\n\n\ndef test_nothing() -> None:\n    pass\n"
+    env = {k: v for k, v in os.environ.items() if k != "SCORING_TESTS_GEVENT"}
+    done = offender_run(tmp_path, source, env=env)
     assert done.returncode != 0 and "imported gevent" in done.stdout + done.stderr, done.stdout[-2000:]
