@@ -87,7 +87,7 @@ endif
 .PHONY: stubs
 stubs:
 	@rm -rf .venv-stubs && $(PYTHON) -m pip install $(PIP_QUIET) --target .venv-stubs grpcio-tools==1.59.5 protobuf==4.25.9
-	PYTHONPATH=.venv-stubs $(PYTHON) -m grpc_tools.protoc -Ishared/oip/proto --python_out=shared/oip shared/oip/proto/grpc_predict_v2.proto
+	PYTHONPATH=.venv-stubs $(PYTHON) -m grpc_tools.protoc -Ishared/adapters/oip/proto --python_out=shared/adapters/oip shared/adapters/oip/proto/grpc_predict_v2.proto
 
 ## lint: ruff (rules and format) and mypy (strict on shared/)
 lint: $(VENV)/.dev
@@ -121,7 +121,7 @@ publish-model: $(VENV)/.runtime
 .PHONY: replay
 replay: $(VENV)/.runtime
 	@test -n "$(FILE)" || { echo "usage: make replay FILE=events.jsonl" >&2; exit 2; }
-	@$(PY) -m shared.queue.replay "$(FILE)"
+	@$(PY) -m shared.adapters.queue.replay "$(FILE)"
 
 ## audit: pip-audit of every package the pinned requirements install (AUDIT_SERVICE=pypi|osv; needs that service)
 # NOTE: not part of `make test`: it needs a vulnerability service on the network, and where the PyPI this

@@ -20,7 +20,7 @@ clients call (`/v2/...`); every other route names its `api/` itself.
 NOTE: one explicit route per HTTP function, no catch-all. The host puts routes into one
 first-match table in the order of function names, with no precedence: a keyed catch-all
 named before `health` answered the probes with 401. Explicit routes cannot overlap, so
-the order cannot matter; tests/test_function_app.py models the host's table to keep it so.
+the order cannot matter; tests/adapters/test_function_app.py models the host's table to keep it so.
 Every HTTP function forwards to the same ASGI app that `make run` serves.
 """
 
@@ -28,7 +28,7 @@ from typing import List  # noqa: UP035 the worker's loader refuses PEP 585 gener
 
 import azure.functions as func
 
-from shared.triggers import handlers
+from shared.adapters.functions import handlers
 
 app = func.FunctionApp()
 
@@ -99,7 +99,7 @@ async def metrics(req: func.HttpRequest, context: func.Context) -> func.HttpResp
     return await handlers.http(req, context)
 
 
-# -- the Open Inference Protocol (V2), served by the same ASGI app (shared/oip/rest.py) --------------
+# -- the Open Inference Protocol (V2), served by the same ASGI app (shared/adapters/oip/rest.py) --------------
 # NOTE: keyed like every non-probe route, health included: the platform's probes use
 # /api/health/*, and V2 clients (tritonclient's `headers=`) send the key as they do for infer.
 
@@ -159,7 +159,7 @@ async def v2_version_infer(req: func.HttpRequest, context: func.Context) -> func
 # malformed body would arrive altered and its rejection record would not hold what was sent.
 # NOTE: no output bindings: the Python binding sets the body only (no MessageId for duplicate
 # detection), and sends nothing when the function raises, which a batch with a transient
-# failure must do. Results and rejections go through the SDK publisher (shared/queue/publisher.py).
+# failure must do. Results and rejections go through the SDK publisher (shared/adapters/queue/publisher.py).
 @app.function_name("payments")
 @app.service_bus_queue_trigger(
     arg_name="msgs",

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from shared.models.source import DirectorySource
-from shared.registry import ModelRegistry
+from shared.models.registry import ModelRegistry
+from shared.models.repository import DirectorySource
 from shared.settings import BatchPolicy, OrtOptions
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from shared.models.runtime import OnnxModel, choose_providers
+from shared.models.onnx import OnnxModel, choose_providers
 from shared.settings import OrtOptions
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)

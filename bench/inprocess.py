@@ -23,8 +23,8 @@ import orjson
 
 from bench.ceiling import starlette_app
 from bench.loadgen import event_body
-from shared.build import ServiceHolder
-from shared.http import create_app
+from shared.adapters.http.app import create_app
+from shared.core.wiring import ServiceHolder
 from shared.settings import Settings
 
 

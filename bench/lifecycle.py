@@ -24,9 +24,9 @@ from pathlib import Path
 import orjson
 
 from bench.loadgen import event_body
-from shared.build import build_service
-from shared.events import decode_event
-from shared.models.source import DirectorySource, ModelRef
+from shared.core.wiring import build_service
+from shared.domain.events import decode_event
+from shared.models.repository import DirectorySource, ModelRef
 from shared.settings import Settings
 
 DEMO = Path(__file__).resolve().parent.parent / "models" / "fraud" / "1" / "model.onnx"

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.protocols [--rounds 5] [--seconds 4] [--clients 16] [--out bench-out]
 
-One app process (`shared.asgi:app` under Granian, GRPC_PORT set: the gRPC server runs in the
+One app process (`shared.adapters.http.asgi:app` under Granian, GRPC_PORT set: the gRPC server runs in the
 same process as the HTTP one) serves all three. Each protocol gets a closed loop of `clients`
 concurrent callers for `seconds`, and the protocols take turns, round after round (the order
 rotates), so the machine's noise falls on each alike; figures are medians over rounds, and
@@ -108,11 +108,11 @@ def v2_body(input_name: str, width: int, n: int) -> bytes:
 async def run(rounds: int, seconds: float, clients: int) -> dict[str, Any]:
     import grpc
 
-    from shared.oip import grpc_predict_v2_pb2 as pb
+    from shared.adapters.oip import grpc_predict_v2_pb2 as pb
 
     grpc_port = free_port()
     env = {"GRPC_PORT": str(grpc_port), "LOG_LEVEL": "WARNING", "REDIS_URL": ""}
-    server = start_server("protocols", "shared.asgi:app", env, server=Settings().http_server)
+    server = start_server("protocols", "shared.adapters.http.asgi:app", env, server=Settings().http_server)
     try:
         meta = json.load(urllib.request.urlopen(f"http://127.0.0.1:{server.port}/v2/models/fraud", timeout=5))
         (tensor,) = meta["inputs"]

@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.loadgen import event_body
-from shared.build import ServiceHolder
-from shared.http import create_app
-from shared.queue.handler import PaymentBatch
-from shared.queue.publisher import MemoryPublisher
-from shared.queue.replay import messages, replay
+from shared.adapters.http.app import create_app
+from shared.adapters.queue.handler import PaymentBatch
+from shared.adapters.queue.publisher import MemoryPublisher
+from shared.adapters.queue.replay import messages, replay
+from shared.core.wiring import ServiceHolder
 from shared.settings import Settings
 
 HTTP_BATCH = 256

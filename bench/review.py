@@ -44,8 +44,8 @@ MODES: dict[str, list[str] | None] = {
 
 def band_for(share: float, sample: int = 4000) -> tuple[float, float]:
     """The middle `share` of the local scores of the generator's events (scored in process)."""
-    from shared.build import build_service
-    from shared.events import decode_event
+    from shared.core.wiring import build_service
+    from shared.domain.events import decode_event
     from shared.settings import Settings
 
     async def scores() -> list[float]:
@@ -102,7 +102,9 @@ def main() -> None:
                     "LLM_MAX_RPS": "100000",
                     "LLM_MAX_SHARE": "1",
                 }
-            apps[mode] = start_server(f"review-{mode}", "shared.asgi:app", env, server=Settings().http_server)
+            apps[mode] = start_server(
+                f"review-{mode}", "shared.adapters.http.asgi:app", env, server=Settings().http_server
+            )
         time.sleep(0.5)
         runs: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
         offset = 50_000_000

@@ -80,7 +80,7 @@ def median_of(runs: list[dict[str, float]]) -> dict[str, float]:
 
 
 def seed(redis_url: str, prefix: str) -> int:
-    from shared.feature_store import load_feature_file, seed_redis
+    from shared.features.store import load_feature_file, seed_redis
 
     return asyncio.run(seed_redis(redis_url, load_feature_file(ROOT / "data" / "demo_users.json"), prefix=prefix))
 
@@ -119,13 +119,13 @@ def main() -> None:
         say(f"starting the servers: app ({default} + Starlette + core), bare Starlette, raw ASGI on {SERVERS}")
         starts = []
         for _ in range(3):
-            server = start_server("app-start", "shared.asgi:app", app_env, server=default)
+            server = start_server("app-start", "shared.adapters.http.asgi:app", app_env, server=default)
             starts.append(server.start_to_ready_s)
             server.stop()
         results["start_to_ready_s"] = statistics.median(starts)
 
         always = {"PREDICTION_L2": "always"}
-        app, bare = "shared.asgi:app", "bench.ceiling"
+        app, bare = "shared.adapters.http.asgi:app", "bench.ceiling"
         # name: (target, wrk mode, extra env, server, workers)
         targets: dict[str, tuple[str, str, dict[str, str], str, int]] = {
             **{f"ceiling_raw_{x}": (f"{bare}:raw_app", "hit", {}, x, 1) for x in SERVERS},
@@ -162,7 +162,7 @@ def main() -> None:
         results["memory_mib"] = memory
 
         say("open loop on the miss path at fixed offered rates")
-        server = start_server("open-loop", "shared.asgi:app", app_env, server=default)
+        server = start_server("open-loop", "shared.adapters.http.asgi:app", app_env, server=default)
         open_results = []
         try:
             asyncio.run(open_loop(server.port, 200, 1.0, offset=10_000_000))  # warm

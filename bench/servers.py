@@ -71,7 +71,7 @@ SERVERS = ("granian", "uvicorn")
 def server_command(server: str, target: str, port: int, workers: int = 1) -> list[str]:
     """`workers` processes of `server` serving the ASGI `target` on 127.0.0.1:`port`.
 
-    granian: Rust HTTP, asyncio loop; uvicorn: uvloop + httptools (shared/local_server.py).
+    granian: Rust HTTP, asyncio loop; uvicorn: uvloop + httptools (shared/adapters/http/server.py).
     """
     if server == "granian":
         flags = ["--interface", "asgi", "--workers", str(workers), "--no-ws", "--log-level", "warning"]

@@ -30,7 +30,9 @@ def main() -> None:
     args = parser.parse_args()
     base = {"GC_GEN0_THRESHOLD": "50000", "ORT_USE_GPU": "false", "REDIS_URL": "", "LOG_LEVEL": "WARNING"}
     servers = {
-        name: start_server(f"telemetry-{name}", "shared.asgi:app", {**base, **env}, server=Settings().http_server)
+        name: start_server(
+            f"telemetry-{name}", "shared.adapters.http.asgi:app", {**base, **env}, server=Settings().http_server
+        )
         for name, env in VARIANTS.items()
     }
     results: dict[tuple[str, str], list[dict[str, float]]] = {}

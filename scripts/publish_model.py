@@ -17,10 +17,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from shared.build import model_source
+from shared.core.wiring import model_source
 from shared.errors import ScoringError
-from shared.models.runtime import OnnxModel
-from shared.models.source import ModelRef, check_ref, check_size
+from shared.models.onnx import OnnxModel
+from shared.models.repository import ModelRef, check_ref, check_size
 from shared.settings import Settings
 
 

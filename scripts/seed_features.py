@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from shared.feature_store import load_feature_file, seed_redis
+from shared.features.store import load_feature_file, seed_redis
 from shared.settings import Settings
 
 

@@ -4,7 +4,7 @@
     .venv/bin/python scripts/train_demo_model.py --version 2
 
 Reproducible (fixed seed). The ONNX file carries its serving metadata
-(`shared.models.spec`): feature order and defaults, score output, thresholds.
+(`shared.domain.spec`): feature order and defaults, score output, thresholds.
 The same generator writes `data/demo_users.json`, the demo user features.
 """
 
@@ -20,7 +20,7 @@ from skl2onnx import to_onnx
 from sklearn.ensemble import GradientBoostingClassifier
 from sklearn.metrics import roc_auc_score
 
-from shared.models.spec import FeatureDef, ModelSpec, Thresholds
+from shared.domain.spec import FeatureDef, ModelSpec, Thresholds
 
 SEED = 20261129
 COUNTRIES = ["US", "GB", "DE", "FR", "NG", "BR", "IN", "RU"]

@@ -1,6 +1,6 @@
 """`python -m shared`: serve the ASGI app locally (what `make run` does).
 
-The server (Granian or uvicorn, HTTP_SERVER) and its edges are in shared/local_server.py.
+The server (Granian or uvicorn, HTTP_SERVER) and its edges are in shared/adapters/http/server.py.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def main() -> int:
         "  (try GET /api/health/ready)",
         flush=True,
     )
-    from shared.local_server import serve
+    from shared.adapters.http.server import serve
 
     serve(settings)
     return 0

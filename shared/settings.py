@@ -182,7 +182,7 @@ class OrtOptions:
 
 @dataclass(frozen=True)
 class AdmissionPolicy:
-    """How much scoring work one process takes at once, how long the rest may wait (shared/admission.py).
+    """How much scoring work one process takes at once, how long the rest may wait (shared/runtime/admission.py).
 
     `max_inflight` requests are in the work at once; the next wait for a slot, at most
     `max_queue_wait_ms` (`queue_target_ms` while the wait queue stands: waits past the target

@@ -1,5 +1,5 @@
 """Tests that run other tests in a child pytest: a file whose imports must stay out of the main
-test process (tests/oip/v2_clients.py, tests/security/log_privacy.py), or an offender that shows a
+test process (tests/adapters/oip/v2_clients.py, tests/security/log_privacy.py), or an offender that shows a
 guard of tests/conftest.py fail."""
 
 from __future__ import annotations

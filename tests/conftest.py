@@ -18,17 +18,17 @@ import pytest
 from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 
-from shared.build import build_service
-from shared.service import ScoringService
+from shared.core.service import ScoringService
+from shared.core.wiring import build_service
 from shared.settings import BatchPolicy, CachePolicy, Settings
 from tests.onnx_models import make_model
 
 REPO = Path(__file__).resolve().parent.parent
 
 # NOTE: a service built from the environment (the Functions handlers, `python -m shared`) tunes the
-# process's GC at start (`shared.build.tune_gc`: gc.freeze() and a gen-0 threshold of 50,000). In the
+# process's GC at start (`shared.core.wiring.tune_gc`: gc.freeze() and a gen-0 threshold of 50,000). In the
 # test process that tuning outlived the test that built it and changed when every later test's
-# garbage was collected; with it, `tests/test_function_app.py tests/oip tests/security` segfaulted in
+# garbage was collected; with it, `tests/adapters/test_function_app.py tests/oip tests/security` segfaulted in
 # the GC in 5 runs of 6, without it in none of 3 (docs/reliability.md, "A crash in the test process").
 # `_gc_as_it_was` below fails a test that tunes it all the same.
 os.environ.setdefault("GC_GEN0_THRESHOLD", "0")
@@ -47,7 +47,7 @@ hypothesis_settings.register_profile("long", max_examples=10_000, deadline=None,
 hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fast"))
 
 
-# C extensions that the main test process must never load (tests/oip/test_clients.py says why).
+# C extensions that the main test process must never load (tests/adapters/oip/test_clients.py says why).
 ISOLATED_MODULES = ("gevent", "greenlet", "geventhttpclient")
 
 
@@ -69,7 +69,7 @@ def _gc_as_it_was() -> Iterator[None]:
 
 def _isolated_loaded() -> str | None:
     if os.environ.get("SCORING_TESTS_GEVENT") == "1":
-        return None  # NOTE: the child process of tests/oip/test_clients.py, which exists to load them
+        return None  # NOTE: the child process of tests/adapters/oip/test_clients.py, which exists to load them
     import sys
 
     loaded = [name for name in ISOLATED_MODULES if name in sys.modules]
@@ -77,7 +77,7 @@ def _isolated_loaded() -> str | None:
         return None
     return (
         f"the test process imported {', '.join(loaded)}: keep tritonclient.http in "
-        "tests/oip/v2_clients.py, which runs in a process of its own"
+        "tests/adapters/oip/v2_clients.py, which runs in a process of its own"
     )
 
 

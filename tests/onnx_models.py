@@ -6,7 +6,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from shared.models.spec import FeatureDef, ModelSpec, Thresholds
+from shared.domain.spec import FeatureDef, ModelSpec, Thresholds
 
 DEFAULT_FEATURES = (
     FeatureDef("log_amount", 0.0),

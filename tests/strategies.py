@@ -8,7 +8,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from shared.events import PaymentEvent
+from shared.domain.events import PaymentEvent
 
 # Text without control characters (C0, DEL, C1 are Unicode's Cc) or lone surrogates.
 PRINTABLE = st.characters(blacklist_categories=("Cc", "Cs"))

@@ -8,7 +8,7 @@ import orjson
 from azure.servicebus import ServiceBusMessage
 
 from bench.servicebus import Drained, events, percentile, schedule, sdk_messages
-from shared.events import decode_event
+from shared.domain.events import decode_event
 
 
 def test_events_are_valid_payments_with_ids_unique_to_the_run() -> None:

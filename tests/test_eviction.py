@@ -20,9 +20,9 @@ from dataclasses import replace
 import pytest
 from redis.asyncio import Redis
 
-from shared.build import build_service
-from shared.events import decode_event
-from shared.feature_store import seed_redis, user_key
+from shared.core.wiring import build_service
+from shared.domain.events import decode_event
+from shared.features.store import seed_redis, user_key
 from shared.settings import CachePolicy, Settings
 from tests.conftest import _unavailable, closed_port, event
 

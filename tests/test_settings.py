@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.build import tune_gc
+from shared.core.wiring import tune_gc
 from shared.settings import (
     APP_SETTING_NAMES,
     LOCAL_SETTING_NAMES,
@@ -172,6 +172,6 @@ def test_grpc_with_several_workers_is_refused() -> None:
 def test_a_test_that_leaves_the_gc_tuned_fails(tmp_path: Path) -> None:
     """The guard of tests/conftest.py (`_gc_as_it_was`), shown to catch the leak it exists for."""
     done = offender_run(
-        tmp_path, "from shared.build import tune_gc\n\n\ndef test_tunes() -> None:\n    tune_gc(1000)\n"
+        tmp_path, "from shared.core.wiring import tune_gc\n\n\ndef test_tunes() -> None:\n    tune_gc(1000)\n"
     )
     assert done.returncode != 0 and "left the GC tuned" in done.stdout, done.stdout[-2000:]

@@ -1,51 +1,10 @@
-"""Model files: the metadata contract (`spec`), the ONNX Runtime adapter (`runtime`) and
-where files come from (`source`). Which versions serve is `shared.registry`'s concern.
+"""Model files to served versions.
 
-Importing the package is light: onnxruntime and numpy load on first use of `runtime`.
+    onnx         the ONNX Runtime adapter: providers, session options, load, warm-up, predict
+    repository   where model files come from: a local directory or a Blob container, same layout
+    served       one served version: its warmed session, feature mapper and micro-batcher
+    registry     which versions are loaded, which one is active, and their lifecycle
+    ensembles    several served models answering as one name
+
+The metadata contract every file declares is `shared.domain.spec`.
 """
-
-from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-from shared.exports import lazy_exports
-
-if TYPE_CHECKING:
-    from shared.models.runtime import OnnxModel
-    from shared.models.source import (
-        BlobSource,
-        DirectorySource,
-        ModelRef,
-        ModelSource,
-        parse_model_path,
-    )
-    from shared.models.spec import Decision, FeatureDef, ModelSpec, Thresholds
-
-__all__ = [
-    "BlobSource",
-    "Decision",
-    "DirectorySource",
-    "FeatureDef",
-    "ModelRef",
-    "ModelSource",
-    "ModelSpec",
-    "OnnxModel",
-    "Thresholds",
-    "parse_model_path",
-]
-
-_HOMES = {
-    "OnnxModel": "runtime",
-    "BlobSource": "source",
-    "DirectorySource": "source",
-    "ModelRef": "source",
-    "ModelSource": "source",
-    "parse_model_path": "source",
-    "Decision": "spec",
-    "FeatureDef": "spec",
-    "ModelSpec": "spec",
-    "Thresholds": "spec",
-}
-
-
-__getattr__ = lazy_exports(__name__, _HOMES)  # NOTE: PEP 562: a submodule loads when its name is first used

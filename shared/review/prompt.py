@@ -19,9 +19,9 @@ from typing import Annotated, Any
 import msgspec
 import orjson
 
+from shared.domain.events import PaymentEvent
+from shared.domain.spec import Decision
 from shared.errors import ReviewInvalid
-from shared.events import PaymentEvent
-from shared.models.spec import Decision
 
 __all__ = ["DEFAULT_PROMPT", "SENT_FIELDS", "Opinion", "Prompt"]
 

@@ -23,16 +23,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from shared.cache.tiered import TieredCache
-from shared.decision import Decider, Review, ReviewStatus, Verdict
+from shared.domain.decision import Decider, Review, ReviewStatus, Verdict
+from shared.domain.events import PaymentEvent
+from shared.domain.spec import Thresholds
 from shared.errors import ReviewFailed, ReviewSkipped, ReviewTimeout
-from shared.events import PaymentEvent
-from shared.models.spec import Thresholds
 from shared.review.client import Answer, ReviewClient
 from shared.review.guard import Breaker, ShareBudget, TokenBucket
 from shared.review.prompt import Opinion, Prompt
 from shared.review.store import ReviewStore
 from shared.settings import ReviewPolicy
+from shared.stores.cache.tiered import TieredCache
 from shared.telemetry import metrics
 
 __all__ = ["ReviewStats", "Reviewer"]

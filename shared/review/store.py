@@ -2,7 +2,7 @@
 
 A review that outlives its request (pending) finishes in the background and lands here.
 Redis (when configured) makes it readable from any replica, through the store whose writes
-raise (shared/control.py): a record Redis did not keep is counted and readiness says so
+raise (shared/stores/control.py): a record Redis did not keep is counted and readiness says so
 (readable on this replica only), instead of the cache tier's silent miss. An in-process TTL
 map keeps this replica's own reviews readable when Redis is absent or down. Every record
 carries a TTL (REVIEW_TTL_S): under volatile-lru these are evictable, like the caches.
@@ -16,9 +16,9 @@ import time
 import orjson
 from cachetools import TTLCache
 
-from shared.cache import codec
-from shared.control import ControlStore
 from shared.errors import ControlStoreDown
+from shared.stores.cache import codec
+from shared.stores.control import ControlStore
 
 __all__ = ["ReviewStore"]
 

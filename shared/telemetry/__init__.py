@@ -11,27 +11,3 @@
 
 Importing `shared.telemetry` loads nothing of OpenTelemetry: `setup` and `bridge` load it.
 """
-
-from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-from shared.exports import lazy_exports
-
-if TYPE_CHECKING:
-    from shared.telemetry.bridge import InMemoryReader
-    from shared.telemetry.process import current, install, uninstall
-    from shared.telemetry.setup import Telemetry, configure
-
-__all__ = ["InMemoryReader", "Telemetry", "configure", "current", "install", "uninstall"]
-
-_HOMES = {
-    "InMemoryReader": "bridge",
-    "Telemetry": "setup",
-    "configure": "setup",
-    "current": "process",
-    "install": "process",
-    "uninstall": "process",
-}
-
-__getattr__ = lazy_exports(__name__, _HOMES)

@@ -51,7 +51,7 @@ STAGE_ORDER = ("parse", "features", "queue", "cache", "inference", "llm")  # lai
 
 
 class Watched(Protocol):
-    """What the telemetry reads of the core at collection time (shared.service.ScoringService)."""
+    """What the telemetry reads of the core at collection time (shared.core.service.ScoringService)."""
 
     def stats(self) -> dict[str, object]: ...
 

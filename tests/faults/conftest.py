@@ -9,9 +9,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from shared.feature_store import seed_redis
-from shared.queue.publisher import MemoryPublisher, Publisher
-from shared.service import ScoringService
+from shared.adapters.queue.publisher import MemoryPublisher, Publisher
+from shared.core.service import ScoringService
+from shared.features.store import seed_redis
 from shared.settings import CachePolicy, Settings
 from tests.faults.rig import FEATURES, Queue, Replica
 from tests.faults.servers import AzuriteServer, RedisServer

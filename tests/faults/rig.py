@@ -24,15 +24,15 @@ import httpx
 from azure.functions.servicebus import ServiceBusMessage
 from prometheus_client.parser import text_string_to_metric_families
 
-from shared.build import ServiceHolder
+from shared.adapters.functions import FunctionHandlers
+from shared.adapters.http.app import create_app
+from shared.adapters.queue.handler import COMPLETED_QUEUE
+from shared.adapters.queue.publisher import MemoryPublisher, Publisher
+from shared.core.service import ScoringService
+from shared.core.wiring import ServiceHolder
+from shared.domain.events import decode_event
 from shared.errors import ScoringError
-from shared.events import decode_event
-from shared.http import create_app
-from shared.queue.handler import COMPLETED_QUEUE
-from shared.queue.publisher import MemoryPublisher, Publisher
-from shared.service import ScoringService
 from shared.settings import Settings
-from shared.triggers import FunctionHandlers
 from tests.conftest import event
 
 __all__ = ["HANG_S", "Queue", "Replica", "eventually", "payment", "same_as"]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from azure.storage.blob import BlobServiceClient
 
-from shared.models.source import BlobSource, ModelRef
+from shared.models.repository import BlobSource, ModelRef
 from shared.settings import Settings
 from tests.faults.conftest import over_redis, seeded
 from tests.faults.rig import HANG_S, Queue, Replica, eventually, payment

@@ -3,7 +3,7 @@ and complete (its batch redelivered to a fresh replica). Results are kept in a R
 
 Exactly one result per payment reaches risk-completed (`Queue.results`: what duplicate detection
 keeps), and a republish carries the kept bytes. The crash points one by one, with fakes, are in
-tests/queue/test_handler.py (`test_a_crash_at_each_point_ends_in_exactly_one_published_result`).
+tests/adapters/queue/test_handler.py (`test_a_crash_at_each_point_ends_in_exactly_one_published_result`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pytest
 from redis.asyncio import Redis
 
 from bench.llm_server import LlmServer
-from shared.queue.messages import Outbound
-from shared.queue.publisher import MemoryPublisher
+from shared.adapters.queue.messages import Outbound
+from shared.adapters.queue.publisher import MemoryPublisher
 from shared.settings import Settings
 from tests.faults.conftest import over_redis, seeded
 from tests.faults.rig import Queue, Replica, eventually, payment

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import httpx
 from redis.asyncio import Redis
 
-from shared.service import ScoringService
+from shared.core.service import ScoringService
 from shared.settings import Settings
 from tests.faults.conftest import over_redis, seeded
 from tests.faults.proxy import Proxy

@@ -20,7 +20,7 @@ def test_scaler_and_queues_follow_the_service_bus_trigger(
 
 def test_output_queues_exist_for_every_output_binding(modules: dict[str, Module]) -> None:
     # A function may carry several output decorators, so read them from the source text; results
-    # and rejections go through the SDK publisher, whose queues are named in shared/queue/handler.py.
+    # and rejections go through the SDK publisher, whose queues are named in shared/adapters/queue/handler.py.
     source = (INFRA.parent / "function_app.py").read_text()
     outputs = set(re.findall(r'service_bus_queue_output\([^)]*queue_name="([^"]+)"', source))
     handler = (INFRA.parent / "shared" / "queue" / "handler.py").read_text()

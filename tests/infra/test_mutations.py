@@ -282,7 +282,7 @@ MUTATIONS = [
     (
         "wrong-output-queue",
         "function_app",
-        "shared/queue/handler.py",
+        "shared/adapters/queue/handler.py",
         'COMPLETED_QUEUE = "risk-completed"',
         'COMPLETED_QUEUE = "risk-complete"',
     ),
@@ -419,7 +419,7 @@ COPIED = (
     "function_app.py",
     "azure.yaml",
     "Dockerfile",
-    "shared/queue/handler.py",
+    "shared/adapters/queue/handler.py",
     "shared/telemetry/catalogue.py",
 )
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
-from shared.models.runtime import gpu_missing, gpu_usable
-from shared.service import ScoringService
+from shared.core.service import ScoringService
+from shared.models.onnx import gpu_missing, gpu_usable
 from shared.settings import OrtOptions, Settings
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from shared.errors import InferenceFailed, ModelInvalid
-from shared.models.runtime import OnnxModel, choose_providers, gpu_usable
+from shared.models.onnx import OnnxModel, choose_providers, gpu_usable
 from shared.settings import OrtOptions
 from tests.onnx_models import make_model
 
@@ -48,7 +48,7 @@ def test_model_without_serving_metadata_is_invalid() -> None:
 
 
 def test_metadata_width_must_match_the_input() -> None:
-    from shared.models.spec import FeatureDef, ModelSpec, Thresholds
+    from shared.domain.spec import FeatureDef, ModelSpec, Thresholds
 
     wrong = ModelSpec((FeatureDef("a", 0.0),), "features", "probabilities", 1, Thresholds(0.5, 0.9)).to_metadata()
     with pytest.raises(ModelInvalid, match="declares 1 features"):

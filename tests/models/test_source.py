@@ -3,8 +3,7 @@ from pathlib import Path
 import pytest
 
 from shared.errors import ModelInvalid, ModelSourceError
-from shared.models import BlobSource, DirectorySource, ModelRef, parse_model_path
-from shared.models.source import check_ref, version_key
+from shared.models.repository import BlobSource, DirectorySource, ModelRef, check_ref, parse_model_path, version_key
 from tests.onnx_models import make_model
 
 

@@ -2,8 +2,8 @@ import json
 
 import pytest
 
+from shared.domain.spec import FeatureDef, ModelSpec, Thresholds
 from shared.errors import ModelInvalid
-from shared.models import FeatureDef, ModelSpec, Thresholds
 
 INPUTS, OUTPUTS = ["features"], ["label", "probabilities"]
 

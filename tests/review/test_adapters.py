@@ -9,13 +9,13 @@ import orjson
 from starlette.testclient import TestClient
 
 from bench.llm_server import LlmServer
-from shared.build import ServiceHolder
-from shared.http import create_app
-from shared.queue.handler import COMPLETED_QUEUE
-from shared.service import ScoringService
+from shared.adapters.http.app import create_app
+from shared.adapters.queue.handler import COMPLETED_QUEUE
+from shared.core.service import ScoringService
+from shared.core.wiring import ServiceHolder
 from shared.settings import Settings
+from tests.adapters.queue.test_handler import batch_over, message, sent
 from tests.conftest import event
-from tests.queue.test_handler import batch_over, message, sent
 
 Build = Callable[[Settings], Awaitable[ScoringService]]
 ALL = {"band_low": 0.0, "band_high": 1.0}

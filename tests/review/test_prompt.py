@@ -9,8 +9,8 @@ from pathlib import Path
 import orjson
 import pytest
 
+from shared.domain.events import decode_event
 from shared.errors import ReviewInvalid
-from shared.events import decode_event
 from shared.review.prompt import DEFAULT_PROMPT, SENT_FIELDS, Prompt, read_opinion
 from tests.conftest import event
 

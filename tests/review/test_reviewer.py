@@ -15,10 +15,10 @@ import orjson
 import pytest
 
 from bench.llm_server import LlmServer
+from shared.core.service import ScoringService
+from shared.domain.events import decode_event
 from shared.errors import ReviewNotFound
-from shared.events import decode_event
 from shared.review.prompt import SENT_FIELDS
-from shared.service import ScoringService
 from shared.settings import Settings
 from tests.conftest import event
 
@@ -198,7 +198,7 @@ async def test_the_same_question_is_answered_once(
 async def test_shutdown_does_not_wait_for_a_slow_review(
     services: Build, reviewing: Callable[..., Settings], llm: LlmServer
 ) -> None:
-    from shared.build import build_service
+    from shared.core.wiring import build_service
 
     llm.behaviour.delay_s = 5.0
     core = await build_service(reviewing(**ALL, timeout_ms=20.0))
@@ -220,7 +220,7 @@ async def test_an_unexpected_client_error_is_a_failed_review_that_counts_against
     services: Build, reviewing: Callable[..., Settings]
 ) -> None:
     """E.g. the Entra token provider's own errors, which the openai client passes through."""
-    from shared.build import build_reviewer
+    from shared.core.wiring import build_reviewer
     from shared.review.client import Answer
 
     class Broken:

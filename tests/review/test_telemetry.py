@@ -7,8 +7,8 @@ from collections.abc import Callable
 from starlette.testclient import TestClient
 
 from bench.llm_server import LlmServer
-from shared.build import ServiceHolder
-from shared.http import create_app
+from shared.adapters.http.app import create_app
+from shared.core.wiring import ServiceHolder
 from shared.settings import Settings
 from tests.conftest import event
 from tests.telemetry.conftest import Observed, observed, total

@@ -29,14 +29,15 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from bench.llm_server import LlmServer
-from shared.build import ServiceHolder
-from shared.queue.publisher import MemoryPublisher
+from shared.adapters.queue.publisher import MemoryPublisher
+from shared.core.wiring import ServiceHolder
 from shared.settings import ReviewPolicy, Settings
-from shared.telemetry import Telemetry, process
+from shared.telemetry import process
 from shared.telemetry.logs import JsonFormatter
+from shared.telemetry.setup import Telemetry
+from tests.adapters.test_function_app import sb_message
 from tests.conftest import AZURITE_KEY, event
 from tests.onnx_models import make_model
-from tests.test_function_app import sb_message
 
 TOKEN = uuid.uuid4().hex[:8]  # NOTE: fresh per run, so nothing left over from another run can match
 USERS = [f"usr-{TOKEN}-{i}@example.org" for i in range(4)]  # e-mail-like ids: personal data by any reading
@@ -140,7 +141,7 @@ async def test_a_full_run_logs_no_personal_data_and_no_secret(
     traced: InMemorySpanExporter,
     capfd: pytest.CaptureFixture[str],
 ) -> None:
-    from shared.triggers import FunctionHandlers
+    from shared.adapters.functions import FunctionHandlers
 
     with LlmServer() as llm, every_log_at_debug() as logs:
         configured = replace(
@@ -220,8 +221,8 @@ async def run_everything(handlers: Any, publisher: MemoryPublisher, container: s
 
 def test_a_refused_value_is_named_by_its_field_never_quoted() -> None:
     """msgspec quotes an enum value it refuses; the detail (answered and logged) keeps only the field."""
+    from shared.domain.events import decode_event
     from shared.errors import InvalidEvent
-    from shared.events import decode_event
 
     with pytest.raises(InvalidEvent) as refused:
         decode_event(json.dumps(event(channel=USERS[0])).encode())

@@ -23,11 +23,11 @@ from typing import Any
 import azure.functions as func
 import pytest
 
-from shared.build import ServiceHolder
+from shared.adapters.functions import FunctionHandlers
+from shared.core.wiring import ServiceHolder
 from shared.settings import Settings
-from shared.triggers import FunctionHandlers
 from tests import host_routes
-from tests.test_function_app import FUNCTIONS  # NOTE: indexed once per process, as the worker does
+from tests.adapters.test_function_app import FUNCTIONS  # NOTE: indexed once per process, as the worker does
 
 REPO = Path(__file__).resolve().parents[2]
 PREFIX = json.loads((REPO / "host.json").read_text())["extensions"]["http"]["routePrefix"]

@@ -29,18 +29,18 @@ import pytest
 from azure.functions.blob import InputStream
 from starlette.testclient import TestClient
 
-from shared.build import ServiceHolder
+from shared.adapters.functions import FunctionHandlers
+from shared.adapters.http.app import create_app
+from shared.adapters.oip import grpc_predict_v2_pb2 as pb
+from shared.adapters.oip.jobs import grpc_server
+from shared.adapters.queue.publisher import MemoryPublisher
+from shared.core.wiring import ServiceHolder
 from shared.errors import ModelInvalid
-from shared.http import create_app
-from shared.models.source import BlobSource, DirectorySource, ModelRef
-from shared.oip import grpc_predict_v2_pb2 as pb
-from shared.oip.jobs import grpc_server
-from shared.queue.publisher import MemoryPublisher
+from shared.models.repository import BlobSource, DirectorySource, ModelRef
 from shared.settings import Settings
-from shared.triggers import FunctionHandlers
+from tests.adapters.test_function_app import sb_message
 from tests.conftest import REPO, closed_port, event
 from tests.onnx_models import make_model
-from tests.test_function_app import sb_message
 
 BODY = 1024  # MAX_BODY_BYTES here (its least valid value); a batch or a V2 request may carry 16 times that
 ITEMS = 4  # MAX_BATCH_ITEMS here

@@ -11,7 +11,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from shared.settings import Settings
-from shared.telemetry import InMemoryReader, Telemetry, process
+from shared.telemetry import process
+from shared.telemetry.bridge import InMemoryReader
+from shared.telemetry.setup import Telemetry
 
 
 class Observed(NamedTuple):

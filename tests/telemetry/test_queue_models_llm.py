@@ -7,11 +7,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared.queue.handler import PaymentBatch
-from shared.queue.idempotency import MemoryResultStore
-from shared.queue.messages import Incoming
-from shared.queue.publisher import MemoryPublisher
-from shared.service import ScoringService
+from shared.adapters.queue.handler import PaymentBatch
+from shared.adapters.queue.idempotency import MemoryResultStore
+from shared.adapters.queue.messages import Incoming
+from shared.adapters.queue.publisher import MemoryPublisher
+from shared.core.service import ScoringService
 from shared.telemetry import metrics
 from shared.telemetry.tracing import format_traceparent, parse_traceparent, sampled
 from tests.conftest import event
@@ -70,7 +70,7 @@ async def test_reloads_and_failures_are_counted_and_the_active_version_follows(
     service: ScoringService, observed: Observed
 ) -> None:
     from shared.errors import ModelInvalid
-    from shared.models.source import ModelRef
+    from shared.models.repository import ModelRef
 
     observed.telemetry.watch(service)
     reader = observed.reader

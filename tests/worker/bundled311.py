@@ -19,10 +19,10 @@ from typing import Any
 
 # What the app imports when it runs (the warm-up's list and the lazily imported adapters), on top of the index.
 RUNTIME_MODULES = (
-    "numpy", "onnxruntime", "redis.asyncio", "shared.service", "shared.build", "azure.servicebus.aio",
-    "azure.identity.aio", "aiohttp", "shared.oip.grpc_server", "shared.oip.grpc_predict_v2_pb2",
-    "uvicorn", "shared.local_server", "shared.telemetry.setup", "azure.monitor.opentelemetry",
-    "azure.storage.blob.aio", "openai", "shared.openapi",
+    "numpy", "onnxruntime", "redis.asyncio", "shared.core.service", "shared.core.wiring", "azure.servicebus.aio",
+    "azure.identity.aio", "aiohttp", "shared.adapters.oip.grpc_server", "shared.adapters.oip.grpc_predict_v2_pb2",
+    "uvicorn", "shared.adapters.http.server", "shared.telemetry.setup", "azure.monitor.opentelemetry",
+    "azure.storage.blob.aio", "openai", "shared.adapters.http.openapi",
 )  # fmt: skip
 
 
@@ -44,9 +44,9 @@ def refused(functions: list[Any]) -> list[str]:
 async def one_grpc_call() -> bool:
     import grpc
 
-    from shared.build import ServiceHolder
-    from shared.oip import grpc_predict_v2_pb2 as pb
-    from shared.oip.jobs import grpc_server
+    from shared.adapters.oip import grpc_predict_v2_pb2 as pb
+    from shared.adapters.oip.jobs import grpc_server
+    from shared.core.wiring import ServiceHolder
     from shared.settings import Settings
 
     probe = __import__("socket").create_server(("127.0.0.1", 0))

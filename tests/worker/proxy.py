@@ -142,7 +142,7 @@ class Proxy:
                 self.report.imported[name] = {"version": str(version), "file": str(module.__file__)}
         self.report.heavy_after_index = sorted(n for n in HEAVY if n in sys.modules and n != "grpc")
         if self.args.memory_publisher and "function_app" in sys.modules:
-            from shared.queue.publisher import MemoryPublisher
+            from shared.adapters.queue.publisher import MemoryPublisher
 
             sys.modules["function_app"].handlers.publisher = MemoryPublisher()
 

@@ -41,7 +41,7 @@ def test_under_the_bundled_versions_the_app_indexes_imports_and_serves_grpc() ->
 def test_the_v2_stubs_carry_no_runtime_version_check() -> None:
     """Gencode at the protobuf 4.25 level loads under 4.25 and under the pins; newer gencode
     first calls `runtime_version`, which 4.25 lacks (make stubs regenerates them)."""
-    stub = (REPO / "shared" / "oip" / "grpc_predict_v2_pb2.py").read_text()
+    stub = (REPO / "shared" / "adapters" / "oip" / "grpc_predict_v2_pb2.py").read_text()
     assert "runtime_version" not in stub
 
 

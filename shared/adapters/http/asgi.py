@@ -1,0 +1,10 @@
+"""The ASGI entry point for `make run`: `shared.adapters.http.asgi:app` (settings from the environment)."""
+
+from shared.adapters.http.app import create_app
+from shared.adapters.oip.jobs import grpc_server
+from shared.core.wiring import ServiceHolder
+
+__all__ = ["app", "holder"]
+
+holder = ServiceHolder(on_built=[grpc_server("127.0.0.1")])  # NOTE: loopback, as `make run` binds
+app = create_app(holder)

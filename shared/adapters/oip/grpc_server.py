@@ -1,0 +1,186 @@
+"""V2 over gRPC: `inference.GRPCInferenceService` on grpc.aio, in the process of the warm sessions.
+
+It runs as a background job of the core (`shared/adapters/oip/jobs.py`), on the core's event loop,
+so a gRPC request joins the same micro-batches as an HTTP one. Methods are registered by
+path (`/inference.GRPCInferenceService/ModelInfer`...) over the messages generated from
+`proto/grpc_predict_v2.proto`. Tensors come as typed `contents` or as `raw_input_contents`;
+the answer uses the form the request used. An error is the status its class names
+(`ScoringError.grpc_status`: INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE...) with its detail.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import grpc
+import numpy as np
+from google.protobuf.message import Message
+
+from shared.adapters.oip import codec
+from shared.adapters.oip import grpc_predict_v2_pb2 as pb
+from shared.adapters.oip.dataplane import DataPlane, InferRequest, InferResponse, InputTensor
+from shared.errors import BadRequest, ScoringError
+
+if TYPE_CHECKING:
+    from shared.core.service import ScoringService
+
+__all__ = ["SERVICE", "handler", "serve_grpc"]
+
+log = logging.getLogger(__name__)
+
+SERVICE = "inference.GRPCInferenceService"
+M = TypeVar("M", bound=Message)
+Behavior = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Message]]
+
+# V2 datatype -> the typed `contents` field that carries it (FP16 travels raw only)
+_CONTENTS = {
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
+
+
+async def serve_grpc(service: ScoringService, host: str, port: int, *, grace_s: float = 1.0) -> None:
+    """Serve until cancelled (the core's background job), then stop within `grace_s`."""
+    cap = service.settings.max_body_bytes * 16
+    server = grpc.aio.server(
+        options=[("grpc.max_receive_message_length", cap), ("grpc.so_reuseport", 0)],
+    )
+    server.add_generic_rpc_handlers((handler(DataPlane(service)),))
+    if server.add_insecure_port(f"{host}:{port}") == 0:
+        raise OSError(f"GRPC_PORT {port}: cannot bind {host}:{port}")
+    await server.start()
+    log.info("V2 gRPC serving on %s:%d", host, port)
+    try:
+        await server.wait_for_termination()
+    finally:
+        await server.stop(grace_s)
+
+
+def handler(plane: DataPlane) -> grpc.GenericRpcHandler[Any, Any]:
+    """The service's methods over `plane`."""
+
+    async def server_live(request: pb.ServerLiveRequest, context: Any) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=True)
+
+    async def server_ready(request: pb.ServerReadyRequest, context: Any) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=plane.ready())
+
+    async def model_ready(request: pb.ModelReadyRequest, context: Any) -> pb.ModelReadyResponse:
+        return pb.ModelReadyResponse(ready=plane.model_ready(request.name, request.version or None))
+
+    async def server_metadata(request: pb.ServerMetadataRequest, context: Any) -> pb.ServerMetadataResponse:
+        meta = plane.server_metadata()
+        return pb.ServerMetadataResponse(name=str(meta["name"]), version=str(meta["version"]))
+
+    async def model_metadata(request: pb.ModelMetadataRequest, context: Any) -> pb.ModelMetadataResponse:
+        info = plane.model_metadata(request.name, request.version or None)
+        tensor = pb.ModelMetadataResponse.TensorMetadata
+        return pb.ModelMetadataResponse(
+            name=info.name,
+            versions=info.versions,
+            platform=info.platform,
+            inputs=[tensor(name=t.name, datatype=t.datatype, shape=t.shape) for t in info.inputs],
+            outputs=[tensor(name=t.name, datatype=t.datatype, shape=t.shape) for t in info.outputs],
+        )
+
+    async def model_infer(request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
+        response = await plane.infer(decode_infer(request))
+        return encode_infer(response, raw=bool(request.raw_input_contents))
+
+    methods: dict[str, tuple[Behavior, type[Message]]] = {
+        "ServerLive": (server_live, pb.ServerLiveRequest),
+        "ServerReady": (server_ready, pb.ServerReadyRequest),
+        "ModelReady": (model_ready, pb.ModelReadyRequest),
+        "ServerMetadata": (server_metadata, pb.ServerMetadataRequest),
+        "ModelMetadata": (model_metadata, pb.ModelMetadataRequest),
+        "ModelInfer": (model_infer, pb.ModelInferRequest),
+    }
+    return grpc.method_handlers_generic_handler(
+        SERVICE,
+        {
+            name: grpc.unary_unary_rpc_method_handler(
+                _guarded(name, behavior),
+                request_deserializer=message.FromString,
+                response_serializer=lambda m: m.SerializeToString(),
+            )
+            for name, (behavior, message) in methods.items()
+        },
+    )
+
+
+def _guarded(name: str, behavior: Behavior) -> Behavior:
+    """Our errors become their gRPC status; anything else is INTERNAL, logged once."""
+
+    async def call(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Message:
+        try:
+            return await behavior(request, context)
+        except ScoringError as exc:
+            if exc.status >= 500:
+                log.warning("gRPC %s -> %s: %s", name, exc.grpc_status, exc.detail)
+            await context.abort(grpc.StatusCode[exc.grpc_status], exc.detail)
+        except Exception:
+            log.exception("gRPC %s failed", name)
+            await context.abort(grpc.StatusCode.INTERNAL, "internal error")
+        raise AssertionError("unreachable: abort raises")
+
+    return call
+
+
+def decode_infer(request: pb.ModelInferRequest) -> InferRequest:
+    """The transport-free request; `raw_input_contents` (one entry per input) or typed contents."""
+    raw = request.raw_input_contents
+    if raw and len(raw) != len(request.inputs):
+        raise BadRequest(f"{len(raw)} raw_input_contents for {len(request.inputs)} inputs")
+    inputs = []
+    for i, tensor in enumerate(request.inputs):
+        shape = tuple(tensor.shape)
+        if raw:
+            data = codec.from_raw(tensor.datatype, shape, raw[i])
+        else:
+            data = _from_contents(tensor.datatype, shape, tensor.contents)
+        inputs.append(InputTensor(tensor.name, tensor.datatype, shape, data))
+    outputs = [o.name for o in request.outputs] or None
+    return InferRequest(request.model_name, request.model_version or None, inputs, outputs, request.id)
+
+
+def _from_contents(datatype: str, shape: tuple[int, ...], contents: pb.InferTensorContents) -> codec.Tensor:
+    field = _CONTENTS.get(datatype)
+    if field is None:
+        if datatype in codec.DTYPES:
+            raise BadRequest(f"{datatype} travels in raw_input_contents only")
+        raise BadRequest(f"unknown datatype {datatype!r}")
+    values = list(getattr(contents, field))
+    count = codec.element_count(shape)
+    if len(values) != count:
+        raise BadRequest(f"{field} has {len(values)} elements, shape {list(shape)} needs {count}")
+    if datatype == "BYTES":
+        array = np.empty(count, dtype=object)
+        array[:] = values
+        return array.reshape(shape)
+    try:
+        return np.array(values, dtype=codec.DTYPES[datatype]).reshape(shape)
+    except OverflowError as exc:
+        raise BadRequest(f"{datatype} contents out of range") from exc
+
+
+def encode_infer(response: InferResponse, *, raw: bool) -> pb.ModelInferResponse:
+    out = pb.ModelInferResponse(model_name=response.model, model_version=response.version, id=response.id)
+    for tensor in response.outputs:
+        entry = out.outputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
+        if raw:
+            out.raw_output_contents.append(codec.to_raw(tensor.data))
+        else:
+            getattr(entry.contents, _CONTENTS[tensor.datatype]).extend(codec.to_json(tensor.data))
+    return out

@@ -1,0 +1,121 @@
+"""Feature mapping: a payment event and its user's context → the model's input row.
+
+The model's metadata names its columns in order. Each name is resolved, in order of
+precedence, from:
+  1. a numeric event feature (`amount`, `log_amount`, `hour`, `weekday`, `has_note`, `note_length`);
+  2. a categorical indicator `field=value` over an event field
+     (`channel=web`, `country=NG`, `currency=EUR`, `merchant_category=7995`): 1.0 or 0.0;
+  3. the user's context from the online feature store, by the same name.
+A name found nowhere takes the declared default and is listed in `defaulted`, and so does a
+stored value that is no usable float32 (not an int or float, NaN, infinite, or past
+±3.4e38): a row is always `spec.width` finite float32 values, and the same inputs give
+the same row. A declared default that float32 cannot hold is `ModelInvalid` at load.
+
+Time features (`hour`, `weekday`) are those of the instant in UTC: the offset a client
+writes its timestamp in cannot move a decision (03:12Z and 14:12+11:00 are one instant,
+one row). A model that needs local time gets it as a user or merchant feature.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Collection, Mapping
+from datetime import UTC, datetime
+from typing import NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from shared.domain.events import PaymentEvent
+from shared.domain.spec import ModelSpec
+from shared.errors import ModelInvalid
+
+__all__ = ["CATEGORICAL_FIELDS", "EVENT_FEATURES", "FeatureMapper", "FeatureRow", "event_features"]
+
+CATEGORICAL_FIELDS = ("channel", "country", "currency", "merchant_category", "merchant_id")
+_NUMBERS = (int, float)  # exact types: a bool is not a feature value
+# NOTE: a finite double past float32's range becomes inf in the row: the bound also refuses NaN
+# and inf, and compares a huge int exactly (where `math.isfinite` would raise OverflowError).
+_F32_MAX = float(np.finfo(np.float32).max)
+_F32_RANGE = (-_F32_MAX, _F32_MAX)
+
+
+class FeatureRow(NamedTuple):
+    values: npt.NDArray[np.float32]
+    defaulted: list[str]
+
+
+def _utc(event: PaymentEvent) -> datetime:
+    ts = event.timestamp
+    return ts if ts.tzinfo is UTC else ts.astimezone(UTC)  # NOTE: "Z" decodes to UTC itself: most skip it
+
+
+# The numeric features an event carries by itself, each computed only where a model asks for it.
+EVENT_FEATURE_FNS: dict[str, Callable[[PaymentEvent], float]] = {
+    "amount": lambda e: e.amount,
+    "log_amount": lambda e: math.log1p(e.amount),
+    "hour": lambda e: float(_utc(e).hour),
+    "weekday": lambda e: float(_utc(e).weekday()),
+    "has_note": lambda e: 1.0 if e.note else 0.0,
+    "note_length": lambda e: float(len(e.note or "")),
+}
+EVENT_FEATURES = tuple(EVENT_FEATURE_FNS)
+
+
+def event_features(event: PaymentEvent) -> dict[str, float]:
+    """The numeric features an event carries by itself."""
+    return {name: compute(event) for name, compute in EVENT_FEATURE_FNS.items()}
+
+
+class FeatureMapper:
+    """Builds rows for one model spec; the per-column plan is worked out once."""
+
+    def __init__(self, spec: ModelSpec) -> None:
+        self.spec = spec
+        self._template = [f.default for f in spec.features]
+        self._event_cols: list[tuple[int, Callable[[PaymentEvent], float]]] = []
+        self._indicators: dict[str, dict[str, int]] = {}  # field -> value -> column
+        self._user_cols: list[tuple[int, str]] = []
+        for i, feature in enumerate(spec.features):
+            if not -_F32_MAX <= feature.default <= _F32_MAX:
+                raise ModelInvalid(f"feature {feature.name!r}: default {feature.default!r} does not fit a float32")
+            field, sep, expected = feature.name.partition("=")
+            if feature.name in EVENT_FEATURES:
+                self._event_cols.append((i, EVENT_FEATURE_FNS[feature.name]))
+            elif sep and field in CATEGORICAL_FIELDS:
+                self._indicators.setdefault(field, {})[expected] = i
+                self._template[i] = 0.0
+            else:
+                self._user_cols.append((i, feature.name))
+
+    def unresolved(self, user_features: Collection[str] | None) -> list[str]:
+        """The names nothing provides: an indicator over a field events do not carry, or a
+        user feature the store does not serve (when it can say which it serves)."""
+        return [
+            name
+            for _, name in self._user_cols
+            if (user_features is not None and name not in user_features) or (user_features is None and "=" in name)
+        ]
+
+    @property
+    def uses_user_features(self) -> bool:
+        return bool(self._user_cols)
+
+    def row(self, event: PaymentEvent, user: Mapping[str, float] | None) -> FeatureRow:
+        """The input row for `event`, with the names that took their default."""
+        values = self._template.copy()  # NOTE: a list, then one array: numpy item writes cost more
+        for i, compute in self._event_cols:
+            values[i] = compute(event)
+        for field, columns in self._indicators.items():
+            column = columns.get(getattr(event, field))
+            if column is not None:
+                values[column] = 1.0
+        defaulted: list[str] = []
+        lowest, highest = _F32_RANGE
+        for i, name in self._user_cols:
+            value = user.get(name) if user is not None else None
+            if value is not None and type(value) in _NUMBERS and lowest <= value <= highest:
+                values[i] = value
+            else:
+                defaulted.append(name)
+        return FeatureRow(np.array(values, dtype=np.float32), defaulted)

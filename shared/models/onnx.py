@@ -1,0 +1,192 @@
+"""The ONNX Runtime adapter: providers, session options, load, warm-up and predict.
+
+onnxruntime errors never leave this module untranslated: a file that cannot be
+loaded or does not fit its metadata is `ModelInvalid`; a failing run is
+`InferenceFailed`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import onnxruntime as ort
+
+from shared.domain.spec import ModelSpec
+from shared.errors import InferenceFailed, ModelInvalid
+from shared.settings import OrtOptions
+
+__all__ = ["OnnxModel", "choose_providers", "gpu_missing", "gpu_usable"]
+
+log = logging.getLogger(__name__)
+
+_OPT_LEVELS = {
+    "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
+
+
+@functools.cache
+def gpu_usable() -> bool:
+    """True only when a CUDA driver loads and reports at least one device.
+
+    NOTE: onnxruntime-gpu lists CUDAExecutionProvider as available on any machine;
+    asking for it without a GPU logs errors, so we ask the driver first.
+    """
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+        count = ctypes.c_int(0)
+        if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+            return False
+        return count.value > 0
+    except OSError:
+        return False
+
+
+def gpu_missing(options: OrtOptions, sessions: Mapping[str, Sequence[str]] | None = None) -> str | None:
+    """Why CUDA does not run although ORT_REQUIRE_GPU asks for it; None when it does (or is not asked for).
+
+    `sessions`: each loaded model's session providers. NOTE: onnxruntime-gpu lists the CUDA
+    provider on any image, and a session whose CUDA provider cannot load its libraries (an image
+    built without ORT_GPU=1) silently runs on the CPU: only the session's own providers tell.
+    """
+    if not options.require_gpu:
+        return None
+    if not options.use_gpu:
+        return "ORT_REQUIRE_GPU is set, but ORT_USE_GPU is false"
+    on_cpu = sorted(name for name, providers in (sessions or {}).items() if "CUDAExecutionProvider" not in providers)
+    why = _no_cuda()
+    if on_cpu:
+        cause = why or "CUDA did not load (an image built without ORT_GPU=1 lacks its libraries)"
+        return f"ORT_REQUIRE_GPU is set, but {', '.join(on_cpu)} runs on the CPU: {cause}"
+    return None if why is None else f"ORT_REQUIRE_GPU is set, but {why}"
+
+
+def _no_cuda() -> str | None:
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        return "this onnxruntime has no CUDA provider (the CPU package)"
+    if not gpu_usable():
+        return "no CUDA device is usable (no GPU attached, or its driver did not load)"
+    return None
+
+
+def choose_providers(options: OrtOptions) -> list[str]:
+    """CUDA (and TensorRT when enabled) only when a GPU is really usable, else CPU."""
+    available = set(ort.get_available_providers())
+    providers: list[str] = []
+    if options.use_gpu and "CUDAExecutionProvider" in available and gpu_usable():
+        if options.use_tensorrt and "TensorrtExecutionProvider" in available:
+            providers.append("TensorrtExecutionProvider")
+        providers.append("CUDAExecutionProvider")
+    providers.append("CPUExecutionProvider")
+    return providers
+
+
+def _session_options(options: OrtOptions) -> ort.SessionOptions:
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = options.intra_op_threads
+    so.inter_op_num_threads = options.inter_op_threads
+    so.graph_optimization_level = _OPT_LEVELS[options.graph_optimization]
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.log_severity_level = 3  # errors only: a CPU-only host must not log GPU noise
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return so
+
+
+class OnnxModel:
+    """One InferenceSession for one model version, checked against its metadata."""
+
+    def __init__(self, session: ort.InferenceSession, spec: ModelSpec) -> None:
+        self._session: ort.InferenceSession | None = session
+        self.spec = spec
+        self.providers: list[str] = session.get_providers()
+        self._outputs = [spec.score_output]
+
+    @classmethod
+    def load(cls, data: bytes, options: OrtOptions) -> OnnxModel:
+        """Create the session from ONNX bytes and parse its serving metadata."""
+        try:
+            session = ort.InferenceSession(data, _session_options(options), providers=choose_providers(options))
+        except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph/... types
+            raise ModelInvalid(f"onnxruntime cannot load the model: {_first_line(exc)}") from exc
+        meta = session.get_modelmeta()
+        spec = ModelSpec.from_metadata(
+            meta.custom_metadata_map,
+            [i.name for i in session.get_inputs()],
+            [o.name for o in session.get_outputs()],
+        )
+        _check_input(session, spec)
+        return cls(session, spec)
+
+    def predict(self, matrix: npt.NDArray[np.float32]) -> npt.NDArray[np.float64]:
+        """Scores in [0, 1], one per row of `matrix`."""
+        if self._session is None:
+            raise InferenceFailed("model session was released")
+        try:
+            (output,) = self._session.run(self._outputs, {self.spec.input_name: matrix})
+        except Exception as exc:
+            raise InferenceFailed(f"onnxruntime run failed: {_first_line(exc)}") from exc
+        scores = np.asarray(output, dtype=np.float64)
+        if scores.ndim == 2:
+            if not 0 <= self.spec.score_column < scores.shape[1]:
+                raise InferenceFailed(
+                    f"score column {self.spec.score_column} is outside the {scores.shape[1]} output columns"
+                )
+            scores = scores[:, self.spec.score_column]
+        return scores.reshape(-1)
+
+    def warm(self, max_batch: int) -> None:
+        """Run a lone row and a full batch of defaults; fail if the answers are not scores."""
+        defaults = np.array([f.default for f in self.spec.features], dtype=np.float32)
+        for n in sorted({1, max_batch}):
+            try:
+                scores = self.predict(np.tile(defaults, (n, 1)))
+            except InferenceFailed as exc:  # a model that cannot score its own defaults is not servable
+                raise ModelInvalid(f"warm-up failed: {exc.detail}") from exc
+            if scores.shape != (n,):
+                raise ModelInvalid(f"model returned {scores.shape[0]} scores for {n} rows")
+            if not np.all(np.isfinite(scores)) or not np.all((scores >= 0.0) & (scores <= 1.0)):
+                raise ModelInvalid("warm-up scores are not finite values within [0, 1]")
+        self._check_golden()
+
+    def _check_golden(self) -> None:
+        golden = self.spec.golden
+        if golden is None:
+            return
+        try:
+            scores = self.predict(np.array(golden.rows, dtype=np.float32))
+        except InferenceFailed as exc:
+            raise ModelInvalid(f"golden rows failed: {exc.detail}") from exc
+        worst = float(np.max(np.abs(scores - np.array(golden.scores))))
+        if not worst <= golden.tolerance:  # NOTE: a NaN fails too
+            raise ModelInvalid(f"golden scores differ by {worst:.6g} (tolerance {golden.tolerance:g})")
+
+    @property
+    def released(self) -> bool:
+        return self._session is None
+
+    def release(self) -> None:
+        """Drop the session so ONNX Runtime frees its memory."""
+        self._session = None
+
+
+def _check_input(session: ort.InferenceSession, spec: ModelSpec) -> None:
+    (node,) = [i for i in session.get_inputs() if i.name == spec.input_name]
+    shape: list[Any] = list(node.shape)
+    if node.type != "tensor(float)":
+        raise ModelInvalid(f"input {node.name!r} is {node.type}, expected tensor(float)")
+    if len(shape) != 2 or (isinstance(shape[1], int) and shape[1] != spec.width):
+        raise ModelInvalid(f"input {node.name!r} has shape {shape}, metadata declares {spec.width} features")
+    if isinstance(shape[0], int):
+        raise ModelInvalid(f"input {node.name!r} has a fixed batch axis {shape[0]}; it must be dynamic")
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]

@@ -1,0 +1,291 @@
+"""The model registry: which versions are loaded, which one is active, and their lifecycle.
+
+    load → validate → warm → activate → retire
+
+It alone owns the name → versions map. A new version is loaded, checked and warmed
+off the event loop, then activated by replacing one reference; versions beyond
+`keep_versions` are retired (their queued requests finish) and their sessions
+released. Re-installing a file already loaded (same fingerprint) changes nothing.
+
+Other parts follow the lifecycle through hooks (`on("activated", callback)`), not by
+reaching in: the reload broadcast, telemetry and caches subscribe to what they need.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Collection
+from dataclasses import dataclass
+from typing import Literal, NamedTuple
+
+from shared.errors import ModelInvalid, ModelNotFound, NotReady
+from shared.models.onnx import OnnxModel
+from shared.models.repository import ModelRef, ModelSource, check_ref, version_key
+from shared.models.served import LoadedModel
+from shared.settings import BatchPolicy, OrtOptions
+from shared.stores.cache.predictions import PredictionCache
+
+__all__ = ["LoadError", "ModelRegistry", "RegistryEvent", "fingerprint"]
+
+log = logging.getLogger(__name__)
+
+EventKind = Literal["loaded", "activated", "retired", "failed"]
+
+
+@dataclass(frozen=True, slots=True)
+class RegistryEvent:
+    """One step of a version's lifecycle, as hooks receive it."""
+
+    kind: EventKind
+    name: str
+    version: str
+    fingerprint: str = ""
+    detail: str = ""
+
+
+Hook = Callable[[RegistryEvent], None]
+
+
+class LoadError(NamedTuple):
+    """The last version of a model that was rejected, why, when, and which file (its stamp)."""
+
+    version: str
+    reason: str
+    at: float
+    stamp: str
+
+
+Catalogue = Callable[[], Awaitable[Collection[str] | None]]
+
+
+def fingerprint(data: bytes) -> str:
+    """A short hash of a model file: the same bytes are the same model."""
+    return hashlib.blake2b(data, digest_size=6).hexdigest()
+
+
+class ModelRegistry:
+    """Loaded versions per model name; the newest version is the active one."""
+
+    def __init__(
+        self,
+        source: ModelSource,
+        ort_options: OrtOptions,
+        policy: BatchPolicy,
+        keep_versions: int = 2,
+        predictions: PredictionCache | None = None,
+        catalogue: Catalogue | None = None,
+    ) -> None:
+        self.source = source
+        self._catalogue = catalogue
+        self._predictions = predictions
+        self._ort = ort_options
+        self._policy = policy
+        self._keep = keep_versions
+        self._models: dict[str, dict[str, LoadedModel]] = {}
+        self._active: dict[str, LoadedModel] = {}
+        self._hooks: dict[EventKind, list[Hook]] = {"loaded": [], "activated": [], "retired": [], "failed": []}
+        self._lock: asyncio.Lock | None = None
+        self.ready = False
+        self.pins: dict[str, str] = {}  # name -> the version pinned to serve
+        self.last_error: dict[str, LoadError] = {}  # name -> the last version rejected
+
+    def on(self, kind: EventKind, hook: Hook) -> None:
+        """Call `hook` at each `kind` step. Hooks run on the event loop: hand slow work off."""
+        self._hooks[kind].append(hook)
+
+    async def load_all(self) -> None:
+        """Load the newest `keep_versions` valid versions of every model in the source (and any pinned one)."""
+        refs = await asyncio.to_thread(self.source.list)
+        if not refs:
+            raise NotReady(f"no models found in the model source ({self.source.setting})")
+        by_name: dict[str, list[str]] = {}
+        for ref in refs:
+            by_name.setdefault(ref.name, []).append(ref.version)
+        for name, versions in by_name.items():
+            loaded = 0
+            for version in sorted(versions, key=version_key, reverse=True):  # newest first
+                if loaded == self._keep:
+                    break
+                if await self.load(ModelRef(name, version)):
+                    loaded += 1  # NOTE: a bad file left in the source must not keep a new replica down
+            pinned = self.pins.get(name)
+            if pinned is not None and pinned in versions:
+                await self.load(ModelRef(name, pinned))
+        if not self._active:
+            raise NotReady(f"no valid model in the model source ({self.source.setting})")
+        self.ready = True
+
+    async def load(self, ref: ModelRef) -> LoadedModel | None:
+        """Read `ref` from the source and install it; None when the file is rejected (or was already)."""
+        stamp = await asyncio.to_thread(self.source.stamp, ref)
+        if self.rejected(ref.name, ref.version, stamp):
+            return None
+        data = await asyncio.to_thread(self.source.read, ref)
+        try:
+            return await self.install(ref.name, ref.version, data, stamp=stamp)
+        except ModelInvalid:
+            return None
+
+    async def install(self, name: str, version: str, data: bytes, *, stamp: str = "") -> LoadedModel:
+        """Load, validate and warm a version, then activate it if it is the newest (or pinned).
+
+        A rejected file is remembered (`last_error`, with the source's `stamp` of the file) and
+        logged once: the current version keeps serving.
+        """
+        check_ref(name, version)
+        digest = fingerprint(data)
+        current = self._models.get(name, {}).get(version)
+        if current is not None and current.fingerprint == digest:
+            return current  # NOTE: the same file again (a redelivered event, a broadcast echo)
+        try:
+            loaded = await asyncio.to_thread(self._load, name, version, data, digest)
+            await self._validate(loaded)
+        except ModelInvalid as exc:
+            self.last_error[name] = LoadError(version, exc.detail, time.time(), stamp or digest)
+            log.error("model %s/%s rejected: %s", name, version, exc.detail)
+            self._emit(RegistryEvent("failed", name, version, digest, exc.detail))
+            raise
+        if self.last_error.get(name, LoadError("", "", 0.0, "")).version == version:
+            del self.last_error[name]
+        self._emit(RegistryEvent("loaded", name, version, digest))
+        await self._retire(await self._activate(loaded))
+        return loaded
+
+    def rejected(self, name: str, version: str, stamp: str) -> bool:
+        """Whether this very file (same source stamp) was already rejected: not retried."""
+        error = self.last_error.get(name)
+        return error is not None and (error.version, error.stamp) == (version, stamp)
+
+    async def pin(self, name: str, version: str) -> LoadedModel:
+        """Serve `version` (loaded) until `unpin`, whatever newer versions arrive."""
+        if version not in self._models.get(name, {}):
+            raise ModelNotFound(f"model {name!r} has no loaded version {version!r}")
+        self.pins[name] = version
+        await self._retire(await self._activate(self._models[name][version]))
+        return self._active[name]
+
+    async def unpin(self, name: str) -> LoadedModel:
+        """Back to the newest loaded version."""
+        self.pins.pop(name, None)
+        if name not in self._active:
+            raise ModelNotFound(f"no model named {name!r}")
+        newest = self._models[name][max(self._models[name], key=version_key)]
+        await self._retire(await self._activate(newest))
+        return self._active[name]
+
+    async def _retire(self, retired: list[LoadedModel]) -> None:
+        for old in retired:
+            await old.retire()
+            self._emit(RegistryEvent("retired", old.name, old.version, old.fingerprint))
+            log.info("model %s/%s released", old.name, old.version)
+
+    async def _validate(self, loaded: LoadedModel) -> None:
+        """A model must be servable: every feature it names resolves to something."""
+        known = await self._catalogue() if self._catalogue is not None else None
+        unknown = loaded.mapper.unresolved(known)
+        if unknown:
+            loaded.model.release()
+            shown = ", ".join(unknown[:10]) + (f" (+{len(unknown) - 10} more)" if len(unknown) > 10 else "")
+            raise ModelInvalid(f"features resolve to nothing (no event field, indicator or user feature): {shown}")
+        if known is None and loaded.mapper.uses_user_features:
+            log.warning(
+                "%s/%s: the feature store does not publish its names; user features unchecked",
+                loaded.name,
+                loaded.version,
+            )
+
+    def _load(self, name: str, version: str, data: bytes, digest: str) -> LoadedModel:
+        started = time.perf_counter()
+        model = OnnxModel.load(data, self._ort)
+        model.warm(self._policy.max_size)
+        loaded = LoadedModel(
+            name,
+            version,
+            model,
+            self._policy,
+            inline=self._ort.inline,
+            predictions=self._predictions,
+            fingerprint=digest,
+        )
+        loaded.load_s = time.perf_counter() - started
+        return loaded
+
+    async def _activate(self, loaded: LoadedModel) -> list[LoadedModel]:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            name = loaded.name
+            versions = self._models.setdefault(name, {})
+            replaced = versions.get(loaded.version)
+            versions[loaded.version] = loaded
+            previous = self._active.get(name)
+            pinned = self.pins.get(name)
+            chosen = pinned if pinned in versions else max(versions, key=version_key)
+            self._active[name] = versions[chosen]
+            keep = set(sorted(versions, key=version_key)[-self._keep :]) | {chosen}  # NOTE: never the pinned one
+            retired = [versions.pop(v) for v in list(versions) if v not in keep]
+        if replaced is not None and replaced is not loaded:
+            retired.append(replaced)
+        active = self._active[name]
+        log.info(
+            "model %s/%s loaded in %.1f ms on %s; active %s/%s",
+            name,
+            loaded.version,
+            loaded.load_s * 1000,
+            loaded.model.providers[0],
+            name,
+            active.version,
+        )
+        if active is not previous:
+            self._emit(RegistryEvent("activated", name, active.version, active.fingerprint))
+        return retired
+
+    def _emit(self, event: RegistryEvent) -> None:
+        for hook in self._hooks[event.kind]:
+            try:
+                hook(event)
+            except Exception:  # NOTE: a subscriber's bug must not undo a model swap
+                log.exception("registry hook failed on %s %s/%s", event.kind, event.name, event.version)
+
+    def active(self, name: str, version: str | None = None) -> LoadedModel:
+        """The version that serves `name` now, or the loaded `version` when one is named."""
+        try:
+            return self._active[name] if version is None else self._models[name][version]
+        except KeyError:
+            if not self.ready:
+                raise NotReady("models are still loading") from None
+            if version is not None and name in self._models:
+                raise ModelNotFound(f"model {name!r} has no loaded version {version!r}") from None
+            raise ModelNotFound(f"no model named {name!r}") from None
+
+    def names(self) -> list[str]:
+        """The names that have an active version."""
+        return sorted(self._active)
+
+    def loaded_versions(self, name: str) -> list[str]:
+        return sorted(self._models.get(name, {}), key=version_key)
+
+    def describe(self) -> list[dict[str, object]]:
+        return [
+            {
+                "name": name,
+                "active_version": active.version,
+                "versions": self.loaded_versions(name),
+                "providers": active.model.providers,
+                "loaded_at": active.loaded_at,
+                "pinned": self.pins.get(name),
+                "last_error": self.last_error[name]._asdict() if name in self.last_error else None,
+                "loaded": [m.describe() for m in self._models[name].values()],
+            }
+            for name, active in sorted(self._active.items())
+        ]
+
+    async def aclose(self) -> None:
+        for versions in self._models.values():
+            for loaded in versions.values():
+                await loaded.retire()
+        self._models.clear()
+        self._active.clear()

@@ -1,0 +1,1 @@
+"""Process mechanics with no domain in them: admission, micro-batching, deadlines, background jobs."""

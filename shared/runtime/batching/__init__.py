@@ -1,0 +1,1 @@
+"""Micro-batching: `batcher` owns queue, window and futures; `rows` owns tensor shapes."""

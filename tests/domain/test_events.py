@@ -1,0 +1,117 @@
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shared.domain.events import decode_batch, decode_event, decode_event_raw
+from shared.errors import InvalidEvent, MalformedJson, TooManyItems
+from tests.conftest import event
+
+
+def body(**overrides: object) -> bytes:
+    return json.dumps(event(**overrides)).encode()
+
+
+def test_valid_event_decodes_and_ignores_unknown_fields() -> None:
+    parsed = decode_event(body(extra_field={"nested": 1}))
+    assert parsed.event_id == "evt-1" and parsed.amount == 120.5 and parsed.timestamp.tzinfo is not None
+
+
+def test_note_is_optional() -> None:
+    raw = event()
+    del raw["note"]
+    assert decode_event(json.dumps(raw).encode()).note is None
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"amount": -1},
+        {"amount": "12"},
+        {"amount": True},
+        {"amount": 1e300},
+        {"currency": "usd"},
+        {"currency": "USDX"},
+        {"country": "USA"},
+        {"channel": "fax"},
+        {"timestamp": "yesterday"},
+        {"timestamp": "2026-11-29T03:12:00"},  # no offset: not RFC 3339
+        {"event_id": ""},
+        {"event_id": "x" * 129},
+        {"user_id": 42},
+        {"note": "n" * 1001},
+    ],
+)
+def test_invalid_fields_are_invalid_event(overrides: dict[str, object]) -> None:
+    with pytest.raises(InvalidEvent):
+        decode_event(body(**overrides))
+
+
+def test_missing_field_names_the_field() -> None:
+    raw = event()
+    del raw["merchant_id"]
+    with pytest.raises(InvalidEvent, match="merchant_id"):
+        decode_event(json.dumps(raw).encode())
+
+
+@pytest.mark.parametrize("raw", [b"{bad", b"", b'{"event_id": ', b'{"amount": NaN}', b'{"amount": Infinity}'])
+def test_malformed_json(raw: bytes) -> None:
+    with pytest.raises(MalformedJson):
+        decode_event(raw)
+
+
+def test_non_object_json_is_invalid_event() -> None:
+    with pytest.raises(InvalidEvent):
+        decode_event(b"[]")
+
+
+def test_batch_limits() -> None:
+    assert len(decode_batch(json.dumps({"events": [event(), {"bad": 1}]}).encode(), 256)) == 2
+    with pytest.raises(TooManyItems):
+        decode_batch(json.dumps({"events": [event()] * 3}).encode(), 2)
+    with pytest.raises(InvalidEvent):
+        decode_batch(b'{"events": []}', 256)
+    with pytest.raises(InvalidEvent):
+        decode_batch(b'{"items": []}', 256)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b'{"event_id": "\xff\xfe"}', b'{"x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", b"[" * 100_000],
+)
+def test_unreadable_bodies_are_malformed_json_not_crashes(raw: bytes) -> None:
+    with pytest.raises((MalformedJson, InvalidEvent)):
+        decode_event(raw)
+    with pytest.raises((MalformedJson, InvalidEvent)):  # in the batch: either the batch or its item is refused
+        for item in decode_batch(b'{"events": [' + raw + b"]}", 256):
+            decode_event_raw(item)
+
+
+STRING_FIELDS = ("event_id", "user_id", "currency", "merchant_id", "merchant_category", "country", "note")
+CONTROL = [chr(c) for c in (*range(0x20), *range(0x7F, 0xA0))]
+
+
+@pytest.mark.parametrize(("field", "value"), [("country", "NG\n"), ("currency", "USD\n"), ("country", "\nNG")])
+def test_patterns_accept_no_trailing_newline(field: str, value: str) -> None:
+    with pytest.raises(InvalidEvent, match=field):
+        decode_event(body(**{field: value}))
+
+
+@settings(max_examples=300, deadline=None)
+@given(field=st.sampled_from(STRING_FIELDS), text=st.text(min_size=1, max_size=12), control=st.sampled_from(CONTROL))
+def test_no_accepted_string_field_carries_a_control_character(field: str, text: str, control: str) -> None:
+    """Property: whatever the field and wherever the control character sits, decoding refuses it."""
+    valid = str(event()[field])
+    for value in (valid + control, control + valid, valid[:1] + control + valid[1:], text + control):
+        try:
+            parsed = decode_event(body(**{field: value}))
+        except InvalidEvent:
+            continue
+        assert not any(c in str(getattr(parsed, field)) for c in CONTROL), (field, value)
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(alphabet=st.characters(blacklist_categories=("Cc", "Cs")), min_size=1, max_size=100))
+def test_printable_text_is_still_accepted(text: str) -> None:
+    assert decode_event(body(note=text, merchant_id=text)).note == text

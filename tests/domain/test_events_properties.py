@@ -1,0 +1,247 @@
+"""Properties of the event decoder: any input is an event or a 4xx `BadRequest`, nothing else.
+
+The decoder is the first thing a request body meets on `POST /api/score`, the batch route
+and the queue path; whatever a client or a producer sends, it must answer with the
+service's own error (a clear 4xx), never a crash that turns into a 500.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import assume, example, given
+from hypothesis import strategies as st
+
+from shared.domain.events import (
+    TEXT_FIELDS,
+    PaymentEvent,
+    decode_activation,
+    decode_batch,
+    decode_event,
+    decode_events,
+)
+from shared.errors import BadRequest, InvalidEvent, MalformedJson, ScoringError
+from tests.conftest import event as event_body
+from tests.strategies import (
+    HUGE,
+    any_timestamps,
+    corrupted,
+    event_dict,
+    events,
+    json_bytes,
+    json_values,
+    representable,
+)
+
+VALID = json.dumps(event_body()).encode()
+CONTROL = {chr(c) for c in (*range(0x20), *range(0x7F, 0xA0))}
+
+
+def decoded_or_refused(body: bytes) -> PaymentEvent | BadRequest:
+    """The event, or the error it was refused with; any other exception fails the test."""
+    try:
+        return decode_event(body)
+    except BadRequest as exc:
+        assert 400 <= exc.status < 500 and exc.detail, exc
+        return exc
+
+
+def assert_admissible(event: PaymentEvent) -> None:
+    """What every accepted event satisfies, as the schema documents it."""
+    assert 0 <= event.amount <= 1e12
+    assert event.currency.isascii() and event.currency.isupper() and len(event.currency) == 3
+    assert event.country.isascii() and event.country.isupper() and len(event.country) == 2
+    assert event.channel in ("web", "app", "pos")
+    assert event.timestamp.tzinfo is not None and representable(event.timestamp)
+    for field in ("event_id", "user_id", "merchant_id"):
+        assert 1 <= len(getattr(event, field)) <= 128
+    assert 1 <= len(event.merchant_category) <= 64 and len(event.note or "") <= 1000
+    for field in TEXT_FIELDS:
+        assert not CONTROL & set(getattr(event, field) or ""), field
+
+
+@given(json_bytes())
+@example(b"\xef\xbb\xbf" + VALID)  # a UTF-8 byte order mark
+@example(b'{"amount": NaN}')
+@example(b"[" * 100_000)
+def test_any_json_value_is_an_event_or_a_4xx(body: bytes) -> None:
+    result = decoded_or_refused(body)
+    if isinstance(result, PaymentEvent):
+        assert_admissible(result)
+
+
+@given(st.binary(max_size=2000))
+@example(b"")
+@example(b"\xff\xfe")
+@example(VALID.replace(b"evt-1", b"evt-\xff"))  # not UTF-8
+def test_any_bytes_are_an_event_or_a_4xx(body: bytes) -> None:
+    decoded_or_refused(body)
+
+
+@given(st.data())
+def test_a_corrupted_valid_body_is_an_event_or_a_4xx(data: st.DataObject) -> None:
+    valid = msgspec.json.encode(data.draw(events()))
+    result = decoded_or_refused(data.draw(corrupted(valid)))
+    if isinstance(result, PaymentEvent):
+        assert_admissible(result)
+
+
+@given(st.sampled_from(list(event_body())), json_values)
+@example("amount", 10**400)
+@example("amount", float("nan"))
+@example("amount", -0.0)
+@example("timestamp", "0001-01-01T00:00:00+00:01")
+@example("timestamp", "9999-12-31T23:59:59-00:01")
+def test_any_value_in_any_field_is_an_event_or_a_4xx(field: str, value: Any) -> None:
+    body = json.dumps(event_body(**{field: value})).encode()
+    result = decoded_or_refused(body)
+    if isinstance(result, PaymentEvent):
+        assert_admissible(result)
+
+
+@given(events(), st.booleans())
+def test_every_valid_event_round_trips(event: PaymentEvent, as_client: bool) -> None:
+    """What msgspec writes, and what a client writes (`json.dumps`, escaped or not), decode to the same event."""
+    body = json.dumps(event_dict(event), ensure_ascii=as_client).encode() if as_client else msgspec.json.encode(event)
+    again = decode_event(body)
+    assert again == event
+    assert again.timestamp.utcoffset() == event.timestamp.utcoffset()
+    assert msgspec.json.encode(again) == msgspec.json.encode(event)
+
+
+@given(events(when=any_timestamps))
+@example(PaymentEvent(**{**event_body(), "timestamp": datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=5)))}))
+@example(
+    PaymentEvent(**{**event_body(), "timestamp": datetime(9999, 12, 31, 23, tzinfo=timezone(-timedelta(hours=5)))})
+)
+def test_an_instant_outside_utc_is_refused_not_a_crash_later(event: PaymentEvent) -> None:
+    """Regression: 0001-01-01T00:00+05:00 was accepted, then `astimezone(UTC)` (the feature
+    mapping's hour and weekday, the review prompt) raised OverflowError: a 500."""
+    result = decoded_or_refused(msgspec.json.encode(event))
+    if representable(event.timestamp):
+        assert result == event
+    else:
+        assert isinstance(result, InvalidEvent) and "timestamp" in result.detail
+
+
+# -- the documented limits ------------------------------------------------------------
+
+
+@given(st.sampled_from(["event_id", "user_id", "merchant_id"]), st.integers(129, 2000))
+def test_ids_over_128_characters_are_refused(field: str, length: int) -> None:
+    with pytest.raises(InvalidEvent, match=field):
+        decode_event(json.dumps(event_body(**{field: "x" * length})).encode())
+
+
+@given(st.one_of(st.floats(max_value=-1e-300), st.floats(min_value=1e12, exclude_min=True), st.integers(-HUGE, -1)))
+def test_amounts_outside_0_to_1e12_are_refused(amount: float) -> None:
+    assume(amount == amount and abs(amount) != float("inf"))
+    with pytest.raises(InvalidEvent, match="amount"):
+        decode_event(json.dumps(event_body(amount=amount)).encode())
+
+
+@given(st.integers(2**63, HUGE) | st.integers(-HUGE, -(2**63)))
+def test_integers_past_64_bits_are_an_invalid_amount(amount: int) -> None:
+    with pytest.raises(InvalidEvent, match="amount"):
+        decode_event(json.dumps(event_body(amount=amount)).encode())
+
+
+@given(st.sampled_from([b"NaN", b"Infinity", b"-Infinity", b"1e400", b"-1e400", b"nan", b"inf"]))
+def test_nan_and_infinity_are_refused(token: bytes) -> None:
+    """NaN and Infinity are not JSON (malformed); 1e400 is JSON, out of range (invalid)."""
+    with pytest.raises(MalformedJson if token.isalpha() or token.startswith(b"-I") else InvalidEvent):
+        decode_event(VALID.replace(b"120.5", token))
+
+
+@given(st.integers(1, 5000), st.sampled_from(["[", '{"a":']))
+def test_nesting_at_any_depth_is_a_4xx_not_a_recursion_error(depth: int, opener: str) -> None:
+    closer = "]" if opener == "[" else "}"
+    nested = (opener * depth + "1" + closer * depth).encode()
+    decoded_or_refused(nested)
+    result = decoded_or_refused(VALID[:-1] + b', "extra": ' + nested + b"}")  # unknown fields are skipped
+    assert isinstance(result, PaymentEvent | MalformedJson)
+
+
+@given(st.binary(min_size=1, max_size=8).filter(lambda b: not _utf8(b)))
+def test_bytes_that_are_not_utf8_are_malformed_json(junk: bytes) -> None:
+    with pytest.raises(MalformedJson):
+        decode_event(VALID.replace(b"gift card", junk))
+
+
+def _utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def with_duplicate(field: str, first: Any) -> bytes:
+    """VALID with `field` written twice: `first`, then VALID's own value."""
+    return b'{"' + field.encode() + b'": ' + json.dumps(first).encode() + b", " + VALID[1:]
+
+
+@given(st.sampled_from(list(event_body())), json_values)
+def test_a_duplicated_key_is_checked_each_time(field: str, first: Any) -> None:
+    """As msgspec reads them: every value of a duplicated key is validated, the last one is kept."""
+    result = decoded_or_refused(with_duplicate(field, first))
+    if isinstance(result, PaymentEvent):
+        assert result == decode_event(VALID)
+
+
+@given(st.sampled_from(list(event_body())), events())
+def test_of_two_valid_values_of_a_key_the_last_wins(field: str, other: PaymentEvent) -> None:
+    assert decode_event(with_duplicate(field, event_dict(other)[field])) == decode_event(VALID)
+
+
+def test_a_byte_order_mark_is_malformed_json() -> None:
+    """RFC 8259 lets a parser refuse a BOM; msgspec does, with a 400 that says where."""
+    with pytest.raises(MalformedJson, match="byte 0"):
+        decode_event(b"\xef\xbb\xbf" + VALID)
+
+
+# -- batches and the small bodies -------------------------------------------------------
+
+
+@given(json_values | st.lists(json_values, max_size=20).map(lambda items: {"events": items}), st.integers(1, 8))
+@example({"events": [event_body(), {"bad": 1}, "x", None]}, 8)
+def test_any_batch_is_items_or_a_4xx(value: Any, max_items: int) -> None:
+    body = json.dumps(value).encode()
+    try:
+        items = decode_events(body, max_items)
+    except BadRequest as exc:
+        assert 400 <= exc.status < 500
+        return
+    assert 1 <= len(items) <= max_items and len(items) == len(value["events"])
+    for item in items:
+        if isinstance(item, ScoringError):
+            assert isinstance(item, BadRequest) and 400 <= item.status < 500
+        else:
+            assert_admissible(item)
+
+
+@given(st.binary(max_size=500) | json_bytes())
+def test_any_batch_bytes_are_items_or_a_4xx(body: bytes) -> None:
+    try:
+        decode_batch(body, 256)
+    except BadRequest as exc:
+        assert 400 <= exc.status < 500
+
+
+@given(st.binary(max_size=200) | json_bytes() | json_values.map(lambda v: json.dumps({"version": v}).encode()))
+def test_any_activation_is_a_version_or_a_4xx(body: bytes) -> None:
+    try:
+        version = decode_activation(body).version
+    except BadRequest as exc:
+        assert 400 <= exc.status < 500
+        return
+    assert version.isascii() and version.isdigit() and version[0] != "0" and len(version) <= 9
+
+
+def test_utc_is_what_z_decodes_to() -> None:
+    """The hot path skips the instant check for "Z" (and +00:00): they decode to `UTC` itself."""
+    assert decode_event(VALID).timestamp.tzinfo is UTC
