@@ -1,16 +1,19 @@
-"""Behaviour snapshots: every answer of every surface, recorded from today's code, compared byte for byte.
+"""Behaviour snapshots: every answer of every surface, recorded from today's code and held to it.
 
 Each test drives one app state through one surface (the ASGI app for HTTP and V2 REST, the gRPC
 server for V2 gRPC, the Service Bus handler for the queue) and compares what came back with
 `tests/snapshots/<name>.json`. A case records the status, the headers the app sets and the body,
-keys in the order the app wrote them (the file keeps that order: the comparison is of the text).
+keys in the order the app wrote them (the file keeps that order: the comparison is of the text),
+and content-length wherever nothing in the body was normalised (so the bytes, number formatting
+and whitespace included, are held too). Cases are numbered in the order they ran: an app's
+counters (`/api/stats`, `/api/models`) depend on what it answered before.
 
     UPDATE_SNAPSHOTS=1 PY=.venv/bin/python scripts/with_services.sh .venv/bin/python -m pytest \
         tests/test_snapshots.py -p no:cacheprovider      # rewrites the files; review the diff
 
 Only what changes from run to run is normalised (`Normaliser`): durations and timestamps become
 placeholders (the key stays, and a value of another type would show), the run's temporary folder
-and gRPC port become `<tmp>` and `<port>`, a trace's span id (random) becomes `<span>`.
+and gRPC port become `<tmp>` and `<port>`, a span id the app started (random) becomes `<span-N>`.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import azure.functions as func
 import grpc
 import httpx
 import numpy as np
@@ -48,7 +52,9 @@ from tests.onnx_models import make_model
 
 SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
 UPDATING = os.environ.get("UPDATE_SNAPSHOTS") == "1"
-TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+CALLER_SPAN = "00f067aa0ba902b7"
+TRACEPARENT = f"00-4bf92f3577b34da6a3ce929d0e0e4736-{CALLER_SPAN}-01"
+TRACE_CONTEXT = re.compile(r"\b(00-[0-9a-f]{32}-)([0-9a-f]{16})(-[0-9a-f]{2})\b")
 ROW = [0.1, 0.2, 0.3, 0.4]
 
 pytestmark = pytest.mark.timeout(120)
@@ -99,6 +105,7 @@ class Normaliser:
     tmp: str
     port: int | None = None
     changed: bool = False
+    spans: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def value(self, value: Any, key: str = "") -> Any:
         if key == "timings_ms" and isinstance(value, dict):
@@ -123,9 +130,17 @@ class Normaliser:
         new = text.replace(self.tmp, "<tmp>")
         if self.port is not None:
             new = re.sub(rf"\b{self.port}\b", "<port>", new)
-        new = re.sub(r"\b(00-[0-9a-f]{32}-)[0-9a-f]{16}(-[0-9a-f]{2})\b", r"\1<span>\2", new)
+        new = TRACE_CONTEXT.sub(self._span, new)
         self.changed = self.changed or new != text
         return new
+
+    def _span(self, found: re.Match[str]) -> str:
+        """A span the app started (random) as `<span-N>`, N in order of appearance: the same span
+        keeps its label, a new one gets the next; the caller's own span stays as it is."""
+        span = found[2]
+        if span != CALLER_SPAN:
+            span = self.spans.setdefault(span, f"<span-{len(self.spans) + 1}>")
+        return f"{found[1]}{span}{found[3]}"
 
 
 # -- HTTP: the ASGI app in-process ------------------------------------------------------------------
@@ -267,7 +282,9 @@ async def test_http_routes_on_a_ready_app(settings: Settings, tmp_path: Path) ->
         await call("batch: over MAX_BATCH_ITEMS", "POST", "/api/score/batch", json=over)
         await call("batch: not an object", "POST", "/api/score/batch", json=[event()])
         await call("batch: no events key", "POST", "/api/score/batch", json={"items": []})
-        await call("batch: text/plain", "POST", "/api/score/batch", content=b"{}", headers={"content-type": "text/plain"})
+        await call(
+            "batch: text/plain", "POST", "/api/score/batch", content=b"{}", headers={"content-type": "text/plain"}
+        )
         await call("models", "GET", "/api/models")
         await call("models: trailing slash", "GET", "/api/models/")
         await call("activate: pin version 1", "POST", "/api/models/fraud/activate", json={"version": "1"})
@@ -473,7 +490,7 @@ async def test_every_scoring_route_when_overloaded(settings: Settings, tmp_path:
 # -- V2 REST ----------------------------------------------------------------------------------------
 
 
-def v2_request(rows: list[list[float]], datatype: str = "FP32", **extra: Any) -> dict[str, Any]:
+def v2_request(rows: list[list[Any]], datatype: str = "FP32", **extra: Any) -> dict[str, Any]:
     tensor = {"name": "features", "datatype": datatype, "shape": [len(rows), len(rows[0])], "data": rows}
     return {"inputs": [tensor], **extra}
 
@@ -481,7 +498,12 @@ def v2_request(rows: list[list[float]], datatype: str = "FP32", **extra: Any) ->
 def binary_request(rows: list[list[float]], **extra: Any) -> tuple[bytes, dict[str, str]]:
     """A request in the binary-data extension: the JSON head, then the FP32 rows."""
     data = np.array(rows, dtype=np.float32).tobytes()
-    tensor = {"name": "features", "datatype": "FP32", "shape": [len(rows), 4], "parameters": {"binary_data_size": len(data)}}
+    tensor = {
+        "name": "features",
+        "datatype": "FP32",
+        "shape": [len(rows), 4],
+        "parameters": {"binary_data_size": len(data)},
+    }
     head = json.dumps({"inputs": [tensor], **extra}).encode()
     return head + data, {"inference-header-content-length": str(len(head)), "content-type": "application/octet-stream"}
 
@@ -500,7 +522,9 @@ async def test_v2_rest_routes(settings: Settings, tmp_path: Path) -> None:
         await call("infer: JSON, no id", "POST", infer, json=v2_request([ROW]))
         await call("infer: by version", "POST", "/v2/models/fraud/versions/1/infer", json=v2_request([ROW]))
         await call("infer: trailing slash", "POST", infer + "/", json=v2_request([ROW]))
-        await call("infer: the output asked by name", "POST", infer, json=v2_request([ROW], outputs=[{"name": "score"}]))
+        await call(
+            "infer: the output asked by name", "POST", infer, json=v2_request([ROW], outputs=[{"name": "score"}])
+        )
         await call("infer: FP64 data", "POST", infer, json=v2_request([ROW], datatype="FP64"))
         await call("infer: parameters", "POST", infer, json=v2_request([ROW], parameters={"x": 1}))
         content, headers = binary_request([ROW], outputs=[{"name": "score", "parameters": {"binary_data": True}}])
@@ -511,9 +535,13 @@ async def test_v2_rest_routes(settings: Settings, tmp_path: Path) -> None:
         await call("infer: binary_data_output", "POST", infer, content=content, headers=headers)
         await call("infer: JSON in, binary out", "POST", infer,
                    json=v2_request([ROW], parameters={"binary_data_output": True}))  # fmt: skip
-        await call("infer: bad shape", "POST", infer, json={"inputs": [{**v2_request([ROW])["inputs"][0], "shape": [1, 3]}]})
+        await call(
+            "infer: bad shape", "POST", infer, json={"inputs": [{**v2_request([ROW])["inputs"][0], "shape": [1, 3]}]}
+        )
         await call("infer: wrong width", "POST", infer, json=v2_request([[1.0, 2.0, 3.0]]))
-        await call("infer: wrong datatype (BYTES)", "POST", infer, json=v2_request([["a", "b", "c", "d"]], datatype="BYTES"))  # type: ignore[list-item]
+        await call(
+            "infer: wrong datatype (BYTES)", "POST", infer, json=v2_request([["a", "b", "c", "d"]], datatype="BYTES")
+        )
         await call("infer: wrong datatype (INT32)", "POST", infer, json=v2_request([[1, 2, 3, 4]], datatype="INT32"))
         await call("infer: unknown datatype", "POST", infer, json=v2_request([ROW], datatype="FP99"))
         await call("infer: unknown input", "POST", infer,
@@ -521,7 +549,9 @@ async def test_v2_rest_routes(settings: Settings, tmp_path: Path) -> None:
         await call("infer: unknown output", "POST", infer, json=v2_request([ROW], outputs=[{"name": "proba"}]))
         await call("infer: unknown model", "POST", "/v2/models/nope/infer", json=v2_request([ROW]))
         await call("infer: unknown version", "POST", "/v2/models/fraud/versions/7/infer", json=v2_request([ROW]))
-        await call("infer: malformed JSON", "POST", infer, content=b"{nope", headers={"content-type": "application/json"})
+        await call(
+            "infer: malformed JSON", "POST", infer, content=b"{nope", headers={"content-type": "application/json"}
+        )
         await call("infer: no inputs", "POST", infer, json={})
         await call("infer: FP32 out of range", "POST", infer, json=v2_request([[1, 2, 3, 1e39]]))
         await call("infer: too many rows", "POST", infer, json=v2_request([ROW] * (settings.max_batch_items + 1)))
@@ -638,13 +668,15 @@ async def test_v2_grpc_methods(settings: Settings, tmp_path: Path) -> None:
 # -- the queue: the Service Bus batch function ------------------------------------------------------
 
 
-def sb_message(body: bytes, message_id: str, **fields: Any) -> ServiceBusMessage:
+def sb_message(body: bytes, message_id: str, **fields: Any) -> func.ServiceBusMessage:
     fields.setdefault("delivery_count", 1)
     fields.setdefault("application_properties", {})
     return ServiceBusMessage(body=body, message_id=message_id, user_properties={}, **fields)
 
 
-def payment(event_id: str, message_id: str | None = None, *, delivery_count: int = 1, **fields: Any) -> ServiceBusMessage:
+def payment(
+    event_id: str, message_id: str | None = None, *, delivery_count: int = 1, **fields: Any
+) -> func.ServiceBusMessage:
     """A payment event as the trigger hands it: ids, delivery count, enqueued time, trace context."""
     return sb_message(
         json.dumps(event(event_id=event_id, **fields)).encode(),
@@ -663,12 +695,12 @@ class QueueCases:
         self.handlers, self.publisher, self.tmp = handlers, publisher, str(tmp)
         self.cases: dict[str, Any] = {}
 
-    async def __call__(self, label: str, batch: list[ServiceBusMessage]) -> None:
+    async def __call__(self, label: str, batch: list[func.ServiceBusMessage]) -> None:
         before = len(self.publisher.sent)
         try:
             await self.handlers.payments(batch)
             raised = None
-        except Exception as exc:  # noqa: BLE001 recorded: the host abandons the batch on any error
+        except Exception as exc:  # NOTE: recorded: the host abandons the batch on any error
             raised = f"{type(exc).__name__}: {exc}"
         normaliser = Normaliser(self.tmp)
         published = [
@@ -712,7 +744,9 @@ async def test_queue_outcomes(queue_handlers: tuple[FunctionHandlers, MemoryPubl
         publisher.down = True
         await call("publishing fails", [payment("q-6"), sb_message(b"{", "m-bad")])
         publisher.down = False
-        await call("the redelivery after publishing failed", [payment("q-6", delivery_count=2), sb_message(b"{", "m-bad")])
+        await call(
+            "the redelivery after publishing failed", [payment("q-6", delivery_count=2), sb_message(b"{", "m-bad")]
+        )
         matches_snapshot("queue", call.cases)
     finally:
         await handlers.aclose()
