@@ -39,14 +39,15 @@ from azure.functions.servicebus import ServiceBusMessage
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 
+from shared.adapters.functions import FunctionHandlers
+from shared.adapters.http.app import create_app
+from shared.adapters.oip import grpc_predict_v2_pb2 as pb
+from shared.adapters.oip.jobs import grpc_server
+from shared.adapters.queue.publisher import MemoryPublisher
+
 # NOTE: the app's entry points, and only these: the refactor of `shared/` rewrites these lines.
-from shared.build import ServiceHolder
-from shared.http import create_app
-from shared.oip import grpc_predict_v2_pb2 as pb
-from shared.oip.jobs import grpc_server
-from shared.queue.publisher import MemoryPublisher
+from shared.core.wiring import ServiceHolder
 from shared.settings import AdmissionPolicy, Settings
-from shared.triggers import FunctionHandlers
 from tests.conftest import closed_port, event
 from tests.onnx_models import make_model
 
@@ -451,7 +452,7 @@ SCORING_ROUTES = [
 async def hold_slots(holder: ServiceHolder, n: int) -> Callable[[], None]:
     """Take `n` admission slots, as `n` requests in the work would; returns what frees them.
 
-    NOTE: the suite's way to fill the slots (tests/test_admission.py): a slot taken through the core's
+    NOTE: the suite's way to fill the slots (tests/runtime/test_admission.py): a slot taken through the core's
     admission, the public way in that every scoring route takes.
     """
     core = await holder.get()
