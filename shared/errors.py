@@ -35,11 +35,18 @@ gRPC adapter answers with), a stable machine-readable `code`, and whether a queu
 that hit it should be retried (transient, or the service's own state) or rejected with the
 reason (the message's own fault: it will never succeed). Foreign exceptions are translated
 inside the adapter that calls the foreign library (`raise InferenceFailed(...) from exc`).
+
+Every surface logs an error it answers the same way (`log_answered`): an `Overloaded` not at all
+(a line per refusal would cost what shedding saves: `scoring.requests.shed` counts them), a 5xx
+as a warning line, a 4xx (the caller's own) in the rate-limited rejection log with its code.
 """
 
 from __future__ import annotations
 
+import logging
 import math
+
+from shared.telemetry.logs import rejections
 
 __all__ = [
     "BadRequest",
@@ -72,6 +79,7 @@ __all__ = [
     "Unavailable",
     "UnsupportedMediaType",
     "error_body",
+    "log_answered",
     "retry_after",
 ]
 
@@ -253,3 +261,18 @@ def retry_after(exc: ScoringError) -> str | None:
 def error_body(exc: ScoringError) -> dict[str, str]:
     """The JSON body every adapter answers an error with."""
     return {"error": exc.code, "detail": exc.detail}
+
+
+log = logging.getLogger("shared.errors")
+
+
+def log_answered(exc: ScoringError, surface: str, **where: object) -> None:
+    """The one logging policy for an error answered to a caller, on every surface (`http`, `v2`,
+    `grpc`, `queue`); `where` says where (route, method, message_id) without the caller's data."""
+    if isinstance(exc, Overloaded):
+        return
+    if exc.status >= 500:
+        place = " ".join(f"{k}={v}" for k, v in where.items())
+        log.warning("%s %s -> %s %s: %s", surface, place, exc.status, exc.code, exc.detail)
+    else:
+        rejections.rejected(surface, exc.code, exc.detail, status=exc.status, **where)

@@ -11,28 +11,27 @@ import asyncio
 import importlib
 import json
 import logging
-import re
 from typing import TYPE_CHECKING
 
 import azure.functions as func
 
 from shared.adapters.http.app import create_app
+from shared.adapters.http.routes import framed
 from shared.adapters.oip.jobs import grpc_server
 from shared.adapters.queue.handler import PaymentBatch
 from shared.adapters.queue.idempotency import ResultStore
-from shared.adapters.queue.messages import Incoming, rejection_record, trace_properties
+from shared.adapters.queue.messages import Incoming, trace_properties
 from shared.adapters.queue.publisher import Publisher
 from shared.core.wiring import ServiceHolder
-from shared.errors import BadRequest, BatchIncomplete, ScoringError, error_body
+from shared.errors import BadRequest, BatchIncomplete, ScoringError, error_body, log_answered
 from shared.models.repository import check_size, parse_model_path
-from shared.telemetry.logs import rejections
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message
 
     from shared.core.service import ScoringService
 
-__all__ = ["FunctionHandlers", "call_asgi", "handlers", "incoming", "quiet_worker_logs", "rejection", "scoring_path"]
+__all__ = ["FunctionHandlers", "call_asgi", "handlers", "incoming", "quiet_worker_logs", "scoring_path"]
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +111,7 @@ class FunctionHandlers:
         handled = await self.queue().handle([incoming(m) for m in msgs])
         for verdict in handled:
             if verdict.outcome == "rejected" and verdict.error is not None:
-                rejections.rejected("queue", verdict.error.code, verdict.error.detail, message_id=verdict.message_id)
+                log_answered(verdict.error, "queue", message_id=verdict.message_id)
         failed = [h for h in handled if h.outcome == "failed"]
         if failed:
             raise BatchIncomplete(
@@ -156,8 +155,8 @@ class FunctionHandlers:
             log.error("model %s/%s rejected: %s", ref.name, ref.version, exc.detail)
 
 
-# The scoring routes, as the host hands their URLs (no percent-escapes in a model name taken here).
-_SCORING = re.compile(r"\A[a-z]+://[^/]*(/api/(?:score(?:/batch)?|models/[A-Za-z0-9._-]+/score)/?)(?:\?([^#]*))?\Z")
+# The data-plane routes of the route table, as the host hands their URLs.
+_SCORING = framed()
 
 
 def scoring_path(url: str) -> tuple[str, str] | None:
@@ -235,11 +234,6 @@ def incoming(msg: func.ServiceBusMessage) -> Incoming:
         correlation_id=msg.correlation_id,
         properties=trace_properties(msg.application_properties),
     )
-
-
-def rejection(msg: func.ServiceBusMessage, exc: ScoringError) -> str:
-    """The rejected-queue record of a Functions message (see `shared.adapters.queue.messages`)."""
-    return rejection_record(incoming(msg), exc).decode()
 
 
 # NOTE: every address: the environment's ingress reaches the gRPC port on the container's interface (internal only)

@@ -318,12 +318,14 @@ class ScoringService:
     async def score_json(self, body: bytes, model: str | None = None, *, started: float | None = None) -> Scored:
         """Decode, validate and score one JSON event; `started` is when the request began."""
         started = time.perf_counter() if started is None else started
-        event = decode_event(body)
-        return await self.score(event, model, parse_s=time.perf_counter() - started)
+        async with self.admission.admitted():
+            event = decode_event(body)
+            return await self.score(event, model, parse_s=time.perf_counter() - started)
 
     async def score_batch_json(self, body: bytes, model: str | None = None) -> list[Scored | ScoringError]:
         """`{"events": [...]}`: every item scored in order; a bad item keeps its own error."""
-        return await self.score_many(decode_events(body, self.settings.max_batch_items), model)
+        async with self.admission.admitted():
+            return await self.score_many(decode_events(body, self.settings.max_batch_items), model)
 
     async def score(
         self,
@@ -427,10 +429,11 @@ class ScoringService:
 
         `name` is a model or an ensemble; each row goes through the batcher as one request.
         """
-        try:
-            return await self._infer(name, version, rows)
-        except BatcherClosed:
-            return await self._infer(name, version, rows)  # NOTE: swapped while waiting: the new one answers
+        async with self.admission.admitted():
+            try:
+                return await self._infer(name, version, rows)
+            except BatcherClosed:
+                return await self._infer(name, version, rows)  # NOTE: swapped while waiting: the new one answers
 
     async def _infer(self, name: str, version: str | None, rows: Sequence[Row]) -> Inferred:
         served = self._served(name, version)

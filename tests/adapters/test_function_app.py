@@ -14,6 +14,8 @@ from azure.functions.servicebus import ServiceBusMessage
 
 import function_app
 from shared.adapters.functions import FunctionHandlers
+from shared.adapters.http.routes import ROUTES, RouteSpec, framed
+from shared.adapters.http.routes import route as route_named
 from shared.adapters.queue.publisher import MemoryPublisher
 from shared.core.wiring import ServiceHolder
 from shared.settings import Settings
@@ -455,7 +457,9 @@ def test_the_publishers_credential_builds_from_the_pinned_requirements() -> None
         ("http://localhost/api/models/fr%C3%A9/score", None),  # NOTE: escapes go through AsgiMiddleware
         ("http://localhost/api/scores", None),
         ("http://localhost/api/models/fraud/activate", None),
-        ("http://localhost/v2/models/fraud/infer", None),
+        ("http://localhost/v2/models/fraud/infer", ("/v2/models/fraud/infer", "")),
+        ("http://localhost/v2/models/fraud/versions/2/infer?a=b", ("/v2/models/fraud/versions/2/infer", "a=b")),
+        ("http://localhost/v2/models/fraud", None),
     ],
 )
 def test_the_scoring_routes_are_told_by_their_url(url: str, path: tuple[str, str] | None) -> None:
@@ -489,3 +493,49 @@ async def test_the_scoring_routes_answer_as_through_the_asgi_bridge(handlers: Fu
                 for row in answer.get("results", [answer]):
                     row.pop("timings_ms", None), row.pop("source", None)
         assert a == b, path
+
+
+# -- the route table (shared/adapters/http/routes.py) is what function_app.py declares -------------
+
+
+def declared_routes(functions: dict[str, Any]) -> set[tuple[str, str, tuple[str, ...], str]]:
+    """(function, route, methods, auth level) of every HTTP trigger, as the real indexer reads them."""
+    found = set()
+    for name, fn in functions.items():
+        for b in fn.get_bindings():
+            d = b.get_dict_repr()
+            if d["type"] == "httpTrigger":
+                methods = tuple(sorted(str(getattr(m, "value", m)) for m in d["methods"]))
+                found.add((name, d["route"], methods, str(getattr(d["authLevel"], "value", d["authLevel"]))))
+    return found
+
+
+def table_routes(routes: tuple[RouteSpec, ...] = ROUTES) -> set[tuple[str, str, tuple[str, ...], str]]:
+    return {(r.name, r.functions_route, tuple(sorted(r.methods)), r.auth) for r in routes}
+
+
+def test_function_app_declares_exactly_the_route_table() -> None:
+    assert len(ROUTES) == 18
+    assert declared_routes(FUNCTIONS) == table_routes()
+
+
+def test_the_route_table_check_catches_a_declaration_that_drifts() -> None:
+    """Mutations of the table: a route dropped, a method added, a keyed route made anonymous, a path moved."""
+    score = route_named("score")
+    for mutated in (
+        tuple(r for r in ROUTES if r.name != "stats"),
+        tuple(r._replace(methods=("GET", "POST")) if r is score else r for r in ROUTES),
+        tuple(r._replace(auth="anonymous") if r is score else r for r in ROUTES),
+        tuple(r._replace(path="/api/scores") if r is score else r for r in ROUTES),
+    ):
+        assert declared_routes(FUNCTIONS) != table_routes(mutated)
+
+
+def test_only_the_data_plane_is_framed_by_the_adapter_itself() -> None:
+    pattern = framed()
+    data = [r for r in ROUTES if r.plane == "data"]
+    assert {r.name for r in data} == {"score", "score_batch", "model_score", "v2_model_infer", "v2_version_infer"}
+    for r in ROUTES:
+        url = "http://h" + r.path.replace("{name}", "fraud").replace("{version}", "1").replace("{probe}", "live")
+        url = url.replace("{event_id}", "e-1")
+        assert (pattern.match(url) is not None) == (r.plane == "data"), r.name

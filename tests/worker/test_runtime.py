@@ -7,6 +7,7 @@ imported are the app's pins and the app's import is light.
 from __future__ import annotations
 
 import json
+import struct
 import shutil
 import time
 from collections.abc import Iterator
@@ -69,6 +70,11 @@ def test_the_worker_indexes_every_function_with_its_bindings(worker: tuple[Host,
     ]  # fmt: skip
 
 
+WIDTH = 25  # the committed demo model's features (models/fraud/1)
+V2_JSON = json.dumps({"id": "w-v2", "inputs": [{"name": "features", "datatype": "FP32", "shape": [1, WIDTH],
+                                                "data": [0.5] * WIDTH}]}).encode()  # fmt: skip
+
+
 def test_every_http_function_answers_through_the_worker(host: Host) -> None:
     body = json.dumps(event(event_id="w-1")).encode()
     checks: list[tuple[str, str, str, bytes, dict[str, str], int]] = [
@@ -89,6 +95,16 @@ def test_every_http_function_answers_through_the_worker(host: Host) -> None:
         ("v2_model_ready", "GET", "/v2/models/fraud/ready", b"", {"name": "fraud"}, 200),
         ("v2_version", "GET", "/v2/models/fraud/versions/1", b"", {"name": "fraud", "version": "1"}, 200),
         ("v2_version_ready", "GET", "/v2/models/fraud/versions/1/ready", b"", {"name": "fraud", "version": "1"}, 200),
+        ("v2_model_infer", "POST", "/v2/models/fraud/infer", V2_JSON, {"name": "fraud"}, 200),
+        (
+            "v2_version_infer",
+            "POST",
+            "/v2/models/fraud/versions/1/infer",
+            V2_JSON,
+            {"name": "fraud", "version": "1"},
+            200,
+        ),
+        ("v2_model_infer", "POST", "/v2/models/fraud/infer", b'{"inputs": 1}', {"name": "fraud"}, 400),
     ]
     for function, method, path, data, params, status in checks:
         answer = host.call(function, method, path, data, params=params)
@@ -104,6 +120,22 @@ def test_every_http_function_answers_through_the_worker(host: Host) -> None:
         == "w-2"
     )
     assert "fraud" in {m["name"] for m in host.call("models", "GET", "/api/models").json()["models"]}
+    inferred = host.call("v2_model_infer", "POST", "/v2/models/fraud/infer", V2_JSON, params={"name": "fraud"}).json()
+    assert (inferred["model_name"], inferred["id"], len(inferred["outputs"][0]["data"])) == ("fraud", "w-v2", 1)
+    tensor = {
+        "name": "features",
+        "datatype": "FP32",
+        "shape": [1, WIDTH],
+        "parameters": {"binary_data_size": 4 * WIDTH},
+    }
+    head = json.dumps({"inputs": [tensor], "parameters": {"binary_data_output": True}})
+    body = head.encode() + struct.pack(f"<{WIDTH}f", *[0.5] * WIDTH)
+    headers = {"inference-header-content-length": str(len(head))}
+    binary = host.call(
+        "v2_model_infer", "POST", "/v2/models/fraud/infer", body, params={"name": "fraud"}, headers=headers
+    )
+    split = int(binary.headers["inference-header-content-length"])
+    assert binary.status == 200 and len(binary.body) == split + 4  # the JSON head, then one FP32 score
 
 
 def test_once_built_an_invocation_sends_the_host_no_worker_info_line(host: Host) -> None:

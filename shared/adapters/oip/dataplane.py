@@ -90,8 +90,7 @@ class DataPlane:
         unknown = [o for o in request.outputs or () if o != SCORE_OUTPUT]
         if unknown:
             raise BadRequest(f"unknown output {unknown[0]!r}: model {info.name!r} gives {SCORE_OUTPUT!r}")
-        async with self.core.admission.admitted():  # NOTE: a slot and a deadline, as every scoring entry takes
-            done = await self.core.infer(request.model, request.version or None, list(matrix))
+        done = await self.core.infer(request.model, request.version or None, list(matrix))
         scores = np.array(done.scores, dtype=np.float32).reshape(-1, 1)
         output = OutputTensor(SCORE_OUTPUT, "FP32", scores.shape, scores)
         return InferResponse(done.model, done.model_version, [output], request.id)

@@ -21,7 +21,7 @@ from google.protobuf.message import Message
 from shared.adapters.oip import codec
 from shared.adapters.oip import grpc_predict_v2_pb2 as pb
 from shared.adapters.oip.dataplane import DataPlane, InferRequest, InferResponse, InputTensor
-from shared.errors import BadRequest, ScoringError
+from shared.errors import BadRequest, ScoringError, log_answered
 
 if TYPE_CHECKING:
     from shared.core.service import ScoringService
@@ -127,8 +127,7 @@ def _guarded(name: str, behavior: Behavior) -> Behavior:
         try:
             return await behavior(request, context)
         except ScoringError as exc:
-            if exc.status >= 500:
-                log.warning("gRPC %s -> %s: %s", name, exc.grpc_status, exc.detail)
+            log_answered(exc, "grpc", method=name)
             await context.abort(grpc.StatusCode[exc.grpc_status], exc.detail)
         except Exception:
             log.exception("gRPC %s failed", name)

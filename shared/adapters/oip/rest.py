@@ -22,15 +22,14 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
-from shared.errors import BadRequest, MalformedJson, ModelNotFound, ScoringError, retry_after
+from shared.errors import BadRequest, MalformedJson, ModelNotFound, ScoringError, log_answered, retry_after
 
 if TYPE_CHECKING:
     from shared.adapters.oip.dataplane import DataPlane, InferRequest, InferResponse
     from shared.core.service import ScoringService
 
-__all__ = ["HEADER_LENGTH", "v2_routes"]
+__all__ = ["HEADER_LENGTH", "V2Endpoints"]
 
 log = logging.getLogger(__name__)
 
@@ -42,35 +41,42 @@ def _json(body: object, status: int = 200) -> Response:
     return Response(orjson.dumps(body), status_code=status, media_type="application/json")
 
 
-def v2_routes(
-    service: Callable[[], Awaitable[ScoringService]], read_body: Callable[[Request], Awaitable[bytes]]
-) -> list[Route]:
-    """The V2 routes over the core that `service()` gives (built on first use); `read_body`
-    reads a request's body within the app's size and time limits. The two infer routes first."""
-    current: dict[str, DataPlane] = {}
+class V2Endpoints:
+    """The V2 endpoints over the core that `service()` gives (built on first use); `read_body`
+    reads a request's body within the app's size and time limits. Each is named as its route
+    in the route table (shared/adapters/http/routes.py): `endpoint(name)`."""
 
-    async def plane() -> DataPlane:
-        core = await service()
-        found = current.get("plane")
-        if found is None or found.core is not core:
+    def __init__(
+        self, service: Callable[[], Awaitable[ScoringService]], read_body: Callable[[Request], Awaitable[bytes]]
+    ) -> None:
+        self.service, self.read_body = service, read_body
+        self._plane: DataPlane | None = None
+
+    def endpoint(self, name: str) -> Endpoint:
+        """The route `name`'s endpoint, answering errors in the protocol's shape."""
+        return _v2(getattr(self, _METHODS[name]))
+
+    async def plane(self) -> DataPlane:
+        core = await self.service()
+        if self._plane is None or self._plane.core is not core:
             from shared.adapters.oip.dataplane import DataPlane  # NOTE: numpy: off the Functions import path
 
-            found = current["plane"] = DataPlane(core)
-        return found
+            self._plane = DataPlane(core)
+        return self._plane
 
-    async def server(request: Request) -> Response:
-        return _json((await plane()).server_metadata())
+    async def server(self, request: Request) -> Response:
+        return _json((await self.plane()).server_metadata())
 
-    async def health(request: Request) -> Response:
+    async def health(self, request: Request) -> Response:
         if request.path_params["probe"] == "live":
             return _json({"live": True})
         if request.path_params["probe"] != "ready":
             raise ModelNotFound(f"no such path {request.url.path}")
-        ready = (await plane()).ready()
+        ready = (await self.plane()).ready()
         return _json({"ready": ready}, 200 if ready else 400)
 
-    async def metadata(request: Request) -> Response:
-        info = (await plane()).model_metadata(request.path_params["name"], request.path_params.get("version"))
+    async def metadata(self, request: Request) -> Response:
+        info = (await self.plane()).model_metadata(request.path_params["name"], request.path_params.get("version"))
         return _json(
             {
                 "name": info.name,
@@ -82,38 +88,36 @@ def v2_routes(
             }
         )
 
-    async def model_ready(request: Request) -> Response:
-        ready = (await plane()).model_ready(request.path_params["name"], request.path_params.get("version"))
+    async def model_ready(self, request: Request) -> Response:
+        ready = (await self.plane()).model_ready(request.path_params["name"], request.path_params.get("version"))
         return _json({"name": request.path_params["name"], "ready": ready}, 200 if ready else 400)
 
-    async def infer(request: Request) -> Response:
-        body = await read_body(request)
+    async def infer(self, request: Request) -> Response:
+        body = await self.read_body(request)
         decoded, binary_out = decode_infer(request, body)
-        return encode_infer(await (await plane()).infer(decoded), binary_out)
+        return encode_infer(await (await self.plane()).infer(decoded), binary_out)
 
-    model = "/v2/models/{name}"
-    versioned = model + "/versions/{version}"
-    return [
-        Route(model + "/infer", _v2(infer), methods=["POST"]),
-        Route(versioned + "/infer", _v2(infer), methods=["POST"]),
-        Route("/v2", _v2(server), methods=["GET"]),
-        Route("/v2/health/{probe}", _v2(health), methods=["GET"]),
-        Route(model, _v2(metadata), methods=["GET"]),
-        Route(versioned, _v2(metadata), methods=["GET"]),
-        Route(model + "/ready", _v2(model_ready), methods=["GET"]),
-        Route(versioned + "/ready", _v2(model_ready), methods=["GET"]),
-    ]
+
+_METHODS = {
+    "v2_server": "server",
+    "v2_health": "health",
+    "v2_model": "metadata",
+    "v2_version": "metadata",
+    "v2_model_ready": "model_ready",
+    "v2_version_ready": "model_ready",
+    "v2_model_infer": "infer",
+    "v2_version_infer": "infer",
+}
 
 
 def _v2(endpoint: Endpoint) -> Endpoint:
-    """Errors in the protocol's shape: `{"error": message}` (not the /api shape)."""
+    """Errors in the protocol's shape: `{"error": message}` (not the /api shape), logged by the one policy."""
 
     async def guarded(request: Request) -> Response:
         try:
             return await endpoint(request)
         except ScoringError as exc:
-            if exc.status >= 500:
-                log.warning("%s %s -> %s: %s", request.method, request.url.path, exc.status, exc.detail)
+            log_answered(exc, "v2", route=str(getattr(request.scope.get("route"), "path", "")).rstrip("/"))
             response = _json({"error": exc.detail}, exc.status)
             if (wait := retry_after(exc)) is not None:  # NOTE: overloaded or past its deadline
                 response.headers["retry-after"] = wait
