@@ -20,7 +20,7 @@ from typing import Any
 
 from bench.loadgen import event_body
 from shared.adapters.http.app import create_app
-from shared.adapters.queue.handler import PaymentBatch
+from shared.adapters.queue.handler import QueueHandler
 from shared.adapters.queue.publisher import MemoryPublisher
 from shared.adapters.queue.replay import messages, replay
 from shared.core.wiring import ServiceHolder
@@ -58,15 +58,15 @@ async def run(n: int, write: Path | None) -> dict[str, object]:
     lines = [event_body(i) for i in range(n)]
     if write is not None:
         write.write_bytes(b"\n".join(lines) + b"\n")
-    batch = PaymentBatch.from_settings(settings, holder.get, publisher=MemoryPublisher())
+    handler = QueueHandler.from_settings(settings, holder.get, publisher=MemoryPublisher())
     app = create_app(holder)
     try:
         warm = [event_body(2 * HTTP_OFFSET + i) for i in range(512)]  # NOTE: both paths warm before timing
-        await replay(batch, list(messages(warm)), [])
+        await replay(handler, list(messages(warm)), [])
         await post(app, "/api/score/batch", b'{"events":[' + b",".join(warm[:HTTP_BATCH]) + b"]}")
         out: list[bytes] = []
         started = time.perf_counter()
-        outcomes = await replay(batch, list(messages(lines)), out)
+        outcomes = await replay(handler, list(messages(lines)), out)
         queue_s = time.perf_counter() - started
 
         bodies = [
@@ -79,7 +79,7 @@ async def run(n: int, write: Path | None) -> dict[str, object]:
             assert set(codes) == {200}, codes
         http_s = time.perf_counter() - started
     finally:
-        await batch.aclose()
+        await handler.aclose()
         await holder.aclose()
     return {
         "events": n,

@@ -18,7 +18,7 @@ import azure.functions as func
 from shared.adapters.http.app import create_app
 from shared.adapters.http.routes import framed
 from shared.adapters.oip.jobs import grpc_server
-from shared.adapters.queue.handler import PaymentBatch
+from shared.adapters.queue.handler import QueueHandler
 from shared.adapters.queue.idempotency import ResultStore
 from shared.adapters.queue.messages import Incoming, trace_properties
 from shared.adapters.queue.publisher import Publisher
@@ -55,7 +55,7 @@ class FunctionHandlers:
         self.holder = holder
         self.publisher = publisher  # NOTE: the seams of the queue path; None: built from settings
         self.store = store
-        self._queue: PaymentBatch | None = None
+        self._queue: QueueHandler | None = None
         self._app = create_app(holder, hosted=True)
         self._asgi = func.AsgiMiddleware(self._app)  # type: ignore[no-untyped-call,unused-ignore]
         self._warm_up: asyncio.Task[None] | None = None
@@ -118,10 +118,10 @@ class FunctionHandlers:
                 f"{len(failed)} of {len(handled)} messages failed and the batch is redelivered: {failed[0].reason}"
             )
 
-    def queue(self) -> PaymentBatch:
+    def queue(self) -> QueueHandler:
         """The queue path's handler, built on first use (its Redis and Service Bus clients lazily)."""
         if self._queue is None:
-            self._queue = PaymentBatch.from_settings(
+            self._queue = QueueHandler.from_settings(
                 self.holder.settings, self.holder.get, store=self.store, publisher=self.publisher
             )
         return self._queue

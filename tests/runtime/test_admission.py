@@ -418,7 +418,7 @@ async def test_the_batcher_queue_is_bounded(settings: Settings) -> None:
 async def test_the_queue_path_waits_out_a_full_model_queue_instead_of_failing_the_batch(settings: Settings) -> None:
     """A message refused by a full model queue would fail its batch, be redelivered at once and, after
     maxDeliveryCount tries, dead-letter a valid payment: the queue path backs off and scores it."""
-    from shared.adapters.queue.handler import PaymentBatch
+    from shared.adapters.queue.handler import QueueHandler
     from shared.adapters.queue.idempotency import MemoryResultStore
     from shared.adapters.queue.messages import Incoming
     from shared.adapters.queue.publisher import MemoryPublisher
@@ -430,7 +430,7 @@ async def test_the_queue_path_waits_out_a_full_model_queue_instead_of_failing_th
             return core
 
         publisher = MemoryPublisher()
-        handler = PaymentBatch(service, MemoryResultStore(3600), publisher, max_message_bytes=65536)
+        handler = QueueHandler(service, MemoryResultStore(3600), publisher, max_message_bytes=65536)
         messages = [Incoming(f"m{i}", orjson_event(event_id=f"q{i}", amount=float(i) + 0.5)) for i in range(64)]
         verdicts = await handler.handle(messages)
         assert [v.outcome for v in verdicts] == ["completed"] * 64

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared.adapters.queue.handler import PaymentBatch
+from shared.adapters.queue.handler import QueueHandler
 from shared.adapters.queue.idempotency import MemoryResultStore
 from shared.adapters.queue.messages import Incoming
 from shared.adapters.queue.publisher import MemoryPublisher
@@ -38,7 +38,7 @@ async def test_a_queue_batch_counts_verdicts_ages_and_carries_the_trace_out(
     async def get() -> ScoringService:
         return service
 
-    batch = PaymentBatch(get, MemoryResultStore(), publisher, max_message_bytes=64 * 1024)
+    batch = QueueHandler(get, MemoryResultStore(), publisher, max_message_bytes=64 * 1024)
     reader = observed.reader
     before = {o: total(reader, "scoring.queue.messages", **{"scoring.outcome": o}) for o in ("completed", "rejected")}
     ages = total(reader, "scoring.queue.message.age")

@@ -42,7 +42,7 @@ from shared.telemetry.tracing import sampled
 if TYPE_CHECKING:
     from shared.core.service import Scored, ScoringService
 
-__all__ = ["COMPLETED_QUEUE", "REJECTED_QUEUE", "BatchBudget", "Handled", "Outcome", "PaymentBatch"]
+__all__ = ["COMPLETED_QUEUE", "REJECTED_QUEUE", "BatchBudget", "Handled", "Outcome", "QueueHandler"]
 
 COMPLETED_QUEUE = "risk-completed"
 REJECTED_QUEUE = "risk-rejected"
@@ -89,7 +89,28 @@ class Handled:
         return f"{self.error.code}: {self.error.detail}" if self.error is not None else None
 
 
-class PaymentBatch:
+@dataclass(slots=True)
+class Delivery:
+    """One message of the batch on its way to its verdict.
+
+    `event` is None once decoding rejected it (its verdict says why); `primary` is the batch's
+    first delivery of the same payment, whose verdict this one follows.
+    """
+
+    msg: Incoming
+    span: Any = None  # the message's span, when sampled
+    event: PaymentEvent | None = None
+    parse_s: float = 0.0
+    primary: Delivery | None = None
+    verdict: Handled | None = None
+
+    @property
+    def decoded(self) -> PaymentEvent:
+        assert self.event is not None  # noqa: S101 narrows the type: only decoded deliveries get past decoding
+        return self.event
+
+
+class QueueHandler:
     """The queue path's handler over the core, a result store and a publisher."""
 
     def __init__(
@@ -116,7 +137,7 @@ class PaymentBatch:
         *,
         store: ResultStore | None = None,
         publisher: Publisher | None = None,
-    ) -> PaymentBatch:
+    ) -> QueueHandler:
         """Redis keeps results when REDIS_URL is set (else this process); the SDK publishes."""
         if store is None and settings.redis_url:
             store = RedisResultStore.from_url(
@@ -139,141 +160,96 @@ class PaymentBatch:
         """A verdict per message, in order, within the budget; raises nothing a message caused."""
         started = time.perf_counter()
         ends = asyncio.get_running_loop().time() + self._budget.total_s
-        traced = self._traced(messages)
-        done: list[Handled | None] = [None] * len(messages)
-        primary: dict[str, int] = {}  # event_id → the first message of the batch carrying it
-        events: dict[int, PaymentEvent] = {}
-        ids: dict[int, str] = {}  # message → its event_id, for every message that decoded
-        parse_s: dict[int, float] = {}  # message → its decode time
-        for i, msg in enumerate(messages):
-            t0 = time.perf_counter()
-            try:
-                event = self._decode(msg)
-            except ScoringError as exc:
-                done[i] = Handled(msg.message_id, "rejected", rejection_record(msg, exc), exc)
-                continue
-            ids[i] = event.event_id
-            parse_s[i] = time.perf_counter() - t0
-            if primary.setdefault(event.event_id, i) == i:
-                events[i] = event
-        await self._results(messages, events, parse_s, done, started, traced, ends - self._budget.publish_s)
-        for i, msg in enumerate(messages):  # a payment twice in one batch: the second follows the first
-            if done[i] is None:
-                first = done[primary[ids[i]]]
-                assert first is not None  # noqa: S101 narrows the type for mypy; an invariant, never an input check
-                outcome: Outcome = "duplicate" if first.outcome in ("completed", "duplicate") else first.outcome
-                done[i] = Handled(msg.message_id, outcome, first.body, first.error)
-        verdicts = await self._publish(messages, [d for d in done if d is not None], ids, traced, ends)
-        self._measure(messages, verdicts, started, traced)
+        batch = [Delivery(msg) for msg in messages]
+        _trace(batch)
+        primaries = self._decode_all(batch)
+        await self._settle(primaries, started, ends - self._budget.publish_s)
+        _follow_primaries(batch)
+        await self._publish(batch, ends)
+        verdicts = [d.verdict for d in batch if d.verdict is not None]
+        _measure(batch, verdicts, started)
         self._report(verdicts)
         return verdicts
 
-    def _report(self, verdicts: list[Handled]) -> None:
-        """Readiness lists the queue path as degraded from a batch with failures until one without."""
-        if self._core is None:
-            return
-        failed = [v for v in verdicts if v.outcome == "failed"]
-        problem = None
-        if failed:
-            problem = f"{len(failed)} of {len(verdicts)} messages of a batch wait for redelivery ({failed[0].reason})"
-        self._core.report("queue", problem)
-
-    @staticmethod
-    def _traced(messages: Sequence[Incoming]) -> dict[int, Any]:
-        """A span per sampled message, under the trace context its properties carry."""
-        telemetry = process.current()
-        if telemetry is None:
-            return {}
-        from opentelemetry.trace import SpanKind
-
-        spans: dict[int, Any] = {}
-        for i, msg in enumerate(messages):
-            parent = msg.properties.get("traceparent")
-            if sampled(parent, telemetry.ratio):
-                spans[i] = telemetry.span(
-                    f"{INPUT} process",
-                    kind=SpanKind.CONSUMER,
-                    traceparent=parent,
-                    tracestate=msg.properties.get("tracestate"),
-                    attributes={
-                        "messaging.system": "servicebus",
-                        "messaging.destination.name": INPUT,
-                        "messaging.message.id": msg.message_id,
-                        "messaging.message.delivery_count": msg.delivery_count,
-                    },
-                )
-        return spans
-
-    @staticmethod
-    def _measure(messages: Sequence[Incoming], verdicts: list[Handled], started: float, traced: dict[int, Any]) -> None:
-        """Verdicts counted, completed messages' age, the batch's duration; spans ended."""
-        now = time.time()
-        counts: dict[str, int] = {}
-        for msg, verdict in zip(messages, verdicts, strict=True):
-            counts[verdict.outcome] = counts.get(verdict.outcome, 0) + 1
-            if verdict.outcome == "completed" and msg.enqueued_time is not None:
-                metrics.queue_age(now - _timestamp(msg))
-        for outcome, count in counts.items():
-            metrics.queue_message(outcome, count)
-        metrics.queue_batch(INPUT, time.perf_counter() - started)
-        for i, span in traced.items():
-            span.set_attribute("scoring.outcome", verdicts[i].outcome)
-            span.end()
+    def _decode_all(self, batch: list[Delivery]) -> list[Delivery]:
+        """Each delivery decoded or rejected (its own fault); the first delivery of each payment."""
+        first: dict[str, Delivery] = {}  # event_id → the batch's first delivery carrying it
+        for d in batch:
+            t0 = time.perf_counter()
+            try:
+                event = self._decode(d.msg)
+            except ScoringError as exc:
+                d.verdict = Handled(d.msg.message_id, "rejected", rejection_record(d.msg, exc), exc)
+                continue
+            d.event, d.parse_s = event, time.perf_counter() - t0
+            primary = first.setdefault(event.event_id, d)
+            if primary is not d:
+                d.primary = primary
+        return list(first.values())
 
     def _decode(self, msg: Incoming) -> PaymentEvent:
         if len(msg.body) > self._cap:
             raise PayloadTooLarge(f"message of {len(msg.body)} bytes exceeds MAX_MESSAGE_BYTES ({self._cap})")
         return decode_event(msg.body)
 
-    async def _results(
-        self,
-        messages: Sequence[Incoming],
-        events: dict[int, PaymentEvent],
-        parse_s: dict[int, float],
-        done: list[Handled | None],
-        started: float,
-        traced: dict[int, Any],
-        until: float,
-    ) -> None:
-        """Fill `done` for every decoded message by loop time `until`: kept result, new result, or failure."""
-        order = list(events)
-        try:
-            kept = await _by(until, self._store.find([events[i].event_id for i in order]), "looking up results")
-        except ScoringError as exc:
-            self._fail(messages, order, done, exc)
-            return
-        fresh = [i for i, found in zip(order, kept, strict=True) if found is None]
-        for i, found in zip(order, kept, strict=True):
-            if found is not None:
-                done[i] = Handled(messages[i].message_id, "duplicate", found)
+    async def _settle(self, primaries: list[Delivery], started: float, until: float) -> None:
+        """A verdict on every primary by loop time `until`: kept result, new result, or failure."""
+        fresh = await self._look_up(primaries, until)
         if not fresh:
             return
         try:
             service = self._core = await self._service()
         except ScoringError as exc:
-            self._fail(messages, fresh, done, exc)
+            _fail(fresh, exc)
             return
-        scored = await asyncio.gather(*(self._score(service, events[i], parse_s[i], until) for i in fresh))
-        new: list[tuple[int, bytes]] = []
-        for i, result in zip(fresh, scored, strict=True):
+        scored, bodies = await self._score_all(service, fresh, started, until)
+        await self._keep(scored, bodies, until)
+
+    async def _look_up(self, primaries: list[Delivery], until: float) -> list[Delivery]:
+        """Kept results become duplicates (republished byte for byte); the rest, to score."""
+        try:
+            kept = await _by(until, self._store.find([d.decoded.event_id for d in primaries]), "looking up results")
+        except ScoringError as exc:
+            _fail(primaries, exc)
+            return []
+        fresh: list[Delivery] = []
+        for d, found in zip(primaries, kept, strict=True):
+            if found is None:
+                fresh.append(d)
+            else:
+                d.verdict = Handled(d.msg.message_id, "duplicate", found)
+        return fresh
+
+    async def _score_all(
+        self, service: ScoringService, fresh: list[Delivery], started: float, until: float
+    ) -> tuple[list[Delivery], list[bytes]]:
+        """Every fresh delivery scored concurrently; refusals get their verdict, the scored their body."""
+        results = await asyncio.gather(*(self._score(service, d.decoded, d.parse_s, until) for d in fresh))
+        scored: list[Delivery] = []
+        bodies: list[bytes] = []
+        for d, result in zip(fresh, results, strict=True):
             if isinstance(result, ScoringError):
                 outcome: Outcome = "failed" if result.retryable else "rejected"
-                body = None if result.retryable else rejection_record(messages[i], result)
-                done[i] = Handled(messages[i].message_id, outcome, body, result)
+                body = None if result.retryable else rejection_record(d.msg, result)
+                d.verdict = Handled(d.msg.message_id, outcome, body, result)
             else:
-                new.append((i, completed_body(result, messages[i], started)))
-                if i in traced:
-                    _stage_spans(traced[i], result, started)
+                scored.append(d)
+                bodies.append(completed_body(result, d.msg, started))
+                if d.span is not None:
+                    _stage_spans(d.span, result, started)
+        return scored, bodies
+
+    async def _keep(self, scored: list[Delivery], bodies: list[bytes], until: float) -> None:
+        """SET NX per result: the first result of a payment wins (one kept by another replica first: a duplicate)."""
+        items = [(d.decoded.event_id, body) for d, body in zip(scored, bodies, strict=True)]
         try:
-            stored = await _by(
-                until, self._store.keep([(events[i].event_id, body) for i, body in new]), "keeping results"
-            )
+            stored = await _by(until, self._store.keep(items), "keeping results")
         except ScoringError as exc:
-            self._fail(messages, [i for i, _ in new], done, exc)
+            _fail(scored, exc)
             return
-        for (i, body), kept_body in zip(new, stored, strict=True):
-            outcome = "completed" if kept_body == body else "duplicate"  # NOTE: another replica won
-            done[i] = Handled(messages[i].message_id, outcome, kept_body)
+        for d, body, kept_body in zip(scored, bodies, stored, strict=True):
+            outcome: Outcome = "completed" if kept_body == body else "duplicate"  # NOTE: another replica won
+            d.verdict = Handled(d.msg.message_id, outcome, kept_body)
 
     @staticmethod
     async def _score(
@@ -308,33 +284,21 @@ class PaymentBatch:
                 "the queue batch budget (QUEUE_BATCH_BUDGET_MS) ran out before this event was scored"
             )
 
-    @staticmethod
-    def _fail(
-        messages: Sequence[Incoming], which: Sequence[int], done: list[Handled | None], exc: ScoringError
-    ) -> None:
-        for i in which:
-            done[i] = Handled(messages[i].message_id, "failed", None, exc)
-
-    async def _publish(
-        self,
-        messages: Sequence[Incoming],
-        verdicts: list[Handled],
-        ids: dict[int, str],
-        traced: dict[int, Any],
-        until: float,
-    ) -> list[Handled]:
+    async def _publish(self, batch: list[Delivery], until: float) -> None:
         """One send for the batch by loop time `until`; if it fails or outlasts the budget, every
         message it carried fails (and is redelivered: duplicate detection drops what did arrive)."""
         outbound: list[Outbound] = []
-        carried: list[int] = []
-        for i, (msg, verdict) in enumerate(zip(messages, verdicts, strict=True)):
-            if verdict.body is None or verdict.outcome == "failed":
+        carried: list[Delivery] = []
+        for d in batch:
+            verdict, msg = d.verdict, d.msg
+            if verdict is None or verdict.body is None or verdict.outcome == "failed":
                 continue
-            queue = REJECTED_QUEUE if verdict.outcome == "rejected" else COMPLETED_QUEUE
-            message_id = msg.message_id if verdict.outcome == "rejected" else ids[i]
-            properties = _continued(msg.properties, traced.get(i))
+            rejected = verdict.outcome == "rejected"
+            queue = REJECTED_QUEUE if rejected else COMPLETED_QUEUE
+            message_id = msg.message_id if rejected else d.decoded.event_id
+            properties = _continued(msg.properties, d.span)
             outbound.append(Outbound(queue, verdict.body, message_id, msg.correlation_id, properties))
-            carried.append(i)
+            carried.append(d)
         failure: ScoringError | None = None
         try:
             async with asyncio.timeout_at(until):
@@ -344,13 +308,78 @@ class PaymentBatch:
         except ScoringError as exc:
             failure = exc
         if failure is not None:
-            for i in carried:
-                verdicts[i] = Handled(verdicts[i].message_id, "failed", None, failure)
-        return verdicts
+            _fail(carried, failure)
+
+    def _report(self, verdicts: list[Handled]) -> None:
+        """Readiness lists the queue path as degraded from a batch with failures until one without."""
+        if self._core is None:
+            return
+        failed = [v for v in verdicts if v.outcome == "failed"]
+        problem = None
+        if failed:
+            problem = f"{len(failed)} of {len(verdicts)} messages of a batch wait for redelivery ({failed[0].reason})"
+        self._core.report("queue", problem)
 
     async def aclose(self) -> None:
         await self.publisher.aclose()
         await self._store.aclose()
+
+
+def _trace(batch: list[Delivery]) -> None:
+    """A span per sampled message, under the trace context its properties carry."""
+    telemetry = process.current()
+    if telemetry is None:
+        return
+    from opentelemetry.trace import SpanKind
+
+    for d in batch:
+        msg = d.msg
+        parent = msg.properties.get("traceparent")
+        if sampled(parent, telemetry.ratio):
+            d.span = telemetry.span(
+                f"{INPUT} process",
+                kind=SpanKind.CONSUMER,
+                traceparent=parent,
+                tracestate=msg.properties.get("tracestate"),
+                attributes={
+                    "messaging.system": "servicebus",
+                    "messaging.destination.name": INPUT,
+                    "messaging.message.id": msg.message_id,
+                    "messaging.message.delivery_count": msg.delivery_count,
+                },
+            )
+
+
+def _follow_primaries(batch: list[Delivery]) -> None:
+    """A payment twice in one batch: the second gets the first's verdict (a result as a duplicate)."""
+    for d in batch:
+        if d.primary is not None:
+            first = d.primary.verdict
+            assert first is not None  # noqa: S101 narrows the type for mypy; an invariant, never an input check
+            outcome: Outcome = "duplicate" if first.outcome in ("completed", "duplicate") else first.outcome
+            d.verdict = Handled(d.msg.message_id, outcome, first.body, first.error)
+
+
+def _fail(which: list[Delivery], exc: ScoringError) -> None:
+    for d in which:
+        d.verdict = Handled(d.msg.message_id, "failed", None, exc)
+
+
+def _measure(batch: list[Delivery], verdicts: list[Handled], started: float) -> None:
+    """Verdicts counted, completed messages' age, the batch's duration; spans ended."""
+    now = time.time()
+    counts: dict[str, int] = {}
+    for d, verdict in zip(batch, verdicts, strict=True):
+        counts[verdict.outcome] = counts.get(verdict.outcome, 0) + 1
+        if verdict.outcome == "completed" and d.msg.enqueued_time is not None:
+            metrics.queue_age(now - _timestamp(d.msg))
+    for outcome, count in counts.items():
+        metrics.queue_message(outcome, count)
+    metrics.queue_batch(INPUT, time.perf_counter() - started)
+    for d, verdict in zip(batch, verdicts, strict=True):
+        if d.span is not None:
+            d.span.set_attribute("scoring.outcome", verdict.outcome)
+            d.span.end()
 
 
 async def _by(until: float, work: Awaitable[Any], what: str) -> Any:

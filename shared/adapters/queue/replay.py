@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from shared.adapters.queue.handler import Handled, PaymentBatch
+from shared.adapters.queue.handler import Handled, QueueHandler
 from shared.adapters.queue.messages import Incoming
 from shared.adapters.queue.publisher import MemoryPublisher
 from shared.settings import Settings
@@ -64,11 +64,11 @@ def as_line(handled: Handled) -> bytes:
     )
 
 
-async def replay(batch: PaymentBatch, incoming: Sequence[Incoming], out: list[bytes]) -> Counter[str]:
-    """Every message through `batch`, one batch after the other, output lines in input order."""
+async def replay(handler: QueueHandler, incoming: Sequence[Incoming], out: list[bytes]) -> Counter[str]:
+    """Every message through `handler`, one batch after the other, output lines in input order."""
     outcomes: Counter[str] = Counter()
     for start in range(0, len(incoming), BATCH):
-        for verdict in await batch.handle(incoming[start : start + BATCH]):
+        for verdict in await handler.handle(incoming[start : start + BATCH]):
             outcomes[verdict.outcome] += 1
             out.append(as_line(verdict))
     return outcomes
@@ -87,15 +87,15 @@ async def run(path: Path, settings: Settings) -> int:
     async def get() -> ScoringService:
         return service
 
-    batch = PaymentBatch.from_settings(settings, get, publisher=MemoryPublisher())
+    handler = QueueHandler.from_settings(settings, get, publisher=MemoryPublisher())
     try:
         incoming = list(messages(lines))
         out: list[bytes] = []
         started = time.perf_counter()
-        outcomes = await replay(batch, incoming, out)
+        outcomes = await replay(handler, incoming, out)
         elapsed = time.perf_counter() - started
     finally:
-        await batch.aclose()
+        await handler.aclose()
         await service.aclose()
     sys.stdout.buffer.write(b"\n".join(out) + (b"\n" if out else b""))
     sys.stdout.flush()

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from shared.adapters.queue.handler import BatchBudget, PaymentBatch
+from shared.adapters.queue.handler import BatchBudget, QueueHandler
 from shared.adapters.queue.idempotency import MemoryResultStore
 from shared.adapters.queue.messages import Incoming, Outbound
 from shared.adapters.queue.publisher import MemoryPublisher
@@ -62,15 +62,15 @@ class SlowStore(MemoryResultStore):
 
 def over(
     core: Any, *, store: MemoryResultStore | None = None, publisher: MemoryPublisher | None = None
-) -> PaymentBatch:
+) -> QueueHandler:
     async def get() -> Any:
         return core
 
     store, publisher = store or MemoryResultStore(), publisher or MemoryPublisher()
-    return PaymentBatch(get, store, publisher, max_message_bytes=256 * 1024, budget=BUDGET)
+    return QueueHandler(get, store, publisher, max_message_bytes=256 * 1024, budget=BUDGET)
 
 
-async def timed(batch: PaymentBatch, incoming: list[Incoming]) -> tuple[float, list[str], list[str | None]]:
+async def timed(batch: QueueHandler, incoming: list[Incoming]) -> tuple[float, list[str], list[str | None]]:
     t0 = time.perf_counter()
     handled = await batch.handle(incoming)
     return time.perf_counter() - t0, [h.outcome for h in handled], [h.reason for h in handled]

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import orjson
 import pytest
 
-from shared.adapters.queue.handler import COMPLETED_QUEUE, REJECTED_QUEUE, PaymentBatch
+from shared.adapters.queue.handler import COMPLETED_QUEUE, REJECTED_QUEUE, QueueHandler
 from shared.adapters.queue.idempotency import MemoryResultStore
 from shared.adapters.queue.messages import Incoming, Outbound
 from shared.adapters.queue.publisher import MemoryPublisher
@@ -35,14 +35,14 @@ def message(event_id: str = "evt-1", *, message_id: str | None = None, delivery:
 
 def batch_over(
     service: ScoringService, store: MemoryResultStore | None = None, publisher: MemoryPublisher | None = None
-) -> PaymentBatch:
+) -> QueueHandler:
     async def get() -> ScoringService:
         return service
 
-    return PaymentBatch(get, store or MemoryResultStore(), publisher or MemoryPublisher(), max_message_bytes=256 * 1024)
+    return QueueHandler(get, store or MemoryResultStore(), publisher or MemoryPublisher(), max_message_bytes=256 * 1024)
 
 
-def sent(batch: PaymentBatch) -> list[Outbound]:
+def sent(batch: QueueHandler) -> list[Outbound]:
     assert isinstance(batch.publisher, MemoryPublisher)
     return batch.publisher.sent
 
@@ -132,7 +132,7 @@ async def test_no_model_ready_fails_the_valid_messages_only() -> None:
     async def not_ready() -> ScoringService:
         raise NotReady("models are still loading")
 
-    batch = PaymentBatch(not_ready, MemoryResultStore(), MemoryPublisher(), max_message_bytes=1 << 18)
+    batch = QueueHandler(not_ready, MemoryResultStore(), MemoryPublisher(), max_message_bytes=1 << 18)
     handled = await batch.handle([message("n-1"), Incoming(message_id="m-bad", body=b"[")])
     assert [h.outcome for h in handled] == ["failed", "rejected"]
     assert handled[0].reason == "not_ready: models are still loading"
