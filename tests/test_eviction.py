@@ -83,7 +83,7 @@ async def defaulted_share_under_prediction_pressure(settings: Settings, url: str
 
 
 @pytest.mark.parametrize("small_redis", ["volatile-lru"], indirect=True)
-async def test_the_cache_evicts_the_feature_store_no_more(settings: Settings, small_redis: str) -> None:
+async def test_a_flood_of_prediction_writes_evicts_no_user_features(settings: Settings, small_redis: str) -> None:
     share, present, evicted = await defaulted_share_under_prediction_pressure(settings, small_redis)
     print(f"volatile-lru: {len(USERS) - present} of {len(USERS)} users evicted, defaulted share {share:.0%}")
     assert present == len(USERS) and share == 0.0

@@ -30,7 +30,7 @@ from shared.domain.events import PaymentEvent
 from shared.domain.spec import ModelSpec
 from shared.errors import ModelInvalid
 
-__all__ = ["CATEGORICAL_FIELDS", "EVENT_FEATURES", "FeatureMapper", "FeatureRow", "event_features"]
+__all__ = ["CATEGORICAL_FIELDS", "EVENT_FEATURES", "FeatureMapper", "FeatureRow"]
 
 CATEGORICAL_FIELDS = ("channel", "country", "currency", "merchant_category", "merchant_id")
 _NUMBERS = (int, float)  # exact types: a bool is not a feature value
@@ -60,11 +60,6 @@ EVENT_FEATURE_FNS: dict[str, Callable[[PaymentEvent], float]] = {
     "note_length": lambda e: float(len(e.note or "")),
 }
 EVENT_FEATURES = tuple(EVENT_FEATURE_FNS)
-
-
-def event_features(event: PaymentEvent) -> dict[str, float]:
-    """The numeric features an event carries by itself."""
-    return {name: compute(event) for name, compute in EVENT_FEATURE_FNS.items()}
 
 
 class FeatureMapper:

@@ -324,7 +324,7 @@ def test_imported_without_a_loop_nothing_starts(settings: Settings) -> None:
     assert handlers.holder.peek() is None and handlers._warm_up is None
 
 
-async def test_nothing_caps_a_message_no_more(settings: Settings) -> None:
+async def test_a_message_over_max_message_bytes_is_rejected_with_an_excerpt_size_and_hash(settings: Settings) -> None:
     """A 100 KB body is never scored, and its record carries an excerpt, its size and its hash."""
     import hashlib
     from dataclasses import replace
@@ -344,7 +344,7 @@ async def test_nothing_caps_a_message_no_more(settings: Settings) -> None:
     await handlers.aclose()
 
 
-async def test_configuration_slips_look_like_bad_messages_no_more(settings: Settings, tmp_path: Path) -> None:
+async def test_a_bad_message_is_rejected_and_a_bad_configuration_retried(settings: Settings, tmp_path: Path) -> None:
     """The message's own fault is rejected at once; the service's state or configuration is retried."""
     from dataclasses import replace
 

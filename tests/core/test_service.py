@@ -165,7 +165,9 @@ async def test_every_tier_counts_what_it_served(settings: Settings, services: Se
     assert core.stats()["predictions"] == {"l1_hits": 1, "l2_hits": 0, "misses": 3}
 
 
-async def test_degradation_is_invisible_no_more(settings: Settings, services: Services) -> None:
+async def test_with_redis_down_scoring_goes_on_and_readiness_and_stats_say_so(
+    settings: Settings, services: Services
+) -> None:
     """Redis down: scoring goes on (on defaults), and readiness and stats say so."""
     core = await services(replace(settings, redis_url=f"redis://127.0.0.1:{closed_port()}/0"))
     for i in range(120):
@@ -185,7 +187,7 @@ async def test_a_healthy_core_lists_nothing_degraded(service: ScoringService) ->
     assert service.readiness().degraded == [] and service.stats()["events"]["defaulted_share"] == 0.0  # type: ignore[index]
 
 
-async def test_unservable_models_are_accepted_no_more(service: ScoringService) -> None:
+async def test_a_model_whose_features_resolve_to_nothing_is_refused_by_name(service: ScoringService) -> None:
     """A model whose features resolve to nothing is rejected with their names; the current version serves on."""
     from shared.domain.spec import FeatureDef
     from shared.errors import ModelInvalid
@@ -211,7 +213,7 @@ async def test_the_redis_feature_store_publishes_the_names_it_serves(
     assert core.active().version == "3"
 
 
-async def test_stats_are_wrong_no_more(
+async def test_rows_that_ran_the_model_count_as_misses_whatever_the_l2_policy(
     settings: Settings, services: Services, redis_url: str, redis_prefix: str
 ) -> None:
     """Rows that ran the model count as misses whether or not predictions go through Redis."""

@@ -75,7 +75,7 @@ def test_blob_source_against_azurite(azurite_connection: str) -> None:
         "models/fraud/2/model.onnx\n",
     ],
 )
-def test_versions_are_unchecked_no_more(path: str) -> None:
+def test_a_path_with_a_bad_name_or_version_is_no_model(path: str) -> None:
     assert parse_model_path(path, container="models") is None
 
 
@@ -86,7 +86,7 @@ def test_names_and_versions_are_checked_for_every_caller() -> None:
             check_ref(name, version)
 
 
-def test_nothing_caps_a_model_no_more(models_dir: Path) -> None:
+def test_a_model_over_max_model_bytes_is_refused_before_it_is_read(models_dir: Path) -> None:
     big = models_dir / "fraud" / "2"
     big.mkdir()
     (big / "model.onnx").write_bytes(b"\0" * 4096)

@@ -7,8 +7,8 @@ imported are the app's pins and the app's import is light.
 from __future__ import annotations
 
 import json
-import struct
 import shutil
+import struct
 import time
 from collections.abc import Iterator
 from pathlib import Path

@@ -25,14 +25,11 @@ from shared.runtime.batching.batcher import Batcher
 from shared.settings import BatchPolicy
 from shared.stores.cache.tier import TierStats, ewma
 
-__all__ = ["RedisStats", "RedisTier", "ewma", "redis_client"]
+__all__ = ["RedisTier", "ewma", "redis_client"]
 
 log = logging.getLogger(__name__)
 _FAILURES = (RedisError, OSError, TimeoutError)
 RECENT_S = 10.0  # a failure this recent still shows in readiness, unless a read succeeded since
-
-
-RedisStats = TierStats
 
 
 def redis_client(
@@ -85,7 +82,7 @@ class RedisTier:
         self._writes: list[tuple[str, bytes, int | None]] = []
         self._flushing: asyncio.Task[None] | None = None
         self.rtt_s: float | None = None
-        self.stats = RedisStats()
+        self.stats = TierStats()
 
     @classmethod
     def from_url(cls, url: str, *, timeout_s: float, prefix: str = "", use_entra: bool = False) -> RedisTier:
