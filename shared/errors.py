@@ -71,7 +71,6 @@ __all__ = [
     "TooManyItems",
     "Unavailable",
     "UnsupportedMediaType",
-    "error_body",
     "retry_after",
 ]
 
@@ -248,8 +247,3 @@ def retry_after(exc: ScoringError) -> str | None:
     if exc.retry_after_s is None:
         return None
     return str(max(1, math.ceil(exc.retry_after_s)))
-
-
-def error_body(exc: ScoringError) -> dict[str, str]:
-    """The JSON body every adapter answers an error with."""
-    return {"error": exc.code, "detail": exc.detail}

@@ -38,7 +38,6 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
-import orjson
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
@@ -46,6 +45,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from shared.answers import Batch, ErrorBody, IndexedError, Liveness, ModelList, encode, error_body
 from shared.build import ServiceHolder
 from shared.deadlines import Deadlines
 from shared.errors import (
@@ -55,7 +55,6 @@ from shared.errors import (
     PayloadTooLarge,
     ScoringError,
     UnsupportedMediaType,
-    error_body,
     retry_after,
 )
 from shared.events import decode_activation
@@ -72,7 +71,7 @@ log = logging.getLogger(__name__)
 
 
 def json_response(body: object, status: int = 200) -> Response:
-    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+    return Response(encode(body), status_code=status, media_type="application/json")
 
 
 async def read_json_body(
@@ -149,7 +148,7 @@ class CatchAll:
         except Exception:
             log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
             if scope["type"] == "http" and not started:
-                await json_response({"error": "internal", "detail": "internal error"}, 500)(scope, receive, send)
+                await json_response(ErrorBody("internal", "internal error"), 500)(scope, receive, send)
 
 
 def create_app(holder: ServiceHolder, *, hosted: bool = False) -> ASGIApp:
@@ -172,7 +171,7 @@ def create_app(holder: ServiceHolder, *, hosted: bool = False) -> ASGIApp:
         async with core.admission.admitted():
             scored = await core.score_json(body, request.path_params.get("name"), started=started)
         request.scope["scoring"] = scored  # NOTE: the telemetry middleware reads its source and stage timings
-        return json_response(scored.as_dict())
+        return json_response(scored)
 
     async def score_batch(request: Request) -> Response:
         settings = holder.settings
@@ -181,12 +180,12 @@ def create_app(holder: ServiceHolder, *, hosted: bool = False) -> ASGIApp:
         async with core.admission.admitted():
             results = await core.score_batch_json(body)
         return json_response(
-            {
-                "results": [
-                    r.as_dict() if not isinstance(r, ScoringError) else {"index": i, **error_body(r)}
+            Batch(
+                [
+                    r if not isinstance(r, ScoringError) else IndexedError(i, r.code, r.detail)
                     for i, r in enumerate(results)
                 ]
-            }
+            )
         )
 
     async def activate(request: Request) -> Response:
@@ -198,7 +197,7 @@ def create_app(holder: ServiceHolder, *, hosted: bool = False) -> ASGIApp:
         return json_response(await core.pin(name, decode_activation(body).version))
 
     async def models(request: Request) -> Response:
-        return json_response({"models": (await service()).models()})
+        return json_response(ModelList((await service()).models()))
 
     async def stats(request: Request) -> Response:
         return json_response((await service()).stats())
@@ -211,15 +210,15 @@ def create_app(holder: ServiceHolder, *, hosted: bool = False) -> ASGIApp:
 
         telemetry = configure(holder.settings) if holder.settings.telemetry else None
         if telemetry is None:
-            return json_response({"error": "not_found", "detail": "telemetry is off (TELEMETRY=false)"}, 404)
+            return json_response(ErrorBody("not_found", "telemetry is off (TELEMETRY=false)"), 404)
         return Response(telemetry.prometheus_text(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def live(request: Request) -> Response:
-        return json_response({"status": "live"})
+        return json_response(Liveness())
 
     async def ready(request: Request) -> Response:
         readiness = holder.readiness()
-        return json_response(readiness.as_dict(), 200 if readiness.ready else 503)
+        return json_response(readiness, 200 if readiness.ready else 503)
 
     described: list[bytes] = []
 
@@ -281,10 +280,10 @@ def create_app(holder: ServiceHolder, *, hosted: bool = False) -> ASGIApp:
             async with core.admission.admitted():
                 scored = await core.score_json(body, None, started=started)
             scope["scoring"] = scored
-            payload, status = orjson.dumps(scored.as_dict()), 200
+            payload, status = encode(scored), 200
         except ScoringError as exc:
             _log_error(exc, scope["method"], scope["path"], score_route.path)
-            payload, status, wait = orjson.dumps(error_body(exc)), exc.status, retry_after(exc)
+            payload, status, wait = encode(error_body(exc)), exc.status, retry_after(exc)
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
         if wait is not None:
             headers.append((b"retry-after", wait.encode()))
@@ -316,7 +315,7 @@ def create_app(holder: ServiceHolder, *, hosted: bool = False) -> ASGIApp:
 
 
 SCORE_PATHS = frozenset(("/api/score", "/api/score/"))
-_SHED = orjson.dumps(
+_SHED = encode(
     error_body(Overloaded("the service is at capacity (MAX_INFLIGHT busy, MAX_QUEUED waiting): try again shortly"))
 )
 SHED_START: Message = {
@@ -361,9 +360,9 @@ def _route(request: Request) -> str:
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)  # noqa: S101 narrows the type: Starlette routes only HTTPException here
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-    return json_response({"error": code, "detail": exc.detail}, exc.status_code)
+    return json_response(ErrorBody(code, exc.detail), exc.status_code)
 
 
 async def _internal_error(request: Request, exc: Exception) -> Response:
     # NOTE: Starlette sends this, then re-raises; CatchAll logs the error once and ends it there.
-    return json_response({"error": "internal", "detail": "internal error"}, 500)
+    return json_response(ErrorBody("internal", "internal error"), 500)

@@ -15,9 +15,11 @@ import re
 from typing import TYPE_CHECKING
 
 import azure.functions as func
+from msgspec import to_builtins
 
+from shared.answers import error_body
 from shared.build import ServiceHolder
-from shared.errors import BadRequest, BatchIncomplete, ScoringError, error_body
+from shared.errors import BadRequest, BatchIncomplete, ScoringError
 from shared.http import create_app
 from shared.models.source import check_size, parse_model_path
 from shared.oip.jobs import grpc_server
@@ -89,7 +91,7 @@ class FunctionHandlers:
         try:
             response: func.HttpResponse = await self._asgi.handle_async(req, context)
         except UnicodeDecodeError:  # NOTE: AsgiMiddleware decodes the path as UTF-8 before the app runs
-            body = error_body(BadRequest("the request path is not UTF-8 once percent-decoded"))
+            body = to_builtins(error_body(BadRequest("the request path is not UTF-8 once percent-decoded")))
             return func.HttpResponse(json.dumps(body), status_code=400, mimetype="application/json")
         return response
 

@@ -20,7 +20,7 @@ SHARED = REPO / "shared"
 
 LAYERS: list[set[str]] = [
     {"shared.settings", "shared.errors", "shared.exports", "shared.telemetry"},
-    {"shared.events"},
+    {"shared.events", "shared.answers"},
     {"shared.cache", "shared.control", "shared.batching", "shared.background", "shared.deadlines", "shared.admission"},
     {"shared.models"},
     {"shared.features", "shared.feature_store"},

@@ -13,11 +13,10 @@ if TYPE_CHECKING:
     from shared.cache.predictions import PredictionCache
     from shared.cache.redis_tier import RedisStats, RedisTier
     from shared.cache.singleflight import SingleFlight
-    from shared.cache.tier import L2Tier, MemoryTier, TierStats
-    from shared.cache.tiered import CacheStats, Tier, TieredCache
+    from shared.cache.tier import L2Tier, MemoryTier
+    from shared.cache.tiered import Tier, TieredCache
 
 __all__ = [
-    "CacheStats",
     "L2Tier",
     "MemoryTier",
     "PredictionCache",
@@ -25,17 +24,14 @@ __all__ = [
     "RedisTier",
     "SingleFlight",
     "Tier",
-    "TierStats",
     "TieredCache",
 ]
 
 _HOMES = {
-    "CacheStats": "tiered",
     "Tier": "tiered",
     "TieredCache": "tiered",
     "L2Tier": "tier",
     "MemoryTier": "tier",
-    "TierStats": "tier",
     "PredictionCache": "predictions",
     "RedisStats": "redis_tier",
     "RedisTier": "redis_tier",

@@ -16,9 +16,10 @@ from collections.abc import Sequence
 
 from cachetools import TTLCache
 
+from shared.answers import CacheStats
 from shared.cache import codec
 from shared.cache.tier import L2Tier
-from shared.cache.tiered import CacheStats, Tier
+from shared.cache.tiered import Tier
 from shared.settings import PredictionL2
 
 __all__ = ["PredictionCache"]

@@ -21,8 +21,9 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError, ResponseError
 
+from shared.answers import TierStats
 from shared.batching import Batcher
-from shared.cache.tier import TierStats, ewma
+from shared.cache.tier import ewma
 from shared.settings import BatchPolicy
 
 __all__ = ["RedisStats", "RedisTier", "ewma", "redis_client"]

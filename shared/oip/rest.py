@@ -24,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from shared.answers import BinaryData, V2Error, V2InferHead, V2Live, V2ModelReady, V2Output, V2Ready, encode
 from shared.errors import BadRequest, MalformedJson, ModelNotFound, ScoringError, retry_after
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ Endpoint = Callable[[Request], Awaitable[Response]]
 
 
 def _json(body: object, status: int = 200) -> Response:
-    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+    return Response(encode(body), status_code=status, media_type="application/json")
 
 
 def v2_routes(
@@ -63,28 +64,18 @@ def v2_routes(
 
     async def health(request: Request) -> Response:
         if request.path_params["probe"] == "live":
-            return _json({"live": True})
+            return _json(V2Live(True))
         if request.path_params["probe"] != "ready":
             raise ModelNotFound(f"no such path {request.url.path}")
         ready = (await plane()).ready()
-        return _json({"ready": ready}, 200 if ready else 400)
+        return _json(V2Ready(ready), 200 if ready else 400)
 
     async def metadata(request: Request) -> Response:
-        info = (await plane()).model_metadata(request.path_params["name"], request.path_params.get("version"))
-        return _json(
-            {
-                "name": info.name,
-                "versions": info.versions,
-                "platform": info.platform,
-                "inputs": [{"name": t.name, "datatype": t.datatype, "shape": list(t.shape)} for t in info.inputs],
-                "outputs": [{"name": t.name, "datatype": t.datatype, "shape": list(t.shape)} for t in info.outputs],
-                "parameters": {"features": info.features},
-            }
-        )
+        return _json((await plane()).model_metadata(request.path_params["name"], request.path_params.get("version")))
 
     async def model_ready(request: Request) -> Response:
         ready = (await plane()).model_ready(request.path_params["name"], request.path_params.get("version"))
-        return _json({"name": request.path_params["name"], "ready": ready}, 200 if ready else 400)
+        return _json(V2ModelReady(request.path_params["name"], ready), 200 if ready else 400)
 
     async def infer(request: Request) -> Response:
         body = await read_body(request)
@@ -114,7 +105,7 @@ def _v2(endpoint: Endpoint) -> Endpoint:
         except ScoringError as exc:
             if exc.status >= 500:
                 log.warning("%s %s -> %s: %s", request.method, request.url.path, exc.status, exc.detail)
-            response = _json({"error": exc.detail}, exc.status)
+            response = _json(V2Error(exc.detail), exc.status)
             if (wait := retry_after(exc)) is not None:  # NOTE: overloaded or past its deadline
                 response.headers["retry-after"] = wait
             return response
@@ -194,21 +185,16 @@ def _params(raw: Any) -> dict[str, Any]:
 def encode_infer(response: InferResponse, binary: bool) -> Response:
     from shared.oip import codec
 
-    outputs: list[dict[str, object]] = []
+    outputs: list[V2Output] = []
     blobs: list[bytes] = []
     for tensor in response.outputs:
-        out: dict[str, object] = {"name": tensor.name, "datatype": tensor.datatype, "shape": list(tensor.shape)}
         if binary:
             blob = codec.to_raw(tensor.data)
             blobs.append(blob)
-            out["parameters"] = {"binary_data_size": len(blob)}
+            outputs.append(V2Output(tensor.name, tensor.datatype, list(tensor.shape), parameters=BinaryData(len(blob))))
         else:
-            out["data"] = codec.to_json(tensor.data)
-        outputs.append(out)
-    head = {"model_name": response.model, "model_version": response.version, "outputs": outputs}
-    if response.id:
-        head["id"] = response.id
-    encoded = orjson.dumps(head)
+            outputs.append(V2Output(tensor.name, tensor.datatype, list(tensor.shape), data=codec.to_json(tensor.data)))
+    encoded = encode(V2InferHead(response.model, response.version, outputs, response.id))
     if not binary:
         return Response(encoded, media_type="application/json")
     return Response(
