@@ -171,7 +171,7 @@ class Batch(Answer, frozen=True):
 
 
 class Liveness(Answer, frozen=True):
-    status: Literal["live"] = "live"
+    status: Literal["live"]
 
 
 class Readiness(Answer, frozen=True, kw_only=True, omit_defaults=True):

@@ -214,7 +214,7 @@ def create_app(holder: ServiceHolder, *, hosted: bool = False) -> ASGIApp:
         return Response(telemetry.prometheus_text(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def live(request: Request) -> Response:
-        return json_response(Liveness())
+        return json_response(Liveness("live"))
 
     async def ready(request: Request) -> Response:
         readiness = holder.readiness()

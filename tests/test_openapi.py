@@ -434,7 +434,7 @@ def test_the_answer_check_catches_a_document_that_drifts(apps: Apps, served: dic
     )
     assert problems(lambda d: d["paths"]["/api/score"]["post"]["responses"].pop("422"), "POST", "/api/score", invalid)
     assert problems(
-        lambda d: d[schemas[0]][schemas[1]]["Error"]["properties"].pop("detail"), "POST", "/api/score", invalid
+        lambda d: d[schemas[0]][schemas[1]]["ErrorBody"]["properties"].pop("detail"), "POST", "/api/score", invalid
     )
     codes = lambda d: d["paths"]["/api/score"]["post"]["responses"]["422"]["content"]["application/json"]["schema"]  # noqa: E731
     assert problems(
