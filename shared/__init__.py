@@ -3,7 +3,7 @@
 Layers (imports run one way, down this list; tests/test_layers.py fails on an upward one):
 
     settings, errors, exports, telemetry  configuration · errors · lazy surfaces · metrics, traces, logs
-    events, answers                  the payment event schema and its decoding · every answer's type (and schema)
+    events, answers                  the payment event schema and its decoding · every answer's type (and so its schema)
     cache, control, batching, background, deadlines, admission  tiers, prediction cache · records whose writes raise · micro-batcher · jobs · deadlines · admission control
     models                           spec (metadata contract) · runtime (ONNX Runtime) · source
     features, feature_store          event + user context → the model's row

@@ -69,7 +69,7 @@ class ReviewStore:
             return None
         try:
             return msgspec.json.decode(payload, type=ReviewRecord)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, UnicodeDecodeError):  # NOTE: msgspec raises the latter for a bad string
             return None  # NOTE: a corrupt record (or not a record) reads as absent, never as an error
 
     def problem(self) -> str | None:
