@@ -31,6 +31,7 @@ from msgspec import UNSET, Meta, Struct, UnsetType
 from shared.errors import ScoringError
 
 __all__ = [
+    "REF",
     "AdmissionStats",
     "Answer",
     "Batch",
@@ -123,7 +124,9 @@ class Review(Answer, frozen=True, omit_defaults=True):
     rationale: str = ""
 
 
-class Scored(Answer, frozen=True):
+# NOTE: gc=False: built once per event, and it holds only strings, numbers, their lists and dicts
+# and a Review, none of which can refer back to it, so it is in no cycle for the collector to find.
+class Scored(Answer, frozen=True, gc=False):
     """The answer for one event."""
 
     event_id: str
