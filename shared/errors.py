@@ -78,7 +78,6 @@ __all__ = [
     "TooManyItems",
     "Unavailable",
     "UnsupportedMediaType",
-    "error_body",
     "log_answered",
     "retry_after",
 ]
@@ -256,11 +255,6 @@ def retry_after(exc: ScoringError) -> str | None:
     if exc.retry_after_s is None:
         return None
     return str(max(1, math.ceil(exc.retry_after_s)))
-
-
-def error_body(exc: ScoringError) -> dict[str, str]:
-    """The JSON body every adapter answers an error with."""
-    return {"error": exc.code, "detail": exc.detail}
 
 
 log = logging.getLogger("shared.errors")

@@ -71,11 +71,11 @@ async def defaulted_share_under_prediction_pressure(settings: Settings, url: str
         info = await client.info("memory")
         assert int(info["used_memory"]) > 0.9 * int(info["maxmemory"]), "the test never filled Redis"
         present = int(await client.exists(*(user_key(u) for u in users)))
-        before = service.stats()["events"]
+        before = service.stats().events
         for u in users:
             await service.score(decode_event(json.dumps(event(user_id=u, amount=1.5)).encode()))
-        after = service.stats()["events"]
-        share = (after["defaulted"] - before["defaulted"]) / (after["scored"] - before["scored"])  # type: ignore[index, operator]
+        after = service.stats().events
+        share = (after.defaulted - before.defaulted) / (after.scored - before.scored)
         return share, present, int((await client.info("stats"))["evicted_keys"])
     finally:
         await client.aclose()

@@ -14,6 +14,7 @@ import logging
 from typing import TYPE_CHECKING
 
 import azure.functions as func
+from msgspec import to_builtins
 
 from shared.adapters.http.app import create_app
 from shared.adapters.http.routes import framed
@@ -23,7 +24,8 @@ from shared.adapters.queue.idempotency import ResultStore
 from shared.adapters.queue.messages import Incoming, trace_properties
 from shared.adapters.queue.publisher import Publisher
 from shared.core.wiring import ServiceHolder
-from shared.errors import BadRequest, BatchIncomplete, ScoringError, error_body, log_answered
+from shared.domain.answers import error_body
+from shared.errors import BadRequest, BatchIncomplete, ScoringError, log_answered
 from shared.models.repository import check_size, parse_model_path
 
 if TYPE_CHECKING:
@@ -95,7 +97,7 @@ class FunctionHandlers:
         try:
             response: func.HttpResponse = await self._asgi.handle_async(req, context)
         except UnicodeDecodeError:  # NOTE: AsgiMiddleware decodes the path as UTF-8 before the app runs
-            body = error_body(BadRequest("the request path is not UTF-8 once percent-decoded"))
+            body = to_builtins(error_body(BadRequest("the request path is not UTF-8 once percent-decoded")))
             return func.HttpResponse(json.dumps(body), status_code=400, mimetype="application/json")
         return response
 

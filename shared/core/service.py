@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, cast
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from shared.domain.decision import Decider, Review, ThresholdDecider, Verdict
+from msgspec import UNSET
+
+from shared.domain.answers import EnsembleView, EventStats, ModelView, Readiness, ReviewRecord, Scored, Source, Stats
+from shared.domain.decision import Decider, ThresholdDecider, Verdict
 from shared.domain.events import PaymentEvent, decode_event, decode_events
 from shared.domain.signature import ModelInfo, tensors
 from shared.errors import BatcherClosed, ModelNotFound, NotReady, ReviewNotFound, ScoringError
@@ -47,46 +50,10 @@ from shared.telemetry import metrics
 if TYPE_CHECKING:
     from shared.review.reviewer import Reviewer
 
-__all__ = ["Inferred", "Readiness", "Scored", "ScoringService"]
+__all__ = ["Inferred", "ScoringService"]
 
-Source = Literal["model", "cache", "llm"]
 DEGRADED_SHARE = 0.5  # readiness lists the features as degraded past this recent defaulted share
 WINDOW = 100  # events per window of the recent defaulted share
-
-
-@dataclass(slots=True)  # NOTE: not frozen: a frozen init costs a setattr call per field, per event
-class Scored:
-    """The answer for one event."""
-
-    event_id: str
-    risk_score: float
-    decision: str
-    model: str
-    model_version: str
-    source: Source
-    defaulted: list[str]
-    timings_ms: dict[str, float] = field(default_factory=dict)
-    reason: str = ""
-    scores: Mapping[str, float] = field(default_factory=dict)
-    review: Review | None = None
-
-    def as_dict(self) -> dict[str, object]:
-        body: dict[str, object] = {
-            "event_id": self.event_id,
-            "risk_score": round(self.risk_score, 6),
-            "decision": self.decision,
-            "reason": self.reason,
-            "model": self.model,
-            "model_version": self.model_version,
-            "source": self.source,
-            "defaulted": self.defaulted,
-            "timings_ms": self.timings_ms,
-        }
-        if len(self.scores) > 1:  # NOTE: more than the local model's: show every opinion
-            body["scores"] = {k: round(v, 6) for k, v in self.scores.items()}
-        if self.review is not None:
-            body["review"] = self.review.as_dict()
-        return body
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,25 +63,6 @@ class Inferred:
     model: str
     model_version: str
     scores: list[float]
-
-
-@dataclass(frozen=True, slots=True)
-class Readiness:
-    """Whether the core can serve, why not, and what it serves with less than it should."""
-
-    ready: bool
-    detail: str
-    models: list[str]
-    degraded: list[str] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, object]:
-        body: dict[str, object] = {"status": "ready" if self.ready else "not_ready"}
-        if self.detail:
-            body["detail"] = self.detail
-        body["models"] = self.models
-        if self.degraded:
-            body["degraded"] = self.degraded
-        return body
 
 
 class ScoringService:
@@ -186,7 +134,7 @@ class ScoringService:
             await self._rollout.installed(loaded)
         return loaded
 
-    async def pin(self, name: str, version: str) -> dict[str, object]:
+    async def pin(self, name: str, version: str) -> ModelView:
         """Serve `version` of `name` on every replica until `unpin` (rollback, or a hold on uploads)."""
         if self._rollout is not None:
             await self._rollout.pin(name, version)
@@ -194,7 +142,7 @@ class ScoringService:
             await self._registry.pin(name, version)
         return self._describe(name)
 
-    async def unpin(self, name: str) -> dict[str, object]:
+    async def unpin(self, name: str) -> ModelView:
         """Release the pin: the newest version serves again, everywhere."""
         if self._rollout is not None:
             await self._rollout.unpin(name)
@@ -202,8 +150,8 @@ class ScoringService:
             await self._registry.unpin(name)
         return self._describe(name)
 
-    def _describe(self, name: str) -> dict[str, object]:
-        return next(m for m in self._registry.describe() if m["name"] == name)
+    def _describe(self, name: str) -> ModelView:
+        return next(m for m in self._registry.describe() if m.name == name)
 
     def on_model(self, kind: EventKind, hook: Hook) -> None:
         """Follow the models' lifecycle: `loaded`, `activated`, `retired`, `failed`."""
@@ -219,20 +167,20 @@ class ScoringService:
         models = self._registry.names()
         missing = gpu_missing(self.settings.ort, self._sessions()) if self.settings.ort.require_gpu else None
         if missing is not None:
-            return Readiness(False, missing, models)
+            return Readiness.refused(missing, models)
         if not self._registry.ready:
-            return Readiness(False, "models are still loading", models)
+            return Readiness.refused("models are still loading", models)
         if self._default not in models:
-            return Readiness(False, f"DEFAULT_MODEL {self._default!r} names no loaded model", models)
+            return Readiness.refused(f"DEFAULT_MODEL {self._default!r} names no loaded model", models)
         failing = self.background.failing()  # NOTE: a port this replica is reached through does not serve
         if failing:
             why = "; ".join(f"{name}: {problem}" for name, problem in sorted(failing.items()))
-            return Readiness(False, f"a listener is failing and restarting ({why})", models)
-        return Readiness(True, "", models, self._degraded())
+            return Readiness.refused(f"a listener is failing and restarting ({why})", models)
+        return Readiness.serving(models, self._degraded())
 
     def _sessions(self) -> dict[str, list[str]]:
         """Each active model's session providers (what ONNX Runtime really runs it on)."""
-        return {str(m["name"]): cast("list[str]", m["providers"]) for m in self._registry.describe()}
+        return {m.name: m.providers for m in self._registry.describe()}
 
     def _degraded(self) -> list[str]:
         """What the core serves with less than it should: it keeps serving, and says so.
@@ -264,8 +212,10 @@ class ScoringService:
             since = self._reported.get(component, ("", time.monotonic()))[1]
             self._reported[component] = (problem, since)
 
-    def models(self) -> list[dict[str, object]]:
-        return self._registry.describe() + (self._ensembles.describe() if self._ensembles is not None else [])
+    def models(self) -> list[ModelView | EnsembleView]:
+        """Every served name: the models, then the declared ensembles."""
+        ensembles = self._ensembles.describe() if self._ensembles is not None else []
+        return [*self._registry.describe(), *ensembles]
 
     def metadata(self, name: str, version: str | None = None) -> ModelInfo:
         """What `name` (a model or an ensemble) takes and gives; `ModelNotFound` if not served."""
@@ -273,8 +223,8 @@ class ScoringService:
         inputs, outputs = tensors(served.spec)
         if isinstance(served, Ensemble):
             return ModelInfo(name, [served.version], served.platform, inputs, outputs, _features(served))
-        platform = "onnx_onnxv1"
-        return ModelInfo(name, self._registry.loaded_versions(name), platform, inputs, outputs, _features(served))
+        versions = self._registry.loaded_versions(name)
+        return ModelInfo(name, versions, "onnx_onnxv1", inputs, outputs, _features(served))
 
     def model_ready(self, name: str, version: str | None = None) -> bool:
         """Whether `name` (at `version`) would serve a request now."""
@@ -288,23 +238,24 @@ class ScoringService:
         """The version serving `name` (the default model if None), or the named loaded version."""
         return self._registry.active(name or self._default, version)
 
-    def stats(self) -> dict[str, object]:
-        return {
-            "events": {
-                "scored": self._events,
-                "defaulted": self._defaulted,
-                "defaulted_share": round(self._defaulted / self._events, 4) if self._events else 0.0,
-                "recent_defaulted_share": round(self._recent_defaulted or 0.0, 4),
-            },
-            "predictions": self._predictions.stats.as_dict(),
-            "features": self._features.stats(),
-            "feature_source": self._features.source,
-            "redis": self._l2.stats.as_dict() if self._l2 is not None else None,
-            "reviews": self._reviewer.describe() if self._reviewer is not None else None,
-            "admission": self.admission.describe(),
-        }
+    def stats(self) -> Stats:
+        events = EventStats(
+            self._events,
+            self._defaulted,
+            round(self._defaulted / self._events, 4) if self._events else 0.0,
+            round(self._recent_defaulted or 0.0, 4),
+        )
+        return Stats(
+            events,
+            self._predictions.stats,
+            self._features.stats(),
+            self._features.source,
+            self._l2.stats if self._l2 is not None else None,
+            self._reviewer.counts() if self._reviewer is not None else None,
+            self.admission.stats(),
+        )
 
-    async def review(self, event_id: str) -> dict[str, object]:
+    async def review(self, event_id: str) -> ReviewRecord:
         """The kept review of an event (done, pending or failed), or `ReviewNotFound`."""
         if self._reviewer is None:
             raise ReviewNotFound("reviews are off: AZURE_OPENAI_ENDPOINT is not set")
@@ -515,25 +466,27 @@ class ScoringService:
         risk_score = prediction.score
         review = verdict.review
         if review is not None and review.status == "done":
-            source, risk_score = "llm", review.risk_score or 0.0
+            source, risk_score = "llm", review.risk_score if isinstance(review.risk_score, float) else 0.0
         if timings is None:
             timings = self._timings(prediction, parse_s, spent)
             if review is not None:
-                timings["llm"] = round(review.waited_s * 1000, 3)
+                timings["llm"] = round(verdict.waited_s * 1000, 3)
             if self._record_stages is not None:
                 self._record_stages(timings)
+        scores = verdict.scores if prediction.parts is None else {**prediction.parts, **verdict.scores}
         return Scored(
             event_id=event.event_id,
-            risk_score=risk_score,
+            risk_score=round(risk_score, 6),
             decision=verdict.decision,
+            reason=verdict.reason,
             model=served.name,
             model_version=served.version,
             source=source,
             defaulted=row.defaulted,
             timings_ms=timings,
-            reason=verdict.reason,
-            scores=verdict.scores if prediction.parts is None else {**prediction.parts, **verdict.scores},
-            review=review,
+            # NOTE: more than the local model's: show every opinion
+            scores={k: round(v, 6) for k, v in scores.items()} if len(scores) > 1 else UNSET,
+            review=UNSET if review is None else review,
         )
 
 

@@ -17,7 +17,8 @@ from shared.errors import NotReady, ScoringError, SettingsError
 from shared.settings import Settings
 
 if TYPE_CHECKING:
-    from shared.core.service import Readiness, ScoringService
+    from shared.core.service import ScoringService
+    from shared.domain.answers import Readiness
     from shared.models.repository import ModelSource
     from shared.review.client import ReviewClient
     from shared.review.prompt import Opinion
@@ -270,7 +271,7 @@ class ServiceHolder:
 
     def readiness(self) -> Readiness:
         """The service's readiness, or why there is no service yet (starting it if need be)."""
-        from shared.core.service import Readiness
+        from shared.domain.answers import Readiness
 
         service = self.peek()
         if service is not None:
@@ -278,9 +279,9 @@ class ServiceHolder:
         try:
             self.start()
         except SettingsError as exc:
-            return Readiness(False, f"invalid settings: {exc.detail}", [])
+            return Readiness.refused(f"invalid settings: {exc.detail}", [])
         detail = f"start failed, retrying: {self.last_error}" if self.last_error else "starting"
-        return Readiness(False, detail, [])
+        return Readiness.refused(detail, [])
 
     async def aclose(self) -> None:
         if self._task is not None:

@@ -5,55 +5,32 @@ The core asks a `Decider` once per event, after the model has scored it. The def
 of the uncertain tail, shared/review) wraps a decider: it may change the decision, add its
 own named score and say why, and the local answer stays there for it to fall back on.
 `wait_s` is how long the caller can wait for such a step (the HTTP path less than the
-queue's); `Review` says what became of it.
+queue's); `Review` (an answer: shared/domain/answers.py) says what became of it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Literal, NamedTuple, Protocol, get_args
+from typing import NamedTuple, Protocol, get_args
 
+from shared.domain.answers import Review, ReviewStatus
 from shared.domain.events import PaymentEvent
 from shared.domain.spec import Decision, Thresholds
 
 __all__ = ["Decider", "Review", "ReviewStatus", "ThresholdDecider", "Verdict"]
 
 DECISIONS: tuple[Decision, ...] = get_args(Decision)
-ReviewStatus = Literal["done", "pending", "failed", "skipped"]
-
-
-@dataclass(frozen=True, slots=True)
-class Review:
-    """What became of a second opinion: `done` (it decided), `pending` (still running: read
-    it later by `id`), `failed` or `skipped` (the local decision stands; `reason` says why)."""
-
-    status: ReviewStatus
-    id: str
-    reason: str = ""
-    risk_score: float | None = None
-    rationale: str = ""
-    waited_s: float = 0.0  # how long the caller waited for it (the `llm` stage of its timings)
-
-    def as_dict(self) -> dict[str, object]:
-        body: dict[str, object] = {"status": self.status, "id": self.id}
-        if self.reason:
-            body["reason"] = self.reason
-        if self.risk_score is not None:
-            body["risk_score"] = round(self.risk_score, 6)
-        if self.rationale:
-            body["rationale"] = self.rationale
-        return body
 
 
 class Verdict(NamedTuple):
-    """A decision, why it was taken, every score that went into it (by source), and the
-    review when one was asked for."""
+    """A decision, why it was taken, every score that went into it (by source), the review
+    when one was asked for, and how long the caller waited for it (the `llm` stage of its timings)."""
 
     decision: Decision
     reason: str
     scores: Mapping[str, float]
     review: Review | None = None
+    waited_s: float = 0.0
 
 
 class Decider(Protocol):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from shared.domain.answers import Platform
 from shared.domain.spec import ModelSpec
 
 __all__ = ["SCORE_OUTPUT", "ModelInfo", "TensorInfo", "tensors"]
@@ -32,7 +33,7 @@ class ModelInfo:
 
     name: str
     versions: list[str]
-    platform: str
+    platform: Platform
     inputs: list[TensorInfo]
     outputs: list[TensorInfo]
     features: list[str]

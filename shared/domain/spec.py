@@ -20,13 +20,13 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
+from shared.domain.answers import Decision
 from shared.errors import ModelInvalid
 
 __all__ = ["Decision", "FeatureDef", "Golden", "ModelSpec", "Thresholds"]
 
-Decision = Literal["approve", "review", "decline"]
 PREFIX = "serving."
 
 

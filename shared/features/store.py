@@ -18,6 +18,7 @@ from typing import TypeAlias
 import orjson
 from cachetools import TTLCache
 
+from shared.domain.answers import CacheStats
 from shared.stores.cache import codec
 from shared.stores.cache.tier import L2Tier
 from shared.stores.cache.tiered import Tier, TieredCache
@@ -90,8 +91,8 @@ class FeatureStore:
             names = None
         return frozenset(map(str, names)) if isinstance(names, list) else None
 
-    def stats(self) -> dict[str, int]:
-        return self.cache.stats.as_dict()
+    def stats(self) -> CacheStats:
+        return self.cache.stats
 
     async def get(self, user_id: str) -> tuple[UserFeatures, Tier | None]:
         """The user's features ({} when unknown) and the tier that served them."""

@@ -19,8 +19,9 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import Literal
 
+from shared.domain.answers import LoadError, ModelView
 from shared.errors import ModelInvalid, ModelNotFound, NotReady
 from shared.models.onnx import OnnxModel
 from shared.models.repository import ModelRef, ModelSource, check_ref, version_key
@@ -47,15 +48,6 @@ class RegistryEvent:
 
 
 Hook = Callable[[RegistryEvent], None]
-
-
-class LoadError(NamedTuple):
-    """The last version of a model that was rejected, why, when, and which file (its stamp)."""
-
-    version: str
-    reason: str
-    at: float
-    stamp: str
 
 
 Catalogue = Callable[[], Awaitable[Collection[str] | None]]
@@ -268,18 +260,19 @@ class ModelRegistry:
     def loaded_versions(self, name: str) -> list[str]:
         return sorted(self._models.get(name, {}), key=version_key)
 
-    def describe(self) -> list[dict[str, object]]:
+    def describe(self) -> list[ModelView]:
+        """Each model as it serves now (`/api/models`)."""
         return [
-            {
-                "name": name,
-                "active_version": active.version,
-                "versions": self.loaded_versions(name),
-                "providers": active.model.providers,
-                "loaded_at": active.loaded_at,
-                "pinned": self.pins.get(name),
-                "last_error": self.last_error[name]._asdict() if name in self.last_error else None,
-                "loaded": [m.describe() for m in self._models[name].values()],
-            }
+            ModelView(
+                name,
+                active.version,
+                self.loaded_versions(name),
+                active.model.providers,
+                active.loaded_at,
+                self.pins.get(name),
+                self.last_error.get(name),
+                [m.describe() for m in self._models[name].values()],
+            )
             for name, active in sorted(self._active.items())
         ]
 

@@ -17,6 +17,7 @@ from typing import Literal, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from shared.domain.answers import LoadedVersion, ThresholdsView
 from shared.domain.spec import ModelSpec
 from shared.errors import BatcherClosed
 from shared.features.mapping import FeatureMapper
@@ -155,19 +156,20 @@ class LoadedModel:
         await self.batcher.drain()
         self.model.release()
 
-    def describe(self) -> dict[str, object]:
-        return {
-            "version": self.version,
-            "fingerprint": self.fingerprint,
-            "providers": self.model.providers,
-            "loaded_at": self.loaded_at,
-            "load_ms": round(self.load_s * 1000, 2),
-            "features": [f.name for f in self.spec.features],
-            "thresholds": {"review": self.spec.thresholds.review, "decline": self.spec.thresholds.decline},
-            "batches": self.batcher.batches,
-            "requests": self.batcher.items,
-            "shed": self.batcher.shed,
-            "rows_run": self.rows_run,
-            "batch_run_ms": round(self.batch_run_s * 1000, 3) if self.batch_run_s is not None else None,
-            "predictions_via_redis": self.predictions.pays(self.batch_run_s) if self.predictions else False,
-        }
+    def describe(self) -> LoadedVersion:
+        """This version and its counters (`/api/models`)."""
+        return LoadedVersion(
+            self.version,
+            self.fingerprint,
+            self.model.providers,
+            self.loaded_at,
+            round(self.load_s * 1000, 2),
+            [f.name for f in self.spec.features],
+            ThresholdsView(self.spec.thresholds.review, self.spec.thresholds.decline),
+            self.batcher.batches,
+            self.batcher.items,
+            self.batcher.shed,
+            self.rows_run,
+            round(self.batch_run_s * 1000, 3) if self.batch_run_s is not None else None,
+            self.predictions.pays(self.batch_run_s) if self.predictions else False,
+        )

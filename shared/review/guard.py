@@ -6,11 +6,9 @@ tests need no sleeps. None of them awaits: a refusal costs a comparison, never a
 
 from __future__ import annotations
 
-from typing import Literal
+from shared.domain.answers import BreakerState
 
 __all__ = ["Breaker", "BreakerState", "ShareBudget", "TokenBucket"]
-
-BreakerState = Literal["closed", "open", "half_open"]
 
 
 class TokenBucket:

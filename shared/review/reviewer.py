@@ -21,9 +21,11 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 
-from shared.domain.decision import Decider, Review, ReviewStatus, Verdict
+import msgspec
+
+from shared.domain.answers import Review, ReviewCounts, ReviewRecord, ReviewStats, ReviewStatus
+from shared.domain.decision import Decider, Verdict
 from shared.domain.events import PaymentEvent
 from shared.domain.spec import Thresholds
 from shared.errors import ReviewFailed, ReviewSkipped, ReviewTimeout
@@ -39,22 +41,6 @@ __all__ = ["ReviewStats", "Reviewer"]
 
 log = logging.getLogger(__name__)
 SHUTDOWN_GRACE_S = 1.0
-
-
-@dataclass
-class ReviewStats:
-    asked: int = 0  # events that went for review
-    called: int = 0  # calls made to Azure OpenAI
-    done: int = 0
-    cached: int = 0  # answers from the review cache
-    pending: int = 0  # answered locally first; the review finished (or failed) later
-    failed: int = 0
-    skipped: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-
-    def as_dict(self) -> dict[str, int]:
-        return dict(vars(self))
 
 
 class Reviewer:
@@ -99,7 +85,7 @@ class Reviewer:
         started = time.perf_counter()
         verdict = await self._await_review(event, score, local, self._wait_s if wait_s is None else wait_s)
         assert verdict.review is not None  # noqa: S101 narrows the type for mypy; an invariant, never an input check
-        return verdict._replace(review=replace(verdict.review, waited_s=time.perf_counter() - started))
+        return verdict._replace(waited_s=time.perf_counter() - started)
 
     async def _await_review(self, event: PaymentEvent, score: float, local: Verdict, wait_s: float) -> Verdict:
         task = asyncio.get_running_loop().create_task(self._review(event, score, local))
@@ -134,7 +120,7 @@ class Reviewer:
         return self._verdict(event, local, opinion)
 
     def _verdict(self, event: PaymentEvent, local: Verdict, opinion: Opinion) -> Verdict:
-        review = Review("done", event.event_id, risk_score=opinion.risk_score, rationale=opinion.rationale)
+        review = Review("done", event.event_id, risk_score=round(opinion.risk_score, 6), rationale=opinion.rationale)
         return Verdict(
             opinion.decision,
             f"reviewed by Azure OpenAI ({self._prompt.version})",
@@ -230,18 +216,22 @@ class Reviewer:
         outcome = "timeout" if error == "timeout" else "error"
         metrics.llm_call(self._model, time.perf_counter() - started, outcome=outcome, error=error)
 
-    def _record(self, event: PaymentEvent, verdict: Verdict, review: Review | None) -> dict[str, object]:
+    def _record(self, event: PaymentEvent, verdict: Verdict, review: Review | None) -> ReviewRecord:
         review = review or verdict.review
         assert review is not None  # noqa: S101 narrows the type for mypy; an invariant, never an input check
-        return {
-            "event_id": event.event_id,
-            **review.as_dict(),
-            "decision": verdict.decision,
-            "scores": {k: round(v, 6) for k, v in verdict.scores.items()},
-            "prompt": self._prompt.version,
-        }
+        return ReviewRecord(
+            event.event_id,
+            review.status,
+            review.id,
+            review.reason,
+            review.risk_score,
+            review.rationale,
+            verdict.decision,
+            {k: round(v, 6) for k, v in verdict.scores.items()},
+            self._prompt.version,
+        )
 
-    async def record(self, event_id: str) -> dict[str, object] | None:
+    async def record(self, event_id: str) -> ReviewRecord | None:
         """The kept review of an event, or None."""
         return await self._store.get(event_id)
 
@@ -252,8 +242,10 @@ class Reviewer:
             return f"reviews: breaker open for {self.breaker.open_for(now):.0f} s more; local decisions only"
         return self._store.problem()
 
-    def describe(self) -> dict[str, object]:
-        return {**self.stats.as_dict(), "breaker": self.breaker.state, "breaker_opened": self.breaker.opened}
+    def counts(self) -> ReviewCounts:
+        """The counters, and the breaker's state (`/api/stats`)."""
+        counted = msgspec.structs.asdict(self.stats)
+        return ReviewCounts(**counted, breaker=self.breaker.state, breaker_opened=self.breaker.opened)
 
     async def aclose(self) -> None:
         """Let running reviews finish briefly, then cancel them (their pending records say so);
@@ -265,7 +257,7 @@ class Reviewer:
             task.cancel()
         await asyncio.gather(*cancelled, return_exceptions=True)
         for event_id in self._pending:
-            self._store.put(event_id, {"event_id": event_id, **Review("failed", event_id, "shutdown").as_dict()})
+            self._store.put(event_id, ReviewRecord(event_id, "failed", event_id, "shutdown"))
         self._pending.clear()
         await self._store.drain()
         await self._client.aclose()

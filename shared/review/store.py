@@ -13,9 +13,10 @@ from __future__ import annotations
 import asyncio
 import time
 
-import orjson
+import msgspec
 from cachetools import TTLCache
 
+from shared.domain.answers import ReviewRecord
 from shared.errors import ControlStoreDown
 from shared.stores.cache import codec
 from shared.stores.control import ControlStore
@@ -27,12 +28,12 @@ RECENT_S = 60.0  # readiness names records not kept this long
 
 
 class ReviewStore:
-    """Review records (JSON objects) by event id."""
+    """Review records by event id (JSON in Redis)."""
 
     def __init__(self, store: ControlStore | None, ttl_s: float) -> None:
         self._store = store
         self._ttl_s = ttl_s
-        self._local: TTLCache[str, dict[str, object]] = TTLCache(LOCAL_RECORDS, ttl_s)
+        self._local: TTLCache[str, ReviewRecord] = TTLCache(LOCAL_RECORDS, ttl_s)
         self._writes: set[asyncio.Task[None]] = set()
         self.unkept = 0  # records Redis did not keep (readable on this replica only)
         self._unkept_at = float("-inf")
@@ -41,7 +42,7 @@ class ReviewStore:
     def _key(event_id: str) -> str:
         return f"review:{event_id}"
 
-    def put(self, event_id: str, record: dict[str, object]) -> None:
+    def put(self, event_id: str, record: ReviewRecord) -> None:
         """Keep `record` (the caller never waits: Redis is written in the background)."""
         self._local[event_id] = record
         if self._store is not None:
@@ -49,15 +50,15 @@ class ReviewStore:
             self._writes.add(task)
             task.add_done_callback(self._writes.discard)
 
-    async def _keep(self, event_id: str, record: dict[str, object]) -> None:
+    async def _keep(self, event_id: str, record: ReviewRecord) -> None:
         assert self._store is not None  # noqa: S101 narrows the type: `put` checked
         try:
-            await self._store.write(self._key(event_id), codec.encode(orjson.dumps(record)), self._ttl_s)
+            await self._store.write(self._key(event_id), codec.encode(msgspec.json.encode(record)), self._ttl_s)
         except ControlStoreDown:
             self.unkept += 1
             self._unkept_at = time.monotonic()
 
-    async def get(self, event_id: str) -> dict[str, object] | None:
+    async def get(self, event_id: str) -> ReviewRecord | None:
         """The record, or None; `ControlStoreDown` when only Redis could say and it does not answer.
         A record this replica holds is as new as any in Redis."""
         record = self._local.get(event_id)
@@ -67,10 +68,9 @@ class ReviewStore:
         if payload is None:
             return None
         try:
-            found = orjson.loads(payload)
-        except orjson.JSONDecodeError:
-            return None  # NOTE: a corrupt record reads as absent, never as an error
-        return found if isinstance(found, dict) else None
+            return msgspec.json.decode(payload, type=ReviewRecord)
+        except (msgspec.DecodeError, UnicodeDecodeError):  # NOTE: msgspec raises the latter for a bad string
+            return None  # NOTE: a corrupt record (or not a record) reads as absent, never as an error
 
     def problem(self) -> str | None:
         """Records Redis did not keep lately (readiness lists it), or None."""

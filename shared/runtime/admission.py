@@ -33,6 +33,7 @@ import time
 from collections import deque
 from types import TracebackType
 
+from shared.domain.answers import AdmissionStats
 from shared.errors import DeadlineExceeded, Overloaded
 from shared.runtime.deadlines import Deadlines
 from shared.settings import AdmissionPolicy
@@ -234,20 +235,21 @@ class Admission:
             f"(shed {self.shed}, timed out {self.timed_out} since start)"
         )
 
-    def describe(self) -> dict[str, object]:
-        return {
-            "max_inflight": self.limit,
-            "inflight": self.inflight,
-            "max_queued": self.policy.max_queued,
-            "waiting": len(self._waiting),
-            "max_queue_wait_ms": self.policy.max_queue_wait_ms,
-            "queue_target_ms": self.policy.queue_target_ms,
-            "admitted": self.total_admitted,
-            "waited": self.waited,
-            "shed": self.shed,
-            "timed_out": self.timed_out,
-            "request_timeout_ms": self.policy.request_timeout_ms,
-        }
+    def stats(self) -> AdmissionStats:
+        """The limits and the counters (`/api/stats`)."""
+        return AdmissionStats(
+            self.limit,
+            self.inflight,
+            self.policy.max_queued,
+            len(self._waiting),
+            self.policy.max_queue_wait_ms,
+            self.policy.queue_target_ms,
+            self.total_admitted,
+            self.waited,
+            self.shed,
+            self.timed_out,
+            self.policy.request_timeout_ms,
+        )
 
 
 class Admitted:

@@ -20,8 +20,9 @@ import logging
 import time
 import weakref
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
+from msgspec import to_builtins
 from opentelemetry import trace
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
@@ -51,11 +52,12 @@ STAGE_ORDER = ("parse", "features", "queue", "cache", "inference", "llm")  # lai
 
 
 class Watched(Protocol):
-    """What the telemetry reads of the core at collection time (shared.core.service.ScoringService)."""
+    """What the telemetry reads of the core at collection time (shared.core.service.ScoringService): its
+    answers (shared/domain/answers.py, a layer above this one), read in their wire form (`to_builtins`)."""
 
-    def stats(self) -> dict[str, object]: ...
+    def stats(self) -> object: ...
 
-    def models(self) -> list[dict[str, object]]: ...
+    def models(self) -> Sequence[object]: ...
 
     def readiness(self) -> Any: ...
 
@@ -181,7 +183,7 @@ class Telemetry:
         return [Observation((time.time_ns() - self.bridge.started) / 1e9)]
 
     def _stats(self) -> dict[str, Any]:
-        return self._watched.stats() if self._watched is not None else {}
+        return cast("dict[str, Any]", to_builtins(self._watched.stats())) if self._watched is not None else {}
 
     def _events(self, options: CallbackOptions) -> Iterable[Observation]:
         events = self._stats().get("events") or {}
@@ -222,7 +224,7 @@ class Telemetry:
             return []
         return [
             Observation(1, {"scoring.model": str(m["name"]), "scoring.model.version": str(m["active_version"])})
-            for m in self._watched.models()
+            for m in to_builtins(self._watched.models())
         ]
 
     def prometheus_text(self) -> bytes:

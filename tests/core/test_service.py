@@ -8,8 +8,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 import pytest
+from msgspec import to_builtins
 
 from shared.core.service import ScoringService
+from shared.domain.answers import CacheStats
 from shared.domain.events import decode_event
 from shared.errors import InvalidEvent, ModelNotFound
 from shared.models.repository import ModelRef
@@ -25,7 +27,7 @@ def body(**overrides: object) -> bytes:
 
 
 async def test_score_has_every_field(service: ScoringService) -> None:
-    scored = (await service.score(decode_event(body()))).as_dict()
+    scored = to_builtins(await service.score(decode_event(body())))
     assert set(scored) == {
         "event_id",
         "risk_score",
@@ -96,7 +98,7 @@ async def test_predictions_are_shared_across_replicas_through_redis(
         await asyncio.sleep(0.01)
     scored = await replica_b.score(decode_event(body()))
     assert scored.source == "cache"
-    assert replica_b.stats()["predictions"] == {"l1_hits": 0, "l2_hits": 1, "misses": 0}
+    assert replica_b.stats().predictions == CacheStats(l1_hits=0, l2_hits=1, misses=0)
 
 
 async def test_scoring_goes_on_when_redis_is_down(settings: Settings, services: Services) -> None:
@@ -104,7 +106,7 @@ async def test_scoring_goes_on_when_redis_is_down(settings: Settings, services: 
     scored = await service.score(decode_event(body()))
     assert scored.source == "model"
     assert scored.defaulted == ["user_avg_amount_30d", "user_txn_count_24h"]  # the online store is unreachable
-    assert service.stats()["redis"]["errors"] >= 1
+    assert (redis := service.stats().redis) is not None and redis.errors >= 1
 
 
 async def test_the_decision_carries_its_reason(service: ScoringService) -> None:
@@ -114,7 +116,7 @@ async def test_the_decision_carries_its_reason(service: ScoringService) -> None:
                 "review": f"score >= review threshold {thresholds.review}",
                 "decline": f"score >= decline threshold {thresholds.decline}"}  # fmt: skip
     assert scored.reason == expected[scored.decision]
-    assert "scores" not in scored.as_dict()  # one opinion: the local model's
+    assert "scores" not in to_builtins(scored)  # one opinion: the local model's
 
 
 async def test_a_decider_that_wraps_the_local_one_can_overrule_it(settings: Settings) -> None:
@@ -130,7 +132,7 @@ async def test_a_decider_that_wraps_the_local_one_can_overrule_it(settings: Sett
     core = await build_service(settings)
     try:
         core._decider = SecondOpinion()
-        scored = (await core.score(decode_event(body()))).as_dict()
+        scored = to_builtins(await core.score(decode_event(body())))
         assert scored["decision"] == "decline" and scored["reason"].startswith("reviewer:")
         assert set(scored["scores"]) == {"model", "reviewer"}  # type: ignore[arg-type]
     finally:
@@ -149,11 +151,19 @@ async def test_infer_scores_rows_of_a_named_version(service: ScoringService) -> 
 
 
 async def test_readiness_and_models_come_from_the_core(service: ScoringService) -> None:
-    assert service.readiness().as_dict() == {"status": "ready", "models": ["fraud"]}
-    assert [m["name"] for m in service.models()] == ["fraud"]
+    assert to_builtins(service.readiness()) == {"status": "ready", "models": ["fraud"]}
+    assert [m.name for m in service.models()] == ["fraud"]
     stats = service.stats()
-    assert set(stats) == {"events", "predictions", "features", "feature_source", "redis", "reviews", "admission"}
-    assert stats["reviews"] is None  # AZURE_OPENAI_ENDPOINT unset: reviews are off
+    assert set(to_builtins(stats)) == {
+        "events",
+        "predictions",
+        "features",
+        "feature_source",
+        "redis",
+        "reviews",
+        "admission",
+    }
+    assert stats.reviews is None  # AZURE_OPENAI_ENDPOINT unset: reviews are off
 
 
 async def test_every_tier_counts_what_it_served(settings: Settings, services: Services) -> None:
@@ -162,7 +172,7 @@ async def test_every_tier_counts_what_it_served(settings: Settings, services: Se
     for i in range(3):
         await core.score(decode_event(body(amount=float(i))))
     await core.score(decode_event(body(amount=0.0)))
-    assert core.stats()["predictions"] == {"l1_hits": 1, "l2_hits": 0, "misses": 3}
+    assert core.stats().predictions == CacheStats(l1_hits=1, l2_hits=0, misses=3)
 
 
 async def test_with_redis_down_scoring_goes_on_and_readiness_and_stats_say_so(
@@ -176,15 +186,15 @@ async def test_with_redis_down_scoring_goes_on_and_readiness_and_stats_say_so(
     assert readiness.ready  # keep serving: that is right
     assert any(r.startswith("redis: ") for r in readiness.degraded), readiness.degraded
     assert any(r.startswith("features: ") for r in readiness.degraded), readiness.degraded
-    events = core.stats()["events"]
-    assert events["scored"] == 120 and events["defaulted_share"] == 1.0  # type: ignore[index]
-    assert readiness.as_dict()["degraded"] == readiness.degraded
+    events = core.stats().events
+    assert events.scored == 120 and events.defaulted_share == 1.0
+    assert to_builtins(readiness)["degraded"] == readiness.degraded
 
 
 async def test_a_healthy_core_lists_nothing_degraded(service: ScoringService) -> None:
     for i in range(120):
         await service.score(decode_event(body(amount=float(i))))
-    assert service.readiness().degraded == [] and service.stats()["events"]["defaulted_share"] == 0.0  # type: ignore[index]
+    assert service.readiness().degraded == [] and service.stats().events.defaulted_share == 0.0
 
 
 async def test_a_model_whose_features_resolve_to_nothing_is_refused_by_name(service: ScoringService) -> None:
@@ -223,8 +233,8 @@ async def test_rows_that_ran_the_model_count_as_misses_whatever_the_l2_policy(
         for i in range(5):
             await core.score(decode_event(body(amount=float(i))))
         await core.score(decode_event(body(amount=0.0)))
-        predictions = core.stats()["predictions"]
-        assert predictions == {"l1_hits": 1, "l2_hits": 0, "misses": 5}, (policy, predictions)
+        predictions = core.stats().predictions
+        assert predictions == CacheStats(l1_hits=1, l2_hits=0, misses=5), (policy, predictions)
 
 
 def batch_of(n: int, users: int = 4, start: int = 0) -> bytes:
@@ -236,10 +246,10 @@ async def test_a_batch_request_runs_as_its_own_model_batches_and_answers_as_sing
     service: ScoringService,
 ) -> None:
     loaded = service.active()
-    runs, rows, lookups = loaded.batcher.batches, loaded.rows_run, sum(service.stats()["features"].values())  # type: ignore[union-attr, arg-type]
+    runs, rows, lookups = loaded.batcher.batches, loaded.rows_run, sum(to_builtins(service.stats().features).values())
     together = await service.score_batch_json(batch_of(64, users=4))
     assert loaded.batcher.batches == runs + 1 and loaded.rows_run == rows + 64  # 64 rows: one model run
-    assert sum(service.stats()["features"].values()) == lookups + 4  # type: ignore[union-attr, arg-type]  # once per user
+    assert sum(to_builtins(service.stats().features).values()) == lookups + 4  # once per user
     assert [s.event_id for s in together] == [f"b-{i}" for i in range(64)]  # type: ignore[union-attr]
     alone = [await service.score(decode_event(json.dumps(event(event_id=f"b-{i}", user_id=f"u{i % 4}", amount=10.0 + i)).encode())) for i in range(64)]  # fmt: skip
     for a, b in zip(together, alone, strict=True):
@@ -276,4 +286,4 @@ async def test_no_prediction_l1_keeps_the_features_l1(
     core = await services(replace(settings, cache=replace(settings.cache, l1_size=0)))
     for i in range(3):
         await core.score(decode_event(body(event_id=f"l1-{i}", amount=500.0 + i)))
-    assert core.stats()["features"]["l1_hits"] == 2  # type: ignore[index]
+    assert core.stats().features.l1_hits == 2

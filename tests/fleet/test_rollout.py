@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from msgspec import to_builtins
 
 from shared.core.service import ScoringService
 from shared.domain.events import decode_event
@@ -89,7 +90,7 @@ async def test_a_corrupt_upload_is_rejected_and_the_old_version_keeps_scoring(fl
     with pytest.raises(ModelInvalid):
         await upload(a, container, "3", b"\x00not onnx")
     assert (await served(a), await served(b)) == ("1", "1")
-    [described] = a.models()
+    [described] = to_builtins(a.models())
     error = described["last_error"]
     assert error["version"] == "3" and error["reason"] and error["at"] > 0  # type: ignore[index]
 
@@ -100,13 +101,13 @@ async def test_pin_rollback_and_release_across_replicas(fleet, container: BlobSo
     await until(lambda: _serves(b, "2"))
     await a.pin("fraud", "1")  # rollback
     await until(lambda: _serves(b, "1"))
-    assert await served(a) == "1" and b.models()[0]["pinned"] == "1"
+    assert await served(a) == "1" and to_builtins(b.models())[0]["pinned"] == "1"
     await upload(a, container, "4", make_model(bias=2.0))  # an upload does not override a pin
     await asyncio.sleep(0.3)
     assert (await served(a), await served(b)) == ("1", "1")
     await a.unpin("fraud")
     await until(lambda: _serves(b, "4"))
-    assert await served(a) == "4" and b.models()[0]["pinned"] is None
+    assert await served(a) == "4" and to_builtins(b.models())[0]["pinned"] is None
 
 
 async def test_a_pin_survives_rebuilding_a_replica(fleet, services: Services, container: BlobSource) -> None:  # type: ignore[no-untyped-def]
@@ -115,7 +116,7 @@ async def test_a_pin_survives_rebuilding_a_replica(fleet, services: Services, co
     await a.pin("fraud", "1")
     await b.aclose()
     rebuilt = await services(shared)
-    assert await served(rebuilt) == "1" and rebuilt.models()[0]["pinned"] == "1"
+    assert await served(rebuilt) == "1" and to_builtins(rebuilt.models())[0]["pinned"] == "1"
 
 
 async def test_pinning_an_unknown_version_is_not_found(fleet) -> None:  # type: ignore[no-untyped-def]
@@ -140,12 +141,12 @@ async def test_a_rejected_file_is_not_retried_until_a_new_one_lands(
     source = DirectorySource(models_dir)
     source.publish(ModelRef("fraud", "2"), b"garbage")
     await until(lambda: _rejected(core, "2"))
-    failed = core.models()[0]["last_error"]["at"]  # type: ignore[index]
+    failed = to_builtins(core.models())[0]["last_error"]["at"]  # type: ignore[index]
     await asyncio.sleep(0.3)
-    assert core.models()[0]["last_error"]["at"] == failed  # type: ignore[index]  # not retried: logged once
+    assert to_builtins(core.models())[0]["last_error"]["at"] == failed  # type: ignore[index]  # not retried: logged once
     source.publish(ModelRef("fraud", "2"), make_model(bias=1.0))  # a new file for it lands
     await until(lambda: _serves(core, "2"))
-    assert core.models()[0]["last_error"] is None
+    assert to_builtins(core.models())[0]["last_error"] is None
 
 
 async def test_readiness_never_turns_off_during_a_reload(service: ScoringService) -> None:
@@ -176,5 +177,5 @@ async def _serves(core: ScoringService, version: str) -> bool:
 
 
 async def _rejected(core: ScoringService, version: str) -> bool:
-    error = core.models()[0]["last_error"]
+    error = to_builtins(core.models())[0]["last_error"]
     return error is not None and error["version"] == version  # type: ignore[index]

@@ -6,18 +6,17 @@ Each checker is proved to catch its class of mistake in test_mutations.py.
 from __future__ import annotations
 
 import pytest
-from checks import check_schemas
+from checks import CHECKS, check_schemas
 from checks.bicep_lang import check_language
 from checks.contract import (
+    check_admission,
     check_app_metrics,
     check_function_app,
     check_lock_budget,
-    check_admission,
     check_logging_feeds_alerts,
     check_metrics,
     check_roles,
 )
-from checks import CHECKS
 from checks.platform import (
     check_base_image_pinned,
     check_extra_ports_observed,
@@ -80,7 +79,9 @@ def test_a_windows_azd_run_never_skips_a_hook() -> None:
     assert check_windows_hooks(REPO) == []
 
 
-@pytest.mark.xfail(strict=True, reason="the Dockerfile (issue 22's) still names its base by tag; pin proposed in issue 23")
+@pytest.mark.xfail(
+    strict=True, reason="the Dockerfile (issue 22's) still names its base by tag; pin proposed in issue 23"
+)
 def test_the_base_image_is_pinned_by_digest() -> None:
     assert check_base_image_pinned(REPO) == []
 

@@ -357,9 +357,21 @@ MUTATIONS = [
         "customMetrics | where name == \\'scoring.requests.shed\\'",
         "customMetrics | where name == \\'scoring.events\\'",
     ),
-    ("cpu-rule-misspelt", "schema", "infra/modules/app.bicep", "value: string(cpuScaleUtilization)", "target: string(cpuScaleUtilization)"),
+    (
+        "cpu-rule-misspelt",
+        "schema",
+        "infra/modules/app.bicep",
+        "value: string(cpuScaleUtilization)",
+        "target: string(cpuScaleUtilization)",
+    ),
     # the GPU build (P20)
-    ("gpu-build-arg-missing", "gpu_build", "azure.yaml", "        - ORT_GPU=${SCORING_ENABLE_GPU/true/1}\n", "        - UNUSED=1\n"),
+    (
+        "gpu-build-arg-missing",
+        "gpu_build",
+        "azure.yaml",
+        "        - ORT_GPU=${SCORING_ENABLE_GPU/true/1}\n",
+        "        - UNUSED=1\n",
+    ),
     (
         "gpu-build-arg-not-the-dockerfile-value",
         "gpu_build",

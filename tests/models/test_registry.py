@@ -4,6 +4,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from msgspec import to_builtins
 
 from shared.errors import ModelInvalid, ModelNotFound, NotReady
 from shared.models.registry import ModelRegistry
@@ -32,7 +33,7 @@ async def test_newest_version_is_active(closing: Closing, models_dir: Path) -> N
     assert reg.active("fraud").version == "2"
     assert reg.loaded_versions("fraud") == ["1", "2"]
     assert (await reg.active("fraud").score(row())).value.score == pytest.approx(1 / (1 + np.exp(-2.0)))
-    [described] = reg.describe()
+    [described] = to_builtins(reg.describe())
     assert described["active_version"] == "2" and described["providers"] == ["CPUExecutionProvider"]
 
 

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 import orjson
 import pytest
+from msgspec import to_builtins
 
 from bench.llm_server import LlmServer
 from shared.core.service import ScoringService
@@ -35,7 +36,7 @@ async def test_an_event_in_the_band_gets_the_reviewers_decision_with_both_scores
     services: Build, reviewing: Callable[..., Settings], llm: LlmServer
 ) -> None:
     core = await services(reviewing(**ALL, review_notes=False))
-    body = (await core.score(payment(note=None))).as_dict()  # type: ignore[arg-type]
+    body = to_builtins(await core.score(payment(note=None)))  # type: ignore[arg-type]
     assert body["source"] == "llm", body
     assert body["reason"] == "reviewed by Azure OpenAI (fraud-review/1)"
     scores = body["scores"]
@@ -44,15 +45,15 @@ async def test_an_event_in_the_band_gets_the_reviewers_decision_with_both_scores
     review = body["review"]
     assert isinstance(review, dict) and review["status"] == "done" and review["rationale"].startswith("stand-in")
     kept = await core.review("evt-1")
-    assert kept["status"] == "done" and kept["decision"] == body["decision"] and kept["prompt"] == "fraud-review/1"
-    assert core.stats()["reviews"]["prompt_tokens"] == 180  # type: ignore[index]
+    assert kept.status == "done" and kept.decision == body["decision"] and kept.prompt == "fraud-review/1"
+    assert (reviews := core.stats().reviews) is not None and reviews.prompt_tokens == 180
 
 
 async def test_events_outside_the_band_without_a_note_never_leave(
     services: Build, reviewing: Callable[..., Settings], llm: LlmServer
 ) -> None:
     core = await services(reviewing(**NONE))
-    body = (await core.score(payment())).as_dict()  # type: ignore[arg-type]
+    body = to_builtins(await core.score(payment()))  # type: ignore[arg-type]
     assert body["source"] == "model" and "review" not in body and "scores" not in body
     assert llm.requests == []
     with pytest.raises(ReviewNotFound):
@@ -63,7 +64,7 @@ async def test_a_note_the_model_cannot_read_sends_the_event_for_review(
     services: Build, reviewing: Callable[..., Settings], llm: LlmServer
 ) -> None:
     core = await services(reviewing(band_low=0.0, band_high=0.0))
-    body = (await core.score(payment(note="buying gift cards for my boss"))).as_dict()  # type: ignore[arg-type]
+    body = to_builtins(await core.score(payment(note="buying gift cards for my boss")))  # type: ignore[arg-type]
     assert body["source"] == "llm"
     assert "gift cards" in llm.requests[0]["body"]["messages"][1]["content"]
 
@@ -86,16 +87,16 @@ async def test_a_slow_review_answers_locally_then_becomes_readable(
     llm.behaviour.delay_s = 0.6
     core = await services(reviewing(**ALL, timeout_ms=100.0))
     started = time.perf_counter()
-    body = (await core.score(payment())).as_dict()  # type: ignore[arg-type]
+    body = to_builtins(await core.score(payment()))  # type: ignore[arg-type]
     assert time.perf_counter() - started < 0.6, "the request waited for the review (0.6 s), past LLM_TIMEOUT_MS"
     assert body["source"] == "model" and body["review"] == {"status": "pending", "id": "evt-1"}
-    assert (await core.review("evt-1"))["status"] == "pending"
+    assert (await core.review("evt-1")).status == "pending"
     for _ in range(200):  # NOTE: up to 10 s for a 0.6 s review: a loaded machine is slow, not wrong
         await asyncio.sleep(0.05)
-        if (kept := await core.review("evt-1"))["status"] != "pending":
+        if (kept := await core.review("evt-1")).status != "pending":
             break
-    assert kept["status"] == "done" and "llm" in kept["scores"]  # type: ignore[operator]
-    assert core.stats()["reviews"]["pending"] == 1  # type: ignore[index]
+    assert kept.status == "done" and "llm" in to_builtins(kept)["scores"]
+    assert (reviews := core.stats().reviews) is not None and reviews.pending == 1
 
 
 async def test_another_replica_reads_a_pending_review_through_redis(
@@ -116,7 +117,7 @@ async def read_through(core: ScoringService, event_id: str, until: str, within_s
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline and status != until:
         try:
-            status = str((await core.review(event_id))["status"])
+            status = (await core.review(event_id)).status
         except ReviewNotFound:
             status = "absent"
         if status != until:
@@ -129,10 +130,10 @@ async def test_a_429_is_honoured_no_call_goes_before_its_retry_after(
 ) -> None:
     llm.behaviour.fault, llm.behaviour.retry_after = "429", "30"
     core = await services(reviewing(**ALL))
-    first = (await core.score(payment(event_id="e1", amount=10.0))).as_dict()  # type: ignore[arg-type]
+    first = to_builtins(await core.score(payment(event_id="e1", amount=10.0)))  # type: ignore[arg-type]
     assert first["source"] == "model" and first["review"]["status"] == "failed"  # type: ignore[index]
     assert "429" in first["review"]["reason"]  # type: ignore[index]
-    second = (await core.score(payment(event_id="e2", amount=11.0))).as_dict()  # type: ignore[arg-type]
+    second = to_builtins(await core.score(payment(event_id="e2", amount=11.0)))  # type: ignore[arg-type]
     assert second["review"]["status"] == "skipped" and "breaker open" in second["review"]["reason"]  # type: ignore[index]
     assert len(llm.requests) == 1
     assert any("breaker open" in d for d in core.readiness().degraded)
@@ -145,11 +146,11 @@ async def test_failures_open_the_breaker_and_a_later_probe_closes_it(
     core = await services(reviewing(**ALL, breaker_failures=2, breaker_reset_s=2.0))
     statuses = [(await core.score(payment(event_id=f"e{i}"))).review.status for i in range(4)]  # type: ignore[arg-type,union-attr]
     assert statuses == ["failed", "failed", "skipped", "skipped"]
-    assert len(llm.requests) == 2 and core.stats()["reviews"]["breaker"] == "open"  # type: ignore[index]
+    assert len(llm.requests) == 2 and to_builtins(core.stats())["reviews"]["breaker"] == "open"
     llm.behaviour.fault = None
     await asyncio.sleep(2.1)
     assert (await core.score(payment(event_id="e9"))).source == "llm"  # type: ignore[arg-type]
-    assert core.stats()["reviews"]["breaker"] == "closed"  # type: ignore[index]
+    assert to_builtins(core.stats())["reviews"]["breaker"] == "closed"
     assert core.readiness().degraded == []
 
 
@@ -158,10 +159,10 @@ async def test_an_answer_off_the_schema_is_a_failed_review_never_a_decision(
 ) -> None:
     llm.behaviour.fault = "bad"
     core = await services(reviewing(**ALL))
-    body = (await core.score(payment())).as_dict()  # type: ignore[arg-type]
+    body = to_builtins(await core.score(payment()))  # type: ignore[arg-type]
     assert body["source"] == "model" and body["review"]["status"] == "failed"  # type: ignore[index]
     assert "schema" in body["review"]["reason"]  # type: ignore[index]
-    assert (await core.review("evt-1"))["status"] == "failed"
+    assert (await core.review("evt-1")).status == "failed"
 
 
 async def test_the_bucket_holds_under_a_burst(
@@ -191,8 +192,8 @@ async def test_the_same_question_is_answered_once(
     first = await core.score(payment(event_id="q1"))  # type: ignore[arg-type]
     again = await core.score(payment(event_id="q2"))  # type: ignore[arg-type]
     assert first.source == again.source == "llm" and first.risk_score == again.risk_score
-    assert len(llm.requests) == 1 and core.stats()["reviews"]["cached"] == 1  # type: ignore[index]
-    assert (await core.review("q2"))["status"] == "done"
+    assert len(llm.requests) == 1 and to_builtins(core.stats())["reviews"]["cached"] == 1
+    assert (await core.review("q2")).status == "done"
 
 
 async def test_shutdown_does_not_wait_for_a_slow_review(
@@ -206,11 +207,11 @@ async def test_shutdown_does_not_wait_for_a_slow_review(
     started = time.perf_counter()
     await core.aclose()
     assert time.perf_counter() - started < 2.5
-    assert (await core.review("evt-1"))["status"] == "failed"  # its pending record is not left pending
+    assert (await core.review("evt-1")).status == "failed"  # its pending record is not left pending
 
 
 async def test_without_an_endpoint_nothing_changes(service: ScoringService) -> None:
-    body = (await service.score(payment())).as_dict()  # type: ignore[arg-type]
+    body = to_builtins(await service.score(payment()))  # type: ignore[arg-type]
     assert "review" not in body and body["source"] == "model"
     with pytest.raises(ReviewNotFound, match="reviews are off"):
         await service.review("evt-1")
@@ -235,4 +236,4 @@ async def test_an_unexpected_client_error_is_a_failed_review_that_counts_against
     core._reviewer = core._decider = build_reviewer(core.settings, None, None, client=Broken())  # type: ignore[assignment]
     statuses = [(await core.score(payment(event_id=f"x{i}"))).review.status for i in range(3)]  # type: ignore[arg-type,union-attr]
     assert statuses == ["failed", "failed", "skipped"]  # never a 500; the breaker opened
-    assert (await core.review("x0"))["status"] == "failed"
+    assert (await core.review("x0")).status == "failed"

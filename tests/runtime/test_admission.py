@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Iterator
 import httpx
 import numpy as np
 import pytest
+from msgspec import to_builtins
 
 from bench.llm_server import LlmServer
 from shared.adapters.http.app import create_app
@@ -46,7 +47,7 @@ async def test_a_request_past_the_slots_waits_its_turn_instead_of_being_refused(
     admission.leave()  # NOTE: the slot passes to the waiter: still two in the work
     await third
     assert admission.inflight == 2 and admission.waiting == 0
-    assert admission.describe().items() >= {"admitted": 3, "waited": 1, "shed": 0}.items()
+    assert to_builtins(admission.stats()).items() >= {"admitted": 3, "waited": 1, "shed": 0}.items()
     assert admission.problem() == ""
 
 
@@ -412,7 +413,7 @@ async def test_the_batcher_queue_is_bounded(settings: Settings) -> None:
         refused = [d for d in done if isinstance(d, Overloaded)]
         assert refused and len(refused) <= 40 - 8
         assert all(not isinstance(d, BaseException) for d in done if not isinstance(d, Overloaded)), done
-        assert loaded.describe()["shed"] == len(refused)
+        assert loaded.describe().shed == len(refused)
 
 
 async def test_the_queue_path_waits_out_a_full_model_queue_instead_of_failing_the_batch(settings: Settings) -> None:
@@ -434,7 +435,7 @@ async def test_the_queue_path_waits_out_a_full_model_queue_instead_of_failing_th
         messages = [Incoming(f"m{i}", orjson_event(event_id=f"q{i}", amount=float(i) + 0.5)) for i in range(64)]
         verdicts = await handler.handle(messages)
         assert [v.outcome for v in verdicts] == ["completed"] * 64
-        assert core.active().describe()["shed"] > 0, "the model queue did refuse rows: the path waited them out"
+        assert core.active().describe().shed > 0, "the model queue did refuse rows: the path waited them out"
 
 
 def orjson_event(**overrides: object) -> bytes:

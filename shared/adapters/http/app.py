@@ -24,7 +24,6 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
-import orjson
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
@@ -36,8 +35,9 @@ from shared.adapters.http.body import read_body, read_json_body
 from shared.adapters.http.routes import ROUTES
 from shared.adapters.oip.rest import V2Endpoints
 from shared.core.wiring import ServiceHolder
+from shared.domain.answers import Batch, ErrorBody, IndexedError, Liveness, ModelList, encode, error_body
 from shared.domain.events import decode_activation
-from shared.errors import Overloaded, ScoringError, error_body, log_answered, retry_after
+from shared.errors import Overloaded, ScoringError, log_answered, retry_after
 from shared.runtime.deadlines import Deadlines
 from shared.telemetry.asgi import Measured
 
@@ -52,7 +52,7 @@ JSON = "application/json"
 
 
 def json_response(body: object, status: int = 200) -> Response:
-    return Response(orjson.dumps(body), status_code=status, media_type=JSON)
+    return Response(encode(body), status_code=status, media_type=JSON)
 
 
 class Endpoints:
@@ -80,7 +80,7 @@ class Endpoints:
         body = await read_body(scope, receive, settings.max_body_bytes, timeout_s, self.deadlines)
         scored = await (await self.core()).score_json(body, model, started=started)
         scope["scoring"] = scored  # NOTE: the telemetry reads its source and stage timings
-        return orjson.dumps(scored.as_dict())
+        return encode(scored)
 
     async def score(self, request: Request) -> Response:
         return Response(await self.score_answer(request.scope, request.receive, None), media_type=JSON)
@@ -93,12 +93,12 @@ class Endpoints:
         body = await self.body(request, self.holder.settings.max_body_bytes * 16)
         results = await (await self.core()).score_batch_json(body)
         return json_response(
-            {
-                "results": [
-                    r.as_dict() if not isinstance(r, ScoringError) else {"index": i, **error_body(r)}
+            Batch(
+                [
+                    r if not isinstance(r, ScoringError) else IndexedError(i, r.code, r.detail)
                     for i, r in enumerate(results)
                 ]
-            }
+            )
         )
 
     async def v2_body(self, request: Request) -> bytes:
@@ -108,7 +108,7 @@ class Endpoints:
     # -- the admin plane -----------------------------------------------------------
 
     async def models(self, request: Request) -> Response:
-        return json_response({"models": (await self.core()).models()})
+        return json_response(ModelList((await self.core()).models()))
 
     async def model_activate(self, request: Request) -> Response:
         core, name = await self.core(), request.path_params["name"]
@@ -128,17 +128,17 @@ class Endpoints:
 
         telemetry = configure(self.holder.settings) if self.holder.settings.telemetry else None
         if telemetry is None:
-            return json_response({"error": "not_found", "detail": "telemetry is off (TELEMETRY=false)"}, 404)
+            return json_response(ErrorBody("not_found", "telemetry is off (TELEMETRY=false)"), 404)
         return Response(telemetry.prometheus_text(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def health(self, request: Request) -> Response:
         probe = request.path_params["probe"]
         if probe == "live":
-            return json_response({"status": "live"})
+            return json_response(Liveness("live"))
         if probe != "ready":
             raise HTTPException(404)
         readiness = self.holder.readiness()
-        return json_response(readiness.as_dict(), 200 if readiness.ready else 503)
+        return json_response(readiness, 200 if readiness.ready else 503)
 
     async def openapi(self, request: Request) -> Response:
         if self._openapi is None:  # NOTE: built on the first request for it, never on an import path
@@ -226,7 +226,7 @@ class FastPath:
             payload, status = await self.api.score_answer(scope, receive, model), 200
         except ScoringError as exc:
             log_answered(exc, "http", route=scope["route"].path)
-            payload, status, wait = orjson.dumps(error_body(exc)), exc.status, retry_after(exc)
+            payload, status, wait = encode(error_body(exc)), exc.status, retry_after(exc)
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
         if wait is not None:
             headers.append((b"retry-after", wait.encode()))
@@ -261,12 +261,12 @@ class CatchAll:
         except Exception:
             log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
             if scope["type"] == "http" and not started:
-                await json_response({"error": "internal", "detail": "internal error"}, 500)(scope, receive, send)
+                await json_response(ErrorBody("internal", "internal error"), 500)(scope, receive, send)
 
 
 SCORE_PATHS = frozenset(("/api/score", "/api/score/"))
 NAMED_SCORE = re.compile(r"/api/models/([^/]+)/score/?\Z")  # NOTE: Starlette's `{name}`: one path segment
-_SHED = orjson.dumps(
+_SHED = encode(
     error_body(Overloaded("the service is at capacity (MAX_INFLIGHT busy, MAX_QUEUED waiting): try again shortly"))
 )
 SHED_START: Message = {
@@ -302,9 +302,9 @@ def _route(request: Request) -> str:
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)  # noqa: S101 narrows the type: Starlette routes only HTTPException here
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-    return json_response({"error": code, "detail": exc.detail}, exc.status_code)
+    return json_response(ErrorBody(code, exc.detail), exc.status_code)
 
 
 async def _internal_error(request: Request, exc: Exception) -> Response:
     # NOTE: Starlette sends this, then re-raises; CatchAll logs the error once and ends it there.
-    return json_response({"error": "internal", "detail": "internal error"}, 500)
+    return json_response(ErrorBody("internal", "internal error"), 500)

@@ -6,11 +6,14 @@ path, never on the score lane. Built rather than kept as a file so that it canno
 - the request bodies of `/api/...` are the decoders' own types (msgspec's JSON Schema of
   `PaymentEvent` and `Activation`, patterns made ECMA-262), so what the document says is
   accepted is what is decoded;
+- the response bodies are the answers' own types (shared/domain/answers.py, whose structs the
+  adapters encode), so what the document says is answered is what is written; the V2
+  inference request, read by hand, is the one body written here;
 - the limits are this deployment's settings (MAX_BATCH_ITEMS);
 - each route's error answers name their status and the codes it may carry (`_api_errors`).
 
 Two error shapes, as the app answers: `/api/...` `{"error": code, "detail": message}`
-(shared/errors.py), V2 `{"error": message}` (the protocol's). tests/adapters/http/test_openapi.py holds the
+(`ErrorBody`, codes from shared/errors.py), V2 `{"error": message}` (the protocol's). tests/adapters/http/test_openapi.py holds the
 document to the routes the app serves (Starlette's and the Functions host's) and to real
 answers; `make fuzz` sends schemathesis at it.
 """
@@ -23,6 +26,7 @@ from typing import Any
 import msgspec
 import orjson
 
+from shared.domain import answers
 from shared.domain.events import TEXT_FIELDS, Activation, PaymentEvent
 
 __all__ = ["OPENAPI_PATH", "document", "document_bytes"]
@@ -32,8 +36,6 @@ Schema = dict[str, Any]
 
 STR: Schema = {"type": "string"}
 INT: Schema = {"type": "integer"}
-NUM: Schema = {"type": "number"}
-BOOL: Schema = {"type": "boolean"}
 NO_CONTROL = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"  # shared/domain/events.py: no text field admits one
 
 
@@ -45,10 +47,6 @@ def _array(items: Schema, **limits: int) -> Schema:
     return {"type": "array", "items": items, **limits}
 
 
-def _nullable(schema: Schema) -> Schema:
-    return {"anyOf": [schema, {"type": "null"}]}
-
-
 def _object(
     required: Mapping[str, Schema], optional: Mapping[str, Schema] | None = None, *, closed: bool = True
 ) -> Schema:
@@ -57,10 +55,6 @@ def _object(
     if closed:
         schema["additionalProperties"] = False
     return schema
-
-
-def _counters(*names: str) -> Schema:
-    return _object({name: NUM for name in names})
 
 
 # -- request bodies: the decoders' own schemas -------------------------------------------
@@ -102,116 +96,8 @@ def _decoded() -> dict[str, Schema]:
     return schemas
 
 
-# -- response bodies --------------------------------------------------------------------
+# -- the V2 inference request: read by hand (shared/adapters/oip/rest.py), so written here ----------
 
-REVIEW = _object(
-    {"status": {"enum": ["done", "pending", "failed", "skipped"]}, "id": STR},
-    {"reason": STR, "risk_score": NUM, "rationale": STR},
-)
-SCORED = _object(
-    {
-        "event_id": STR,
-        "risk_score": {"type": "number", "minimum": 0, "maximum": 1},
-        "decision": {"enum": ["approve", "review", "decline"]},
-        "reason": STR,
-        "model": STR,
-        "model_version": STR,
-        "source": {"enum": ["model", "cache", "llm"]},
-        "defaulted": _array(STR),
-        "timings_ms": {"type": "object", "additionalProperties": NUM},
-    },
-    {"scores": {"type": "object", "additionalProperties": NUM}, "review": _ref("Review")},
-)
-THRESHOLDS = _object({"review": NUM, "decline": NUM})
-LOADED_VERSION = _object(
-    {
-        "version": STR,
-        "fingerprint": STR,
-        "providers": _array(STR),
-        "loaded_at": NUM,
-        "load_ms": NUM,
-        "features": _array(STR),
-        "thresholds": THRESHOLDS,
-        "batches": INT,
-        "requests": INT,
-        "shed": INT,
-        "rows_run": INT,
-        "batch_run_ms": _nullable(NUM),
-        "predictions_via_redis": BOOL,
-    }
-)
-MODEL = _object(
-    {
-        "name": STR,
-        "active_version": STR,
-        "versions": _array(STR),
-        "providers": _array(STR),
-        "loaded_at": NUM,
-        "pinned": _nullable(STR),
-        "last_error": _nullable(_object({"version": STR, "reason": STR, "at": NUM, "stamp": STR})),
-        "loaded": _array(_ref("LoadedVersion")),
-    }
-)
-ENSEMBLE = _object(
-    {
-        "name": STR,
-        "ensemble": _nullable(
-            _object(
-                {
-                    "version": STR,
-                    "method": {"enum": ["weighted_average", "voting", "stacking"]},
-                    "members": _array(STR),
-                    "features": _array(STR),
-                    "decision": THRESHOLDS,
-                },
-                {"weights": _array(NUM), "thresholds": _array(NUM), "meta_model": STR},
-            )
-        ),
-        "last_error": _nullable(STR),
-    }
-)
-REVIEW_RECORD = _object(
-    {"event_id": STR, "status": {"enum": ["done", "pending", "failed", "skipped"]}, "id": STR},
-    {
-        "reason": STR,
-        "risk_score": NUM,
-        "rationale": STR,
-        "decision": {"enum": ["approve", "review", "decline"]},
-        "scores": {"type": "object", "additionalProperties": NUM},
-        "prompt": STR,
-    },
-)
-CACHE_STATS = _counters("l1_hits", "l2_hits", "misses")
-STATS = _object(
-    {
-        "events": _counters("scored", "defaulted", "defaulted_share", "recent_defaulted_share"),
-        "predictions": CACHE_STATS,
-        "features": CACHE_STATS,
-        "feature_source": STR,
-        "redis": _nullable(_counters("reads", "round_trips", "writes", "errors", "skipped", "refused", "rtt_ms")),
-        "reviews": _nullable({"type": "object"}),
-        "admission": _object(
-            {
-                "max_inflight": INT,
-                "inflight": INT,
-                "max_queued": INT,
-                "waiting": INT,
-                "max_queue_wait_ms": NUM,
-                "queue_target_ms": NUM,
-                "admitted": INT,
-                "waited": INT,
-                "shed": INT,
-                "timed_out": INT,
-                "request_timeout_ms": INT,
-            }
-        ),
-    }
-)
-READINESS = _object(
-    {"status": {"enum": ["ready", "not_ready"]}, "models": _array(STR)},
-    {"detail": STR, "degraded": _array(STR)},
-)
-TENSOR = _object({"name": STR, "datatype": STR, "shape": _array(INT)})
 DATATYPES = ["BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP16", "FP32", "FP64"]
 DATA: Schema = {
     "description": "flat or nested (row-major) elements: numbers, booleans or strings (BYTES)",
@@ -239,46 +125,51 @@ INFER_REQUEST = _object(
 INFER_REQUEST["examples"] = [
     {"id": "r1", "inputs": [{"name": "features", "datatype": "FP32", "shape": [2, 25], "data": ROWS}]}
 ]
-INFER_RESPONSE = _object(
-    {
-        "model_name": STR,
-        "model_version": STR,
-        "outputs": _array(
-            _object(
-                {"name": STR, "datatype": STR, "shape": _array(INT)},
-                {"data": _array(NUM), "parameters": _object({"binary_data_size": INT})},
-            )
-        ),
-    },
-    {"id": STR},
-)
-V2_MODEL = _object(
-    {
-        "name": STR,
-        "versions": _array(STR),
-        "platform": {"enum": ["onnx_onnxv1", "ensemble"]},
-        "inputs": _array(TENSOR),
-        "outputs": _array(TENSOR),
-        "parameters": _object({"features": _array(STR)}),
-    }
+
+# -- response bodies: the answers' own types (shared/domain/answers.py) ---------------------------
+
+ANSWERS: tuple[type[msgspec.Struct], ...] = (
+    answers.Scored,
+    answers.Batch,
+    answers.IndexedError,  # NOTE: named by `one_of`, which msgspec does not follow: listed here
+    answers.ModelList,
+    answers.ModelView,
+    answers.EnsembleView,
+    answers.ReviewRecord,
+    answers.Stats,
+    answers.Readiness,
+    answers.Liveness,
+    answers.ErrorBody,
+    answers.V2ServerMetadata,
+    answers.V2Live,
+    answers.V2Ready,
+    answers.V2ModelReady,
+    answers.V2ModelMetadata,
+    answers.V2InferHead,
+    answers.V2Error,
 )
 
-SCHEMAS: dict[str, Schema] = {
-    "Scored": SCORED,
-    "Review": REVIEW,
-    "BatchItemError": _object({"index": INT, "error": STR, "detail": STR}),
-    "Model": MODEL,
-    "LoadedVersion": LOADED_VERSION,
-    "Ensemble": ENSEMBLE,
-    "ReviewRecord": REVIEW_RECORD,
-    "Stats": STATS,
-    "Readiness": READINESS,
-    "Error": _object({"error": STR, "detail": STR}),
-    "V2Error": _object({"error": STR}, closed=False),
-    "V2InferRequest": INFER_REQUEST,
-    "V2InferResponse": INFER_RESPONSE,
-    "V2ModelMetadata": V2_MODEL,
-}
+
+def _answered() -> dict[str, Schema]:
+    """Each answer's schema as msgspec derives it, every field it always writes required."""
+    _, schemas = msgspec.json.schema_components(ANSWERS, ref_template=answers.REF)
+    for name, schema in schemas.items():
+        written = _always_written(getattr(answers, name))
+        if written:
+            schema["required"] = written
+    return schemas
+
+
+def _always_written(struct: type[msgspec.Struct]) -> list[str]:
+    """The fields an answer never leaves out: all but `UNSET` ones and, under `omit_defaults`,
+    those with a default. (msgspec's schema requires only the fields without a default.)"""
+    omits = struct.__struct_config__.omit_defaults
+    return [
+        f.encode_name
+        for f in msgspec.structs.fields(struct)
+        if f.required or (not omits and f.default is not msgspec.UNSET)
+    ]
+
 
 # -- responses ------------------------------------------------------------------------
 
@@ -315,7 +206,7 @@ def _api_errors(codes: Mapping[int, Iterable[str]]) -> dict[str, Schema]:
     """The `/api` error answers: status → `{"error": one of codes, "detail": message}`."""
     responses: dict[str, Schema] = {}
     for status, names in sorted(codes.items()):
-        schema = {"allOf": [_ref("Error")], "properties": {"error": {"enum": list(names)}}}
+        schema = {"allOf": [_ref("ErrorBody")], "properties": {"error": {"enum": list(names)}}}
         responses[str(status)] = _json(schema, WHY[status])
         if status == 503 and set(SHED) & set(names):
             responses[str(status)]["headers"] = RETRY_AFTER
@@ -323,8 +214,11 @@ def _api_errors(codes: Mapping[int, Iterable[str]]) -> dict[str, Schema]:
 
 
 def _v2_errors(*statuses: int) -> dict[str, Schema]:
-    """The V2 error answers: `{"error": message}`."""
+    """The V2 error answers: `{"error": message}`; a 404 for a path that no route matches is
+    the router's, in the /api shape (`ErrorBody`)."""
     responses = {str(status): _json(_ref("V2Error"), WHY[status]) for status in sorted(statuses)}
+    if "404" in responses:
+        responses["404"] = _json({"anyOf": [_ref("V2Error"), _ref("ErrorBody")]}, WHY[404])
     if "503" in responses:  # NOTE: V2 infer is admitted like every scoring route (the others never shed)
         responses["503"]["headers"] = RETRY_AFTER
     return responses
@@ -396,10 +290,9 @@ def _api(max_batch_items: int) -> dict[str, Schema]:
     batch = _json_body(
         envelope, "events scored in order; an item that is not a valid event gets its own error in its slot"
     )
-    results = _object({"results": _array({"oneOf": [_ref("Scored"), _ref("BatchItemError")]})})
     activation = _json_body(_ref("Activation"), "the version to pin (at most 1 KiB)")
     scored = _json(_ref("Scored"), "the risk score and the decision")
-    model = _json(_ref("Model"), "the model as it serves now")
+    model = _json(_ref("ModelView"), "the model as it serves now")
     unready = _api_errors({503: UNREADY})
     return {
         "/api/score": {
@@ -417,7 +310,7 @@ def _api(max_batch_items: int) -> dict[str, Schema]:
                 "Score several events, answered in order",
                 "scoring",
                 {
-                    "200": _json(results, "one answer per event, in order"),
+                    "200": _json(_ref("Batch"), "one answer per event, in order"),
                     **_api_errors({**SCORING, 422: ["invalid_event", "too_many_items"]}),
                 },
                 body=batch,
@@ -429,9 +322,7 @@ def _api(max_batch_items: int) -> dict[str, Schema]:
                 "Loaded models, their versions, pins and last rejected version; ensembles",
                 "models",
                 {
-                    "200": _json(
-                        _object({"models": _array({"anyOf": [_ref("Model"), _ref("Ensemble")]})}), "every served name"
-                    ),
+                    "200": _json(_ref("ModelList"), "every served name"),
                     **unready,
                 },
             )
@@ -519,7 +410,7 @@ def _api(max_batch_items: int) -> dict[str, Schema]:
                 "health_live",
                 "Liveness: 200 while the process answers",
                 "health",
-                {"200": _json(_object({"status": {"const": "live"}}), "the process answers")},
+                {"200": _json(_ref("Liveness"), "the process answers")},
                 keyed=False,
             )
         },
@@ -551,7 +442,7 @@ def _api(max_batch_items: int) -> dict[str, Schema]:
 
 def _v2() -> dict[str, Schema]:
     metadata = _json(_ref("V2ModelMetadata"), "the model's versions, platform, tensors and input columns")
-    ready = _object({"name": STR, "ready": BOOL})
+    ready = _ref("V2ModelReady")
     infer_body = {
         "required": True,
         "description": "JSON, or JSON then binary tensors (binary-data extension; "
@@ -565,7 +456,7 @@ def _v2() -> dict[str, Schema]:
         "description": "one score per row: JSON, or binary outputs when asked (`binary_data_output`)",
         "headers": {"Inference-Header-Content-Length": {"schema": INT, "description": "binary answers only"}},
         "content": {
-            "application/json": {"schema": _ref("V2InferResponse")},
+            "application/json": {"schema": _ref("V2InferHead")},
             "application/octet-stream": {},  # NOTE: OpenAPI 3.1 for bytes of any form: no schema
         },
     }
@@ -601,15 +492,13 @@ def _v2() -> dict[str, Schema]:
                 "Server metadata",
                 "v2",
                 {
-                    "200": _json(_object({"name": STR, "version": STR, "extensions": _array(STR)}), "the server"),
+                    "200": _json(_ref("V2ServerMetadata"), "the server"),
                     **_v2_errors(503),
                 },
             )
         },
         "/v2/health/live": {
-            "get": _operation(
-                "v2_health_live", "Server liveness", "v2", {"200": _json(_object({"live": BOOL}), "live")}
-            )
+            "get": _operation("v2_health_live", "Server liveness", "v2", {"200": _json(_ref("V2Live"), "live")})
         },
         "/v2/health/ready": {
             "get": _operation(
@@ -617,8 +506,8 @@ def _v2() -> dict[str, Schema]:
                 "Server readiness",
                 "v2",
                 {
-                    "200": _json(_object({"ready": BOOL}), "ready"),
-                    "400": _json(_object({"ready": BOOL}), "not ready (the protocol's 4xx)"),
+                    "200": _json(_ref("V2Ready"), "ready"),
+                    "400": _json(_ref("V2Ready"), "not ready (the protocol's 4xx)"),
                     **_v2_errors(503),
                 },
             )
@@ -663,7 +552,7 @@ def document(max_batch_items: int) -> dict[str, Any]:
         "security": [{"functionKey": []}, {"functionKeyQuery": []}],
         "paths": {**_api(max_batch_items), **_v2()},
         "components": {
-            "schemas": {**_decoded(), **SCHEMAS},
+            "schemas": {**_decoded(), "V2InferRequest": INFER_REQUEST, **_answered()},
             "securitySchemes": {
                 "functionKey": {"type": "apiKey", "in": "header", "name": "x-functions-key"},
                 "functionKeyQuery": {"type": "apiKey", "in": "query", "name": "code"},

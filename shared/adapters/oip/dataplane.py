@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from shared.adapters.oip.codec import Tensor
-from shared.domain.signature import SCORE_OUTPUT, ModelInfo
+from shared.domain.answers import V2ModelMetadata, V2Parameters, V2ServerMetadata, V2Tensor
+from shared.domain.signature import SCORE_OUTPUT, ModelInfo, TensorInfo
 from shared.errors import BadRequest
 
 if TYPE_CHECKING:
@@ -72,14 +73,16 @@ class DataPlane:
         self.core = core
         self._max_rows = core.settings.max_batch_items
 
-    def server_metadata(self) -> dict[str, object]:
-        return {"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": list(self.extensions)}
+    def server_metadata(self) -> V2ServerMetadata:
+        return V2ServerMetadata(SERVER_NAME, SERVER_VERSION, list(self.extensions))
 
     def ready(self) -> bool:
         return self.core.readiness().ready
 
-    def model_metadata(self, name: str, version: str | None) -> ModelInfo:
-        return self.core.metadata(name, version or None)
+    def model_metadata(self, name: str, version: str | None) -> V2ModelMetadata:
+        info = self.core.metadata(name, version or None)
+        inputs, outputs = _tensors(info.inputs), _tensors(info.outputs)
+        return V2ModelMetadata(info.name, info.versions, info.platform, inputs, outputs, V2Parameters(info.features))
 
     def model_ready(self, name: str, version: str | None) -> bool:
         return self.core.model_ready(name, version or None)
@@ -115,3 +118,7 @@ class DataPlane:
         if not np.isfinite(matrix).all():
             raise BadRequest(f"input {given.name!r} holds a value that is not finite")
         return matrix
+
+
+def _tensors(infos: list[TensorInfo]) -> list[V2Tensor]:
+    return [V2Tensor(t.name, t.datatype, list(t.shape)) for t in infos]

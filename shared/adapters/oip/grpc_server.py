@@ -82,7 +82,7 @@ def handler(plane: DataPlane) -> grpc.GenericRpcHandler[Any, Any]:
 
     async def server_metadata(request: pb.ServerMetadataRequest, context: Any) -> pb.ServerMetadataResponse:
         meta = plane.server_metadata()
-        return pb.ServerMetadataResponse(name=str(meta["name"]), version=str(meta["version"]))
+        return pb.ServerMetadataResponse(name=meta.name, version=meta.version)
 
     async def model_metadata(request: pb.ModelMetadataRequest, context: Any) -> pb.ModelMetadataResponse:
         info = plane.model_metadata(request.name, request.version or None)

@@ -23,6 +23,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
+from shared.domain.answers import BinaryData, V2Error, V2InferHead, V2Live, V2ModelReady, V2Output, V2Ready, encode
 from shared.errors import BadRequest, MalformedJson, ModelNotFound, ScoringError, log_answered, retry_after
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ Endpoint = Callable[[Request], Awaitable[Response]]
 
 
 def _json(body: object, status: int = 200) -> Response:
-    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+    return Response(encode(body), status_code=status, media_type="application/json")
 
 
 class V2Endpoints:
@@ -69,28 +70,20 @@ class V2Endpoints:
 
     async def health(self, request: Request) -> Response:
         if request.path_params["probe"] == "live":
-            return _json({"live": True})
+            return _json(V2Live(True))
         if request.path_params["probe"] != "ready":
             raise ModelNotFound(f"no such path {request.url.path}")
         ready = (await self.plane()).ready()
-        return _json({"ready": ready}, 200 if ready else 400)
+        return _json(V2Ready(ready), 200 if ready else 400)
 
     async def metadata(self, request: Request) -> Response:
-        info = (await self.plane()).model_metadata(request.path_params["name"], request.path_params.get("version"))
         return _json(
-            {
-                "name": info.name,
-                "versions": info.versions,
-                "platform": info.platform,
-                "inputs": [{"name": t.name, "datatype": t.datatype, "shape": list(t.shape)} for t in info.inputs],
-                "outputs": [{"name": t.name, "datatype": t.datatype, "shape": list(t.shape)} for t in info.outputs],
-                "parameters": {"features": info.features},
-            }
+            (await self.plane()).model_metadata(request.path_params["name"], request.path_params.get("version"))
         )
 
     async def model_ready(self, request: Request) -> Response:
         ready = (await self.plane()).model_ready(request.path_params["name"], request.path_params.get("version"))
-        return _json({"name": request.path_params["name"], "ready": ready}, 200 if ready else 400)
+        return _json(V2ModelReady(request.path_params["name"], ready), 200 if ready else 400)
 
     async def infer(self, request: Request) -> Response:
         body = await self.read_body(request)
@@ -118,7 +111,7 @@ def _v2(endpoint: Endpoint) -> Endpoint:
             return await endpoint(request)
         except ScoringError as exc:
             log_answered(exc, "v2", route=str(getattr(request.scope.get("route"), "path", "")).rstrip("/"))
-            response = _json({"error": exc.detail}, exc.status)
+            response = _json(V2Error(exc.detail), exc.status)
             if (wait := retry_after(exc)) is not None:  # NOTE: overloaded or past its deadline
                 response.headers["retry-after"] = wait
             return response
@@ -198,21 +191,16 @@ def _params(raw: Any) -> dict[str, Any]:
 def encode_infer(response: InferResponse, binary: bool) -> Response:
     from shared.adapters.oip import codec
 
-    outputs: list[dict[str, object]] = []
+    outputs: list[V2Output] = []
     blobs: list[bytes] = []
     for tensor in response.outputs:
-        out: dict[str, object] = {"name": tensor.name, "datatype": tensor.datatype, "shape": list(tensor.shape)}
         if binary:
             blob = codec.to_raw(tensor.data)
             blobs.append(blob)
-            out["parameters"] = {"binary_data_size": len(blob)}
+            outputs.append(V2Output(tensor.name, tensor.datatype, list(tensor.shape), parameters=BinaryData(len(blob))))
         else:
-            out["data"] = codec.to_json(tensor.data)
-        outputs.append(out)
-    head = {"model_name": response.model, "model_version": response.version, "outputs": outputs}
-    if response.id:
-        head["id"] = response.id
-    encoded = orjson.dumps(head)
+            outputs.append(V2Output(tensor.name, tensor.datatype, list(tensor.shape), data=codec.to_json(tensor.data)))
+    encoded = encode(V2InferHead(response.model, response.version, outputs, response.id))
     if not binary:
         return Response(encoded, media_type="application/json")
     return Response(

@@ -28,11 +28,12 @@ from dataclasses import dataclass
 from datetime import UTC
 from typing import TYPE_CHECKING, Any, Literal
 
-import orjson
+from msgspec.structs import asdict
 
 from shared.adapters.queue.idempotency import MemoryResultStore, RedisResultStore, ResultStore
 from shared.adapters.queue.messages import Incoming, Outbound, enqueued_iso, rejection_record
 from shared.adapters.queue.publisher import Publisher, ServiceBusPublisher
+from shared.domain.answers import QueueResult, encode
 from shared.domain.events import PaymentEvent, decode_event
 from shared.errors import DeadlineExceeded, Overloaded, PayloadTooLarge, PublishFailed, ScoringError
 from shared.settings import Settings
@@ -40,7 +41,8 @@ from shared.telemetry import metrics, process
 from shared.telemetry.tracing import sampled
 
 if TYPE_CHECKING:
-    from shared.core.service import Scored, ScoringService
+    from shared.core.service import ScoringService
+    from shared.domain.answers import Scored
 
 __all__ = ["COMPLETED_QUEUE", "REJECTED_QUEUE", "BatchBudget", "Handled", "Outcome", "QueueHandler"]
 
@@ -418,8 +420,12 @@ def _stage_spans(span: Any, scored: Scored, started: float) -> None:
 
 def completed_body(scored: Scored, msg: Incoming, started: float) -> bytes:
     """risk-completed: the HTTP result plus enqueued time, processing time and delivery count."""
-    body = scored.as_dict()
-    body["enqueued_time"] = enqueued_iso(msg)
-    body["processing_ms"] = round((time.perf_counter() - started) * 1000, 3)
-    body["delivery_count"] = msg.delivery_count
-    return orjson.dumps(body)
+    processing_ms = round((time.perf_counter() - started) * 1000, 3)
+    return encode(
+        QueueResult(
+            **asdict(scored),
+            enqueued_time=enqueued_iso(msg),
+            processing_ms=processing_ms,
+            delivery_count=msg.delivery_count,
+        )
+    )

@@ -14,9 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-import orjson
+from msgspec import UNSET, UnsetType
 
-from shared.errors import ScoringError, error_body
+from shared.domain.answers import Rejection, encode
+from shared.errors import ScoringError
 
 __all__ = ["TRACE_PROPERTIES", "Incoming", "Outbound", "rejection_record", "trace_properties"]
 
@@ -72,19 +73,24 @@ def enqueued_iso(msg: Incoming) -> str | None:
 
 def rejection_record(msg: Incoming, exc: ScoringError) -> bytes:
     """The rejected-queue record: why, which message, and its body (or an excerpt when huge)."""
-    body = msg.body
-    record: dict[str, object] = {
-        **error_body(exc),
-        "message_id": msg.message_id,
-        "delivery_count": msg.delivery_count,
-        "body_bytes": len(body),
-    }
-    if len(body) > WHOLE_BODY_BYTES:
-        record["body_sha256"] = hashlib.sha256(body).hexdigest()
-        record["truncated"] = True
-        body = body[:EXCERPT_BYTES]
+    body, whole = msg.body, len(msg.body) <= WHOLE_BODY_BYTES
+    excerpt = body if whole else body[:EXCERPT_BYTES]
+    text: str | UnsetType = UNSET
+    b64: str | UnsetType = UNSET
     try:
-        record["body"] = body.decode("utf-8")
+        text = excerpt.decode("utf-8")
     except UnicodeDecodeError:
-        record["body_base64"] = base64.b64encode(body).decode()
-    return orjson.dumps(record)
+        b64 = base64.b64encode(excerpt).decode()
+    return encode(
+        Rejection(
+            exc.code,
+            exc.detail,
+            msg.message_id,
+            msg.delivery_count,
+            len(body),
+            body_sha256=UNSET if whole else hashlib.sha256(body).hexdigest(),
+            truncated=UNSET if whole else True,
+            body=text,
+            body_base64=b64,
+        )
+    )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from shared.domain.answers import EnsembleView
 from shared.errors import ModelInvalid, ModelNotFound, ModelSourceError, NotReady
 from shared.models.ensembles.declaration import Declaration, parse_declaration
 from shared.models.ensembles.ensemble import Ensemble
@@ -110,13 +111,10 @@ class Ensembles:
     def names(self) -> list[str]:
         return sorted(self._active)
 
-    def describe(self) -> list[dict[str, object]]:
+    def describe(self) -> list[EnsembleView]:
+        """Each declared ensemble: its active build, or why it has none (`/api/models`)."""
         return [
-            {
-                "name": name,
-                "ensemble": self._active[name].describe() if name in self._active else None,
-                "last_error": self.errors.get(name),
-            }
+            EnsembleView(name, self._active[name].describe() if name in self._active else None, self.errors.get(name))
             for name in sorted(set(self._declared) | set(self.errors))
         ]
 

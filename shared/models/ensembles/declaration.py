@@ -21,15 +21,15 @@ import json
 import math
 import re
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any
 
+from shared.domain.answers import Method
 from shared.domain.spec import Thresholds
 from shared.errors import ModelInvalid
 from shared.models.repository import check_ref
 
 __all__ = ["METHODS", "Declaration", "Member", "parse_declaration"]
 
-Method = Literal["weighted_average", "voting", "stacking"]
 METHODS: tuple[Method, ...] = ("weighted_average", "voting", "stacking")
 _META_FILE = re.compile(r"\A[A-Za-z0-9_-]{1,64}\.onnx\Z")
 

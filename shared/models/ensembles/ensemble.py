@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import numpy.typing as npt
 
+from shared.domain.answers import EnsembleBuild, Platform, ThresholdsView
 from shared.domain.signature import SCORE_OUTPUT
 from shared.domain.spec import FeatureDef, ModelSpec
 from shared.errors import ModelInvalid
@@ -32,7 +33,7 @@ Combine = Callable[[list[float]], float]
 class Ensemble:
     """Members at fixed versions, a combination method, and the union of their input columns."""
 
-    platform = "ensemble"
+    platform: Platform = "ensemble"
 
     def __init__(self, declaration: Declaration, members: Sequence[LoadedModel], meta: OnnxModel | None) -> None:
         self.declaration = declaration
@@ -62,18 +63,19 @@ class Ensemble:
         )
         return Completed(prediction, max(d.queued_s for d in done), max(d.run_s for d in done), len(done))
 
-    def describe(self) -> dict[str, object]:
+    def describe(self) -> EnsembleBuild:
+        """This build: members, method and its parameters, columns, thresholds (`/api/models`)."""
         d = self.declaration
-        return {
-            "version": self.version,
-            "method": d.method,
-            "members": list(self._labels),
-            **({"weights": list(d.weights)} if d.weights else {}),
-            **({"thresholds": list(d.thresholds)} if d.thresholds else {}),
-            **({"meta_model": d.meta_model} if d.meta_model else {}),
-            "features": [f.name for f in self.spec.features],
-            "decision": {"review": self.spec.thresholds.review, "decline": self.spec.thresholds.decline},
-        }
+        return EnsembleBuild(
+            version=self.version,
+            method=d.method,
+            members=list(self._labels),
+            weights=list(d.weights),
+            thresholds=list(d.thresholds),
+            meta_model=d.meta_model,
+            features=[f.name for f in self.spec.features],
+            decision=ThresholdsView(self.spec.thresholds.review, self.spec.thresholds.decline),
+        )
 
 
 def _union(members: Sequence[LoadedModel]) -> tuple[FeatureDef, ...]:

@@ -16,10 +16,11 @@ from collections.abc import Sequence
 
 from cachetools import TTLCache
 
+from shared.domain.answers import CacheStats
 from shared.settings import PredictionL2
 from shared.stores.cache import codec
 from shared.stores.cache.tier import L2Tier
-from shared.stores.cache.tiered import CacheStats, Tier
+from shared.stores.cache.tiered import Tier
 
 __all__ = ["PredictionCache"]
 

@@ -21,9 +21,10 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError, ResponseError
 
+from shared.domain.answers import TierStats
 from shared.runtime.batching.batcher import Batcher
 from shared.settings import BatchPolicy
-from shared.stores.cache.tier import TierStats, ewma
+from shared.stores.cache.tier import ewma
 
 __all__ = ["RedisTier", "ewma", "redis_client"]
 

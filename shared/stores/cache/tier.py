@@ -9,29 +9,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["L2Tier", "MemoryTier", "TierStats", "ewma"]
+from shared.domain.answers import TierStats
+
+__all__ = ["L2Tier", "MemoryTier", "ewma"]
 
 
 def ewma(previous: float | None, sample: float, alpha: float = 0.1) -> float:
     """An exponentially weighted moving average (the first sample starts it)."""
     return sample if previous is None else previous + alpha * (sample - previous)
-
-
-@dataclass
-class TierStats:
-    reads: int = 0
-    round_trips: int = 0
-    writes: int = 0
-    errors: int = 0
-    skipped: int = 0
-    refused: int = 0  # writes the server answered with an error (e.g. OOM under volatile-lru)
-    rtt_ms: float = 0.0  # moving average of a successful read round-trip, as the caller waits for it
-
-    def as_dict(self) -> dict[str, float]:
-        return dict(vars(self))
 
 
 class L2Tier(Protocol):

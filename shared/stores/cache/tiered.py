@@ -7,29 +7,19 @@ time (single-flight) and fills both tiers; L2 is written in the background.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Generic, Literal, TypeVar
 
 from cachetools import TTLCache
 
+from shared.domain.answers import CacheStats
 from shared.stores.cache import codec
 from shared.stores.cache.singleflight import SingleFlight
 from shared.stores.cache.tier import L2Tier
 
-__all__ = ["CacheStats", "Tier", "TieredCache"]
+__all__ = ["Tier", "TieredCache"]
 
 V = TypeVar("V")
 Tier = Literal["l1", "l2"]
-
-
-@dataclass
-class CacheStats:
-    l1_hits: int = 0
-    l2_hits: int = 0
-    misses: int = 0
-
-    def as_dict(self) -> dict[str, int]:
-        return {"l1_hits": self.l1_hits, "l2_hits": self.l2_hits, "misses": self.misses}
 
 
 class TieredCache(Generic[V]):

@@ -434,7 +434,7 @@ def test_the_answer_check_catches_a_document_that_drifts(apps: Apps, served: dic
     )
     assert problems(lambda d: d["paths"]["/api/score"]["post"]["responses"].pop("422"), "POST", "/api/score", invalid)
     assert problems(
-        lambda d: d[schemas[0]][schemas[1]]["Error"]["properties"].pop("detail"), "POST", "/api/score", invalid
+        lambda d: d[schemas[0]][schemas[1]]["ErrorBody"]["properties"].pop("detail"), "POST", "/api/score", invalid
     )
     codes = lambda d: d["paths"]["/api/score"]["post"]["responses"]["422"]["content"]["application/json"]["schema"]  # noqa: E731
     assert problems(
@@ -470,6 +470,21 @@ def test_the_request_bodies_are_the_decoders_own_schemas(served: dict[str, Any])
     theirs = components["PaymentEvent"]
     assert ours["required"] == theirs["required"] and set(ours["properties"]) == set(theirs["properties"])
     assert ours["properties"]["currency"]["pattern"] == "^[A-Z]{3}$"
+
+
+def test_the_response_bodies_are_the_answers_own_schemas(served: dict[str, Any]) -> None:
+    """What the document says `/api/score` answers is the struct the adapters encode: no second copy to drift;
+    a field the answer always writes is required, one it may leave out (UNSET, omitted default) is not."""
+    import msgspec
+
+    from shared.domain.answers import REF, Readiness, Scored
+
+    ours = served["components"]["schemas"]
+    _, theirs = msgspec.json.schema_components([Scored, Readiness], ref_template=REF)
+    assert ours["Scored"]["properties"] == theirs["Scored"]["properties"]
+    assert "scores" not in ours["Scored"]["required"] and "review" not in ours["Scored"]["required"]
+    assert ours["Readiness"]["required"] == ["status", "models"]  # detail, degraded: only when not empty
+    assert ours["CacheStats"]["required"] == ["l1_hits", "l2_hits", "misses"]  # defaults, but always written
 
 
 def test_the_document_is_built_on_its_first_request_only() -> None:

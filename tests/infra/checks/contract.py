@@ -280,7 +280,10 @@ def _queue_lock_s(root: Path, queue: str) -> int | None:
     tree = parse(root / "infra" / "modules" / "servicebus.bicep")
     for res in tree["resources"].values():
         body = _body(res)
-        if res["type"].lower() == "microsoft.servicebus/namespaces/queues" and _param_default(tree, body["name"]) == queue:
+        if (
+            res["type"].lower() == "microsoft.servicebus/namespaces/queues"
+            and _param_default(tree, body["name"]) == queue
+        ):
             return _iso(_param_default(tree, body["properties"]["lockDuration"]))
     return None
 
@@ -313,7 +316,9 @@ def check_lock_budget(root: Path, trigger_queue: str) -> list[str]:
     if lock is None:
         return [*findings, f"servicebus.bicep: no queue {trigger_queue!r}"]
     if not 5 <= lock <= SERVICE_BUS_MAX_LOCK_S:
-        findings.append(f"servicebus.bicep: {trigger_queue} lockDuration {lock}s outside 5..{SERVICE_BUS_MAX_LOCK_S}s (P3)")
+        findings.append(
+            f"servicebus.bicep: {trigger_queue} lockDuration {lock}s outside 5..{SERVICE_BUS_MAX_LOCK_S}s (P3)"
+        )
     budget_ms = _service_setting(root, "QUEUE_BATCH_BUDGET_MS")
     if budget_ms is None or not budget_ms.isdigit():
         return [*findings, "app.bicep: serviceSettings sets no QUEUE_BATCH_BUDGET_MS (an integer)"]

@@ -169,13 +169,19 @@ def check_profile_moves(root: Path) -> list[str]:
     tree = parse(root / "infra" / "modules" / "environment.bicep")
     flags = {m.group(1): m.group(2) for m in re.finditer(r"^var (hasCpuPool|hasGpuProfile) = (.+)$", text, re.M)}
     uses = "hasCpuPool ? [dedicatedProfile]" in text and "hasGpuProfile ? [gpuProfile]" in text
-    output = re.search(r"^output appProfileName string = enableGpu \? gpuProfile\.name : dedicatedProfile\.name$", text, re.M)
+    output = re.search(
+        r"^output appProfileName string = enableGpu \? gpuProfile\.name : dedicatedProfile\.name$", text, re.M
+    )
     if set(flags) != {"hasCpuPool", "hasGpuProfile"} or not uses or not output:
         return ["environment.bicep: workloadProfiles must be built from hasCpuPool and hasGpuProfile (P22)"]
     params = {name: tree["parameters"][name].get("default") for name in ("enableGpu", "keepCpuPool", "keepGpuProfile")}
 
     def profiles(state: dict[str, bool]) -> set[str]:
-        return {name for name, flag in (("scoring", "hasCpuPool"), ("gpu", "hasGpuProfile")) if _bool_expr(flags[flag], state)}
+        return {
+            name
+            for name, flag in (("scoring", "hasCpuPool"), ("gpu", "hasGpuProfile"))
+            if _bool_expr(flags[flag], state)
+        }
 
     def app_on(state: dict[str, bool]) -> str:
         return "gpu" if state["enableGpu"] else "scoring"
@@ -187,10 +193,14 @@ def check_profile_moves(root: Path) -> list[str]:
             findings.append(f"environment.bicep: {state}: the app's profile {app_on(state)!r} is not in the list (P22)")
     to_gpu = {**params, "enableGpu": True}
     if "scoring" not in profiles(to_gpu):
-        findings.append("environment.bicep: moving to the GPU with the defaults removes the CPU pool the app leaves (P22)")
+        findings.append(
+            "environment.bicep: moving to the GPU with the defaults removes the CPU pool the app leaves (P22)"
+        )
     back = {**params, "enableGpu": False, "keepGpuProfile": True}
     if "gpu" not in profiles(back):
-        findings.append("environment.bicep: moving back with keepGpuProfile removes the GPU profile the app leaves (P22)")
+        findings.append(
+            "environment.bicep: moving back with keepGpuProfile removes the GPU profile the app leaves (P22)"
+        )
     return findings
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from msgspec import to_builtins
 
 from shared.core.service import ScoringService
 from shared.domain.spec import FeatureDef
@@ -106,14 +107,14 @@ async def test_api_score_on_an_ensemble_lists_each_members_score(
                                   "decision": {"review": 0.1, "decline": 0.2}})  # fmt: skip
     service = await services(settings)
     scored = await service.score_json(json.dumps(event()).encode(), "combo")
-    body = scored.as_dict()
+    body = to_builtins(scored)
     assert (body["model"], body["model_version"]) == ("combo", "1")
     parts = body["scores"]
     assert isinstance(parts, dict) and set(parts) == {"fraud/1", "fraud_b/1", "model"}
     assert parts["model"] == pytest.approx((parts["fraud/1"] + parts["fraud_b/1"]) / 2, abs=2e-6)
     assert body["decision"] == "decline" and "0.2" in str(body["reason"])  # the declared cut-offs
     fraud_alone = await service.score_json(json.dumps(event()).encode())
-    assert "scores" not in fraud_alone.as_dict()  # the default model answers as before
+    assert "scores" not in to_builtins(fraud_alone)  # the default model answers as before
 
 
 async def test_a_member_reload_is_picked_up_without_a_restart(
@@ -143,7 +144,7 @@ async def test_an_ensemble_whose_member_fails_validation_is_not_activated(
     with pytest.raises(ModelNotFound, match="ensemble 'combo' is not active: no model named 'broken'"):
         await service.infer("combo", None, list(union_row()))
     assert not service.model_ready("pinned") and service.model_ready("fraud")
-    described = {m["name"]: m for m in service.models()}
+    described = {m["name"]: m for m in to_builtins(service.models())}
     assert described["pinned"]["ensemble"] is None
     assert "no loaded version '7'" in str(described["pinned"]["last_error"])
 
@@ -161,7 +162,7 @@ async def test_a_version_other_than_the_ensembles_is_not_found(
 async def test_without_a_declaration_the_model_list_is_the_registrys(settings: Settings, services: Build) -> None:
     """Without a declaration nothing changes: the model list is the registry's."""
     service = await services(settings)
-    assert [m["name"] for m in service.models()] == ["fraud"]
+    assert [m["name"] for m in to_builtins(service.models())] == ["fraud"]
 
 
 @pytest.mark.parametrize(
@@ -192,7 +193,9 @@ async def test_a_stacking_meta_model_must_name_the_members(
     (folder / "meta.onnx").write_bytes(make_model(features=(FeatureDef("x", 0.5), FeatureDef("y", 0.5))))
     service = await services(settings)
     assert not service.model_ready("stack")
-    assert "serving.features must be the members ['fraud', 'fraud_b']" in str(service.models()[-1]["last_error"])
+    assert "serving.features must be the members ['fraud', 'fraud_b']" in str(
+        to_builtins(service.models())[-1]["last_error"]
+    )
 
 
 def test_declarations_come_from_both_sources(two_models: Path, azurite_connection: str) -> None:

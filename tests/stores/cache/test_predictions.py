@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from msgspec import to_builtins
 
 from shared.models.registry import ModelRegistry
 from shared.models.repository import DirectorySource
@@ -50,7 +51,7 @@ async def test_store_then_read_from_another_replica(redis_url: str, redis_prefix
     assert await b.get_l2([key(1), key(3), key(2)]) == [0.25, None, 0.75]
     assert tier_b.stats.round_trips == 1
     assert b.get_l1(key(2)) == 0.75  # an L2 hit fills L1
-    assert b.stats.as_dict() == {"l1_hits": 1, "l2_hits": 2, "misses": 1}
+    assert to_builtins(b.stats) == {"l1_hits": 1, "l2_hits": 2, "misses": 1}
     await tier_a.aclose()
     await tier_b.aclose()
 
@@ -132,7 +133,7 @@ async def test_a_cheap_model_stops_using_redis_under_auto(fraud) -> None:
     await settle(tier)
     assert {r.value.source for r in results} == {"model"}
     assert tier.stats.round_trips == trips  # neither read nor written
-    assert loaded.describe()["predictions_via_redis"] is False
+    assert loaded.describe().predictions_via_redis is False
 
 
 async def test_a_re_uploaded_version_never_serves_the_old_files_predictions(models_dir: Path) -> None:
@@ -160,6 +161,6 @@ async def test_a_batch_lookup_checks_l1_then_the_shared_tier_once() -> None:
     tier.put(key(2), codec.encode(struct.pack("<d", 0.2)), None)
     found = await cache.lookup([key(1), key(2), key(3), key(3)], use_l2=True)
     assert found == {key(1): (0.1, "l1"), key(2): (0.2, "l2")}
-    assert tier.stats.round_trips == 1 and cache.stats.as_dict() == {"l1_hits": 1, "l2_hits": 1, "misses": 1}
+    assert tier.stats.round_trips == 1 and to_builtins(cache.stats) == {"l1_hits": 1, "l2_hits": 1, "misses": 1}
     tier.down = True  # an outage reads as misses, never an error
     assert await cache.lookup([key(4)], use_l2=True) == {}

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 from cachetools import TTLCache
+from msgspec import to_builtins
 
 from shared.stores.cache import codec
 from shared.stores.cache.redis_tier import RedisTier
@@ -55,7 +56,7 @@ async def test_miss_computes_once_then_l1_hits(tier: RedisTier) -> None:
     assert await cache.get_or_compute("k", compute) == (0.25, None)
     assert await cache.get_or_compute("k", compute) == (0.25, "l1")
     assert compute.calls == 1
-    assert cache.stats.as_dict() == {"l1_hits": 1, "l2_hits": 0, "misses": 1}
+    assert to_builtins(cache.stats) == {"l1_hits": 1, "l2_hits": 0, "misses": 1}
     await tier.aclose()
 
 
