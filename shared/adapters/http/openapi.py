@@ -26,6 +26,7 @@ from typing import Any
 import msgspec
 import orjson
 
+from shared.adapters.http.routes import ROUTES, RouteSpec
 from shared.domain import answers
 from shared.domain.events import TEXT_FIELDS, Activation, PaymentEvent
 
@@ -232,7 +233,6 @@ def _operation(
     *,
     body: Schema | None = None,
     params: Iterable[str] = (),
-    keyed: bool = True,
     description: str = "",
 ) -> Schema:
     operation: Schema = {"operationId": operation_id, "summary": summary, "tags": [tag]}
@@ -242,9 +242,7 @@ def _operation(
         operation["parameters"] = [_PARAMS[p] for p in params]
     if body is not None:
         operation["requestBody"] = body
-    operation["responses"] = {**responses, **({"401": {"description": WHY[401]}} if keyed else {})}
-    if not keyed:
-        operation["security"] = []
+    operation["responses"] = dict(responses)
     return operation
 
 
@@ -411,7 +409,6 @@ def _api(max_batch_items: int) -> dict[str, Schema]:
                 "Liveness: 200 while the process answers",
                 "health",
                 {"200": _json(_ref("Liveness"), "the process answers")},
-                keyed=False,
             )
         },
         "/api/health/ready": {
@@ -423,7 +420,6 @@ def _api(max_batch_items: int) -> dict[str, Schema]:
                     "200": _json(_ref("Readiness"), "ready; `degraded` lists what serves with less than it should"),
                     "503": _json(_ref("Readiness"), "not ready; `detail` says why"),
                 },
-                keyed=False,
             )
         },
         OPENAPI_PATH: {
@@ -533,6 +529,40 @@ def _v2() -> dict[str, Schema]:
     }
 
 
+def _paths(max_batch_items: int, routes: tuple[RouteSpec, ...] = ROUTES) -> dict[str, Schema]:
+    """The operations written above, in the route table's order, each with its auth from the table.
+
+    A route the document does not describe, or a documented path or method the table lacks,
+    fails here (tests/adapters/http/test_openapi.py builds the document on every run).
+    """
+    written = {**_api(max_batch_items), **_v2()}
+    paths: dict[str, Schema] = {}
+    for spec in routes:
+        for path in _document_paths(spec.path):
+            operations = written.pop(path, None)
+            if operations is None:
+                raise LookupError(f"route {spec.name} ({path}) is in the route table but not in the document")
+            if sorted(m.upper() for m in operations) != sorted(spec.methods):
+                raise LookupError(f"route {spec.name}: the document has {sorted(operations)}, the table {spec.methods}")
+            for operation in operations.values():
+                if spec.auth == "anonymous":
+                    operation["security"] = []
+                else:
+                    operation["responses"]["401"] = {"description": WHY[401]}
+            paths[path] = operations
+    if written:
+        raise LookupError(f"documented but not in the route table: {sorted(written)}")
+    return paths
+
+
+def _document_paths(path: str) -> list[str]:
+    """A route's paths in the document: a `{probe}` route is its two probes, each with its own answers."""
+    return [path.replace("{probe}", p) for p in PROBES] if "{probe}" in path else [path]
+
+
+PROBES = ("live", "ready")
+
+
 def document(max_batch_items: int) -> dict[str, Any]:
     """The OpenAPI 3.1 document of the app, with this deployment's limits."""
     return {
@@ -550,7 +580,7 @@ def document(max_batch_items: int) -> dict[str, Any]:
         },
         "tags": [{"name": t} for t in ("scoring", "models", "reviews", "operations", "health", "v2")],
         "security": [{"functionKey": []}, {"functionKeyQuery": []}],
-        "paths": {**_api(max_batch_items), **_v2()},
+        "paths": _paths(max_batch_items),
         "components": {
             "schemas": {**_decoded(), "V2InferRequest": INFER_REQUEST, **_answered()},
             "securitySchemes": {

@@ -508,3 +508,22 @@ with TestClient(create_app(ServiceHolder(lambda: settings))) as client:
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == [False, False, True]
+
+
+def test_the_paths_come_from_the_route_table_and_fail_when_the_two_drift() -> None:
+    """Mutations of the table: a route the document lacks, a route dropped, a method added, a probe made keyed."""
+    from shared.adapters.http.openapi import _paths
+    from shared.adapters.http.routes import ROUTES, RouteSpec
+
+    paths = _paths(256)
+    assert [p for p in paths if "{probe}" not in p] == list(paths)  # a probe route is its two probes
+    assert paths["/api/health/live"]["get"]["security"] == [] and "401" in paths["/api/stats"]["get"]["responses"]
+    extra = RouteSpec("ghost", "/api/ghost", ("GET",), "function", "admin", "not documented")
+    with pytest.raises(LookupError, match="ghost"):
+        _paths(256, (*ROUTES, extra))
+    with pytest.raises(LookupError, match="/api/stats"):
+        _paths(256, tuple(r for r in ROUTES if r.name != "stats"))
+    with pytest.raises(LookupError, match="score"):
+        _paths(256, tuple(r._replace(methods=("GET", "POST")) if r.name == "score" else r for r in ROUTES))
+    keyed = _paths(256, tuple(r._replace(auth="function") if r.name == "health" else r for r in ROUTES))
+    assert "security" not in keyed["/api/health/live"]["get"]
