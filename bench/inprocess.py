@@ -24,7 +24,7 @@ import orjson
 from bench.ceiling import starlette_app
 from bench.loadgen import event_body
 from shared.adapters.http.app import create_app
-from shared.core.wiring import ServiceHolder
+from shared.core.holder import ServiceHolder
 from shared.settings import Settings
 
 

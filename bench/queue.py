@@ -23,7 +23,7 @@ from shared.adapters.http.app import create_app
 from shared.adapters.queue.handler import QueueHandler
 from shared.adapters.queue.publisher import MemoryPublisher
 from shared.adapters.queue.replay import messages, replay
-from shared.core.wiring import ServiceHolder
+from shared.core.holder import ServiceHolder
 from shared.settings import Settings
 
 HTTP_BATCH = 256

@@ -14,21 +14,15 @@ import time
 
 import httpx
 
+from shared.domain.events import EXAMPLE_EVENT
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", default="http://127.0.0.1:7071")
     parser.add_argument("-n", type=int, default=2000)
     args = parser.parse_args()
-    event = {
-        "user_id": "u00042",
-        "currency": "USD",
-        "merchant_id": "m-77",
-        "merchant_category": "7995",
-        "country": "NG",
-        "channel": "web",
-        "timestamp": "2026-11-29T03:12:00Z",
-    }
+    event = {k: v for k, v in EXAMPLE_EVENT.items() if k not in ("event_id", "amount", "note")}
     samples: dict[str, list[float]] = {"miss": [], "hit": []}
     with httpx.Client(base_url=args.url) as client:
         for i in range(args.n):

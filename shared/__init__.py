@@ -13,6 +13,6 @@ Layers (folders; imports run one way, down this list; tests/test_layers.py fails
 
 The public surface, each name from its defining module (nothing is re-exported; importing
 `shared` loads nothing): `shared.settings.Settings` (and its policies), `shared.errors.ScoringError`,
-`shared.core.service.ScoringService`, `shared.core.wiring.ServiceHolder` / `build_service`,
+`shared.core.service.ScoringService`, `shared.core.holder.ServiceHolder`, `shared.core.wiring.build_service`,
 `shared.adapters.http.app.create_app`, `shared.adapters.functions.handlers`.
 """

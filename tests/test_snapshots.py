@@ -46,7 +46,7 @@ from shared.adapters.oip.jobs import grpc_server
 from shared.adapters.queue.publisher import MemoryPublisher
 
 # NOTE: the app's entry points, and only these: the refactor of `shared/` rewrites these lines.
-from shared.core.wiring import ServiceHolder
+from shared.core.holder import ServiceHolder
 from shared.settings import AdmissionPolicy, Settings
 from tests.conftest import closed_port, event
 from tests.onnx_models import make_model

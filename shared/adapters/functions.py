@@ -23,7 +23,7 @@ from shared.adapters.queue.handler import QueueHandler
 from shared.adapters.queue.idempotency import ResultStore
 from shared.adapters.queue.messages import Incoming, trace_properties
 from shared.adapters.queue.publisher import Publisher
-from shared.core.wiring import ServiceHolder
+from shared.core.holder import ServiceHolder
 from shared.domain.answers import error_body
 from shared.errors import BadRequest, BatchIncomplete, ScoringError, log_answered
 from shared.models.repository import check_size, parse_model_path

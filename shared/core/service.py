@@ -313,10 +313,15 @@ class ScoringService:
         per-event path instead (the events then share batches with everything else).
         """
         try:
-            return await self._score_together(events, model or self._default)
-        except (ModelNotFound, BatcherClosed):
-            pass
-        return await self._score_each(events, model)
+            loaded = self._registry.active(model or self._default)
+        except ModelNotFound:  # NOTE: an ensemble (or no such model: each event says so)
+            return await self._score_each(events, model)
+        if not loaded.takes_rows:  # NOTE: run off the event loop: its rows share the batcher's batches
+            return await self._score_each(events, model)
+        try:
+            return await self._score_together(events, loaded)
+        except BatcherClosed:  # NOTE: the version was swapped while the rows waited: the new one answers
+            return await self._score_each(events, model)
 
     async def _score_each(
         self, events: Sequence[PaymentEvent | ScoringError], model: str | None
@@ -332,12 +337,9 @@ class ScoringService:
         return list(await asyncio.gather(*(one(e) for e in events)))
 
     async def _score_together(
-        self, events: Sequence[PaymentEvent | ScoringError], name: str
+        self, events: Sequence[PaymentEvent | ScoringError], loaded: LoadedModel
     ) -> list[Scored | ScoringError]:
         t0 = time.perf_counter()
-        loaded = self._registry.active(name)
-        if not loaded.takes_rows:  # NOTE: before the feature reads, which the per-event path would repeat
-            raise BatcherClosed(f"{loaded.name}/{loaded.version} takes rows one by one")
         valid = [e for e in events if not isinstance(e, ScoringError)]
         users = await self._features.get_many(e.user_id for e in valid) if loaded.mapper.uses_user_features else {}
         t1 = time.perf_counter()

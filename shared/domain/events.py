@@ -29,6 +29,7 @@ import msgspec
 from shared.errors import InvalidEvent, MalformedJson, ScoringError, TooManyItems
 
 __all__ = [
+    "EXAMPLE_EVENT",
     "Activation",
     "PaymentEvent",
     "decode_activation",
@@ -47,6 +48,21 @@ __all__ = [
 Id = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 TEXT_FIELDS = ("event_id", "user_id", "merchant_id", "merchant_category", "note")
+
+
+EXAMPLE_EVENT: dict[str, object] = {
+    "event_id": "evt-1001",
+    "user_id": "u00042",
+    "amount": 912.40,
+    "currency": "USD",
+    "merchant_id": "m-77",
+    "merchant_category": "7995",
+    "country": "NG",
+    "channel": "web",
+    "timestamp": "2026-11-29T03:12:00Z",
+    "note": "gift cards",
+}
+"""The documented example (the README's quick start, the OpenAPI examples, scripts/latency_loop.py)."""
 
 
 class PaymentEvent(msgspec.Struct, frozen=True):

@@ -17,7 +17,7 @@ from shared.adapters.functions import FunctionHandlers
 from shared.adapters.http.routes import ROUTES, RouteSpec, framed
 from shared.adapters.http.routes import route as route_named
 from shared.adapters.queue.publisher import MemoryPublisher
-from shared.core.wiring import ServiceHolder
+from shared.core.holder import ServiceHolder
 from shared.settings import Settings
 from tests import host_routes
 from tests.conftest import event
@@ -415,7 +415,7 @@ def test_a_publisher_that_cannot_be_built_fails_its_messages_with_the_reason() -
 import asyncio, json, sys
 sys.modules["aiohttp"] = None
 from azure.functions.servicebus import ServiceBusMessage
-from shared.core.wiring import ServiceHolder
+from shared.core.holder import ServiceHolder
 from shared.errors import BatchIncomplete
 from shared.adapters.queue.publisher import ServiceBusPublisher
 from shared.settings import Settings

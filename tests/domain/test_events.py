@@ -115,3 +115,20 @@ def test_no_accepted_string_field_carries_a_control_character(field: str, text: 
 @given(text=st.text(alphabet=st.characters(blacklist_categories=("Cc", "Cs")), min_size=1, max_size=100))
 def test_printable_text_is_still_accepted(text: str) -> None:
     assert decode_event(body(note=text, merchant_id=text)).note == text
+
+
+def test_the_readme_quick_start_scores_the_documented_example_event() -> None:
+    """One example event: the README's curl body is EXAMPLE_EVENT (which OpenAPI and the scripts use) and decodes."""
+    import json
+    import re
+    from pathlib import Path
+
+    from shared.domain.events import EXAMPLE_EVENT
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    body = re.search(
+        r"-X POST localhost:7071/api/score -H 'content-type: application/json' -d '(\{.*?\})'", readme, re.S
+    )
+    assert body is not None, "the quick start's curl example was not found"
+    assert json.loads(body[1]) == EXAMPLE_EVENT
+    assert decode_event(json.dumps(EXAMPLE_EVENT).encode()).event_id == "evt-1001"

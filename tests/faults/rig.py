@@ -28,8 +28,8 @@ from shared.adapters.functions import FunctionHandlers
 from shared.adapters.http.app import create_app
 from shared.adapters.queue.handler import COMPLETED_QUEUE
 from shared.adapters.queue.publisher import MemoryPublisher, Publisher
+from shared.core.holder import ServiceHolder
 from shared.core.service import ScoringService
-from shared.core.wiring import ServiceHolder
 from shared.domain.events import decode_event
 from shared.errors import ScoringError
 from shared.settings import Settings

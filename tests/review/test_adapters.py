@@ -11,8 +11,8 @@ from starlette.testclient import TestClient
 from bench.llm_server import LlmServer
 from shared.adapters.http.app import create_app
 from shared.adapters.queue.handler import COMPLETED_QUEUE
+from shared.core.holder import ServiceHolder
 from shared.core.service import ScoringService
-from shared.core.wiring import ServiceHolder
 from shared.settings import Settings
 from tests.adapters.queue.test_handler import batch_over, message, sent
 from tests.conftest import event

@@ -8,7 +8,7 @@ from starlette.testclient import TestClient
 
 from bench.llm_server import LlmServer
 from shared.adapters.http.app import create_app
-from shared.core.wiring import ServiceHolder
+from shared.core.holder import ServiceHolder
 from shared.settings import Settings
 from tests.conftest import event
 from tests.telemetry.conftest import Observed, observed, total

@@ -15,8 +15,8 @@ from msgspec import to_builtins
 
 from bench.llm_server import LlmServer
 from shared.adapters.http.app import create_app
+from shared.core.holder import ServiceHolder
 from shared.core.service import ScoringService
-from shared.core.wiring import ServiceHolder
 from shared.errors import DeadlineExceeded, Overloaded
 from shared.runtime.admission import INTERVAL_S, Admission
 from shared.settings import AdmissionPolicy, ReviewPolicy, Settings

@@ -30,7 +30,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from bench.llm_server import LlmServer
 from shared.adapters.queue.publisher import MemoryPublisher
-from shared.core.wiring import ServiceHolder
+from shared.core.holder import ServiceHolder
 from shared.settings import ReviewPolicy, Settings
 from shared.telemetry import process
 from shared.telemetry.logs import JsonFormatter

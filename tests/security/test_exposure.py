@@ -24,7 +24,7 @@ import azure.functions as func
 import pytest
 
 from shared.adapters.functions import FunctionHandlers
-from shared.core.wiring import ServiceHolder
+from shared.core.holder import ServiceHolder
 from shared.settings import Settings
 from tests import host_routes
 from tests.adapters.test_function_app import FUNCTIONS  # NOTE: indexed once per process, as the worker does

@@ -34,7 +34,7 @@ from shared.adapters.http.app import create_app
 from shared.adapters.oip import grpc_predict_v2_pb2 as pb
 from shared.adapters.oip.jobs import grpc_server
 from shared.adapters.queue.publisher import MemoryPublisher
-from shared.core.wiring import ServiceHolder
+from shared.core.holder import ServiceHolder
 from shared.errors import ModelInvalid
 from shared.models.repository import BlobSource, DirectorySource, ModelRef
 from shared.settings import Settings

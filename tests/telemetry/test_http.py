@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 from shared.adapters.http.app import create_app
-from shared.core.wiring import ServiceHolder
+from shared.core.holder import ServiceHolder
 from shared.settings import Settings
 from shared.telemetry.catalogue import prometheus_names
 from shared.telemetry.logs import JsonFormatter

@@ -46,7 +46,7 @@ async def one_grpc_call() -> bool:
 
     from shared.adapters.oip import grpc_predict_v2_pb2 as pb
     from shared.adapters.oip.jobs import grpc_server
-    from shared.core.wiring import ServiceHolder
+    from shared.core.holder import ServiceHolder
     from shared.settings import Settings
 
     probe = __import__("socket").create_server(("127.0.0.1", 0))

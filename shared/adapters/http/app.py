@@ -34,7 +34,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from shared.adapters.http.body import read_body, read_json_body
 from shared.adapters.http.routes import ROUTES
 from shared.adapters.oip.rest import V2Endpoints
-from shared.core.wiring import ServiceHolder
+from shared.core.holder import ServiceHolder
 from shared.domain.answers import Batch, ErrorBody, IndexedError, Liveness, ModelList, encode, error_body
 from shared.domain.events import decode_activation
 from shared.errors import Overloaded, ScoringError, log_answered, retry_after

@@ -2,7 +2,7 @@
 
 from shared.adapters.http.app import create_app
 from shared.adapters.oip.jobs import grpc_server
-from shared.core.wiring import ServiceHolder
+from shared.core.holder import ServiceHolder
 
 __all__ = ["app", "holder"]
 

@@ -28,7 +28,7 @@ import orjson
 
 from shared.adapters.http.routes import ROUTES, RouteSpec
 from shared.domain import answers
-from shared.domain.events import TEXT_FIELDS, Activation, PaymentEvent
+from shared.domain.events import EXAMPLE_EVENT, TEXT_FIELDS, Activation, PaymentEvent
 
 __all__ = ["OPENAPI_PATH", "document", "document_bytes"]
 
@@ -61,18 +61,7 @@ def _object(
 # -- request bodies: the decoders' own schemas -------------------------------------------
 
 
-EVENT = {
-    "event_id": "evt-1001",
-    "user_id": "u00042",
-    "amount": 912.40,
-    "currency": "USD",
-    "merchant_id": "m-77",
-    "merchant_category": "7995",
-    "country": "NG",
-    "channel": "web",
-    "timestamp": "2026-11-29T03:12:00Z",
-    "note": "gift cards",
-}
+EVENT = EXAMPLE_EVENT
 # the demo model's 25 columns (`parameters.features` of GET /v2/models/fraud), two rows
 ROWS = [
     [4.8, 3, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 60, 2, 400, 0, 1],

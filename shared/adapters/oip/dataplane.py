@@ -22,14 +22,16 @@ from shared.errors import BadRequest
 if TYPE_CHECKING:
     from shared.core.service import ScoringService
 
-__all__ = ["SERVER_NAME", "DataPlane", "InferRequest", "InferResponse", "InputTensor", "OutputTensor"]
+__all__ = ["SERVER_NAME", "DataPlane", "InferRequest", "InferResponse", "NamedTensor"]
 
 SERVER_NAME = "fraud-scoring"
 SERVER_VERSION = "1.0"
 
 
 @dataclass(frozen=True, slots=True)
-class InputTensor:
+class NamedTensor:
+    """A request's input or a response's output: a V2 tensor by name, decoded to numpy."""
+
     name: str
     datatype: str
     shape: tuple[int, ...]
@@ -42,25 +44,17 @@ class InferRequest:
 
     model: str
     version: str | None
-    inputs: list[InputTensor]
+    inputs: list[NamedTensor]
     outputs: list[str] | None = None
     id: str = ""
     parameters: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
-class OutputTensor:
-    name: str
-    datatype: str
-    shape: tuple[int, ...]
-    data: Tensor
-
-
-@dataclass(frozen=True, slots=True)
 class InferResponse:
     model: str
     version: str
-    outputs: list[OutputTensor]
+    outputs: list[NamedTensor]
     id: str = ""
 
 
@@ -95,7 +89,7 @@ class DataPlane:
             raise BadRequest(f"unknown output {unknown[0]!r}: model {info.name!r} gives {SCORE_OUTPUT!r}")
         done = await self.core.infer(request.model, request.version or None, list(matrix))
         scores = np.array(done.scores, dtype=np.float32).reshape(-1, 1)
-        output = OutputTensor(SCORE_OUTPUT, "FP32", scores.shape, scores)
+        output = NamedTensor(SCORE_OUTPUT, "FP32", scores.shape, scores)
         return InferResponse(done.model, done.model_version, [output], request.id)
 
     def _rows(self, request: InferRequest, info: ModelInfo) -> Tensor:

@@ -20,7 +20,7 @@ from google.protobuf.message import Message
 
 from shared.adapters.oip import codec
 from shared.adapters.oip import grpc_predict_v2_pb2 as pb
-from shared.adapters.oip.dataplane import DataPlane, InferRequest, InferResponse, InputTensor
+from shared.adapters.oip.dataplane import DataPlane, InferRequest, InferResponse, NamedTensor
 from shared.errors import BadRequest, ScoringError, log_answered
 
 if TYPE_CHECKING:
@@ -149,7 +149,7 @@ def decode_infer(request: pb.ModelInferRequest) -> InferRequest:
             data = codec.from_raw(tensor.datatype, shape, raw[i])
         else:
             data = _from_contents(tensor.datatype, shape, tensor.contents)
-        inputs.append(InputTensor(tensor.name, tensor.datatype, shape, data))
+        inputs.append(NamedTensor(tensor.name, tensor.datatype, shape, data))
     outputs = [o.name for o in request.outputs] or None
     return InferRequest(request.model_name, request.model_version or None, inputs, outputs, request.id)
 

@@ -122,7 +122,7 @@ def _v2(endpoint: Endpoint) -> Endpoint:
 def decode_infer(request: Request, body: bytes) -> tuple[InferRequest, bool]:
     """The request, and whether its outputs are to be sent binary."""
     from shared.adapters.oip import codec
-    from shared.adapters.oip.dataplane import InferRequest, InputTensor
+    from shared.adapters.oip.dataplane import InferRequest, NamedTensor
 
     header = request.headers.get(HEADER_LENGTH)
     split = _header_length(header, len(body)) if header is not None else len(body)
@@ -144,7 +144,7 @@ def decode_infer(request: Request, body: bytes) -> tuple[InferRequest, bool]:
             offset += size
         else:
             data = codec.from_json(datatype, shape, item.get("data"))
-        inputs.append(InputTensor(name, datatype, tuple(shape), data))
+        inputs.append(NamedTensor(name, datatype, tuple(shape), data))
     if offset != len(binary):
         raise BadRequest(f"{len(binary) - offset} bytes after the last binary input")
     parameters = _params(raw.get("parameters"))

@@ -15,7 +15,7 @@ from starlette.testclient import TestClient
 from starlette.types import ASGIApp, Message
 
 from shared.adapters.http.app import create_app
-from shared.core.wiring import ServiceHolder
+from shared.core.holder import ServiceHolder
 from shared.settings import Settings
 from tests.conftest import event
 

@@ -29,7 +29,7 @@ from starlette.types import ASGIApp, Message
 from bench.llm_server import LlmServer
 from shared.adapters.http.app import create_app
 from shared.adapters.http.openapi import OPENAPI_PATH, document
-from shared.core.wiring import ServiceHolder
+from shared.core.holder import ServiceHolder
 from shared.settings import BatchPolicy, CachePolicy, ReviewPolicy, Settings
 from tests.adapters.http.openapi_check import answer_problems, operation_of, operations, route_problems
 from tests.adapters.test_function_app import host_table
@@ -493,7 +493,7 @@ def test_the_document_is_built_on_its_first_request_only() -> None:
 import json, sys
 from starlette.testclient import TestClient
 import function_app
-from shared.core.wiring import ServiceHolder
+from shared.core.holder import ServiceHolder
 from shared.adapters.http.app import create_app
 from shared.settings import Settings
 before = "shared.adapters.http.openapi" in sys.modules

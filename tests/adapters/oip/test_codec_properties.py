@@ -20,7 +20,7 @@ from shared.adapters.http.app import create_app
 from shared.adapters.oip import codec
 from shared.adapters.oip.dataplane import InferRequest
 from shared.adapters.oip.rest import HEADER_LENGTH, decode_infer
-from shared.core.wiring import ServiceHolder
+from shared.core.holder import ServiceHolder
 from shared.errors import BadRequest
 from shared.settings import Settings
 from tests.strategies import corrupted, json_values

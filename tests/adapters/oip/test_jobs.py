@@ -9,7 +9,7 @@ import pytest
 
 from shared.adapters.oip import grpc_predict_v2_pb2 as pb
 from shared.adapters.oip.jobs import grpc_server
-from shared.core.wiring import ServiceHolder
+from shared.core.holder import ServiceHolder
 from shared.settings import Settings
 from tests.conftest import closed_port, port_frees
 

@@ -12,7 +12,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from shared.adapters.http.app import create_app
-from shared.core.wiring import ServiceHolder
+from shared.core.holder import ServiceHolder
 from shared.settings import Settings
 from tests.onnx_models import make_model
 
