@@ -5,15 +5,18 @@ codec-encoded: LZ4 past a few dozen bytes), so the users of a whole batch are on
 MGET. Redis is the source of truth when configured; the embedded default reads a
 JSON file shipped in the repo. A missing user is an empty context (every user
 feature then takes its model default), never an error.
+
+`ContextStore` is the seam the core reads through: this store, or `FeastStore`
+(shared/feast_store.py) when FEATURE_STORE=feast.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TypeAlias
+from typing import Protocol, TypeAlias
 
 import orjson
 from cachetools import TTLCache
@@ -21,8 +24,20 @@ from cachetools import TTLCache
 from shared.cache import codec
 from shared.cache.tier import L2Tier
 from shared.cache.tiered import Tier, TieredCache
+from shared.events import PaymentEvent
+from shared.features import Context
+from shared.models.spec import ModelSpec
 
-__all__ = ["SCHEMA_KEY", "FeatureStore", "UserFeatures", "encode_user", "load_feature_file", "seed_redis", "user_key"]
+__all__ = [
+    "SCHEMA_KEY",
+    "ContextStore",
+    "FeatureStore",
+    "UserFeatures",
+    "encode_user",
+    "load_feature_file",
+    "seed_redis",
+    "user_key",
+]
 
 log = logging.getLogger(__name__)
 UserFeatures: TypeAlias = dict[str, float]
@@ -53,6 +68,26 @@ def load_feature_file(path: str | Path) -> dict[str, UserFeatures]:
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected an object of users")
     return data
+
+
+class ContextStore(Protocol):
+    """Where the core reads each event's user context for a model (by the model's column names)."""
+
+    source: str
+
+    async def catalogue(self) -> frozenset[str] | None: ...
+
+    def stats(self) -> Mapping[str, object]: ...
+
+    async def context(self, spec: ModelSpec, event: PaymentEvent) -> Context | None: ...
+
+    async def contexts(self, spec: ModelSpec, events: Sequence[PaymentEvent]) -> list[Context | None]: ...
+
+    def problem(self) -> str | None:
+        """Why the store serves less than it should now (readiness lists it), or None."""
+        ...
+
+    async def aclose(self) -> None: ...
 
 
 class FeatureStore:
@@ -111,6 +146,20 @@ class FeatureStore:
             read = await asyncio.gather(*(self.get(user_id) for user_id in missing))
             found.update((user_id, features) for user_id, (features, _) in zip(missing, read, strict=True))
         return found
+
+    async def context(self, spec: ModelSpec, event: PaymentEvent) -> Context | None:
+        """The event's user's features (the same for every model)."""
+        return (await self.get(event.user_id))[0]
+
+    async def contexts(self, spec: ModelSpec, events: Sequence[PaymentEvent]) -> list[Context | None]:
+        found = await self.get_many(e.user_id for e in events)
+        return [found.get(e.user_id) for e in events]
+
+    def problem(self) -> str | None:
+        return None  # NOTE: its Redis is the cache tier, which reports itself
+
+    async def aclose(self) -> None:
+        return None  # NOTE: its Redis is the cache tier, which the core closes
 
     async def _from_fallback(self, user_id: str) -> UserFeatures:
         return dict(self._fallback.get(user_id, {}))

@@ -120,7 +120,11 @@ SCORED = _object(
         "defaulted": _array(STR),
         "timings_ms": {"type": "object", "additionalProperties": NUM},
     },
-    {"scores": {"type": "object", "additionalProperties": NUM}, "review": _ref("Review")},
+    {
+        "scores": {"type": "object", "additionalProperties": NUM},
+        "review": _ref("Review"),
+        "defaulted_why": {"type": "object", "additionalProperties": {"enum": ["missing", "null", "stale", "invalid"]}},
+    },
 )
 THRESHOLDS = _object({"review": NUM, "decline": NUM})
 LOADED_VERSION = _object(

@@ -31,7 +31,7 @@ from shared.decision import Decider, Review, ThresholdDecider, Verdict
 from shared.ensembles import Ensemble, Ensembles
 from shared.errors import BatcherClosed, ModelNotFound, NotReady, ReviewNotFound, ScoringError
 from shared.events import PaymentEvent, decode_event, decode_events
-from shared.feature_store import FeatureStore
+from shared.feature_store import ContextStore
 from shared.features import FeatureRow
 from shared.models.runtime import gpu_missing
 from shared.models.source import ModelRef
@@ -64,6 +64,7 @@ class Scored:
     source: Source
     defaulted: list[str]
     timings_ms: dict[str, float] = field(default_factory=dict)
+    defaulted_why: Mapping[str, str] = field(default_factory=dict)  # defaulted name -> missing | null | stale | invalid
     reason: str = ""
     scores: Mapping[str, float] = field(default_factory=dict)
     review: Review | None = None
@@ -80,6 +81,8 @@ class Scored:
             "defaulted": self.defaulted,
             "timings_ms": self.timings_ms,
         }
+        if self.defaulted_why:
+            body["defaulted_why"] = dict(self.defaulted_why)
         if len(self.scores) > 1:  # NOTE: more than the local model's: show every opinion
             body["scores"] = {k: round(v, 6) for k, v in self.scores.items()}
         if self.review is not None:
@@ -122,7 +125,7 @@ class ScoringService:
         self,
         settings: Settings,
         registry: ModelRegistry,
-        features: FeatureStore,
+        features: ContextStore,
         predictions: PredictionCache,
         l2: L2Tier | None,
         *,
@@ -174,6 +177,7 @@ class ScoringService:
             self._ensembles.release()
         if self._l2 is not None:
             await self._l2.aclose()
+        await self._features.aclose()
         if self._control is not None:
             await self._control.aclose()
 
@@ -246,6 +250,7 @@ class ScoringService:
             reasons.append(self._rollout.problem())
         if self._reviewer is not None:
             reasons.append(self._reviewer.problem())
+        reasons.append(self._features.problem())
         share = self._recent_defaulted
         if share is not None and share >= DEGRADED_SHARE:
             reasons.append(f"features: {share:.0%} of recent events scored on model defaults for user features")
@@ -384,9 +389,9 @@ class ScoringService:
         if not loaded.takes_rows:  # NOTE: before the feature reads, which the per-event path would repeat
             raise BatcherClosed(f"{loaded.name}/{loaded.version} takes rows one by one")
         valid = [e for e in events if not isinstance(e, ScoringError)]
-        users = await self._features.get_many(e.user_id for e in valid) if loaded.mapper.uses_user_features else {}
+        users = await self._features.contexts(loaded.spec, valid) if loaded.mapper.uses_user_features else None
         t1 = time.perf_counter()
-        rows = [loaded.mapper.row(e, users.get(e.user_id)) for e in valid]
+        rows = [loaded.mapper.row(e, users[i] if users else None) for i, e in enumerate(valid)]
         predictions = await loaded.score_rows([row.values for row in rows])
         thresholds = loaded.spec.thresholds
         decide = self._decider.decide
@@ -465,7 +470,7 @@ class ScoringService:
             loaded = self._served(name)
         user = None
         if loaded.mapper.uses_user_features:
-            user, _ = await self._features.get(event.user_id)
+            user = await self._features.context(loaded.spec, event)
         t1 = time.perf_counter()
         row = loaded.mapper.row(event, user)
         done = await loaded.score(row.values)
@@ -525,6 +530,7 @@ class ScoringService:
             model_version=served.version,
             source=source,
             defaulted=row.defaulted,
+            defaulted_why=row.why,
             timings_ms=timings,
             reason=verdict.reason,
             scores=verdict.scores if prediction.parts is None else {**prediction.parts, **verdict.scores},

@@ -19,6 +19,7 @@ from shared.batching import Completed
 from shared.ensembles.declaration import Declaration
 from shared.errors import ModelInvalid
 from shared.features import FeatureMapper
+from shared.models.feast_spec import FeastSpec
 from shared.models.runtime import OnnxModel
 from shared.models.spec import FeatureDef, ModelSpec
 from shared.serving import LoadedModel, Prediction, Row
@@ -41,7 +42,8 @@ class Ensemble:
         self.members = tuple(members)
         features = _union(members)
         thresholds = declaration.decision or (meta.spec.thresholds if meta else members[0].spec.thresholds)
-        self.spec = ModelSpec(features, members[0].spec.input_name, SCORE_OUTPUT, 0, thresholds)
+        feast = FeastSpec.union(m.spec.feast for m in members)  # NOTE: the members' Feast columns, read once
+        self.spec = ModelSpec(features, members[0].spec.input_name, SCORE_OUTPUT, 0, thresholds, feast=feast)
         self.mapper = FeatureMapper(self.spec)
         names = [f.name for f in features]
         self._plan = [(m, _columns(names, m.spec)) for m in members]
