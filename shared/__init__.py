@@ -6,7 +6,7 @@ Layers (imports run one way, down this list; tests/test_layers.py fails on an up
     events                           the payment event schema and its decoding
     cache, control, batching, background, deadlines, admission  tiers, prediction cache · records whose writes raise · micro-batcher · jobs · deadlines · admission control
     models                           spec (metadata contract) · runtime (ONNX Runtime) · source
-    features, feature_store          event + user context → the model's row
+    features, feature_store, feast_store  event + user context → the model's row (feast_store: Feast's Redis layout)
     serving, registry, decision, rollout, review, signature, ensembles  one served version · versions · score → decision · fleet sync · LLM review · tensors · ensembles
     service, build                   the transport-free core · wiring once per process
     http, openapi, triggers, asgi, __main__, local_server, queue, oip   adapters (openapi: the document of the HTTP API; queue: the Service Bus batch path; oip: V2 REST and gRPC)

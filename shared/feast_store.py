@@ -258,7 +258,10 @@ class _Plan:
 
 def _plan(spec: FeastSpec) -> _Plan:
     by_keys: dict[tuple[FeastEntity, ...], list[FeastView]] = {}
+    read = {view for _, view, _ in spec.features}
     for view in spec.views:
+        if view.name not in read:
+            continue  # NOTE: a declared view no column reads costs no HMGET
         by_keys.setdefault(view.entities, []).append(view)
     groups: list[_Group] = []
     views: list[_ViewPlan] = []

@@ -23,7 +23,7 @@ LAYERS: list[set[str]] = [
     {"shared.events"},
     {"shared.cache", "shared.control", "shared.batching", "shared.background", "shared.deadlines", "shared.admission"},
     {"shared.models"},
-    {"shared.features", "shared.feature_store"},
+    {"shared.features", "shared.feature_store", "shared.feast_store"},
     {
         "shared.serving",
         "shared.registry",
