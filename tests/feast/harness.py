@@ -69,7 +69,7 @@ def run_feast(spec: dict[str, Any], workdir: Path, timeout_s: float = 240) -> di
 def dataset(seed: int, now: float, users: int = 240, merchants: int = 40) -> dict[str, Any]:
     """Rows for the three views: nulls, negative and huge ints, unicode ids, stale and fresh merchants,
     and entities requested that were never written."""
-    rng = random.Random(seed)
+    rng = random.Random(seed)  # noqa: S311 test data, not secrets
     user_ids = [f"u{i:04d}" if i % 11 else f"ü-{i} x" for i in range(users)]
     merchant_ids = [i if i % 5 else (1 << 62) + i for i in range(merchants)]
     user_rows = []
@@ -96,7 +96,7 @@ def dataset(seed: int, now: float, users: int = 240, merchants: int = 40) -> dic
         for _ in range(300)
     ]  # fmt: skip
     asked = [
-        {"user_id": rng.choice(user_ids + ["nobody", "u9999"]), "merchant_id": rng.choice(merchant_ids + [10**6])}
+        {"user_id": rng.choice([*user_ids, "nobody", "u9999"]), "merchant_id": rng.choice([*merchant_ids, 10**6])}
         for _ in range(400)
     ]
     asked += [{"user_id": r["user_id"], "merchant_id": r["merchant_id"]} for r in pair_rows[:100]]
