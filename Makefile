@@ -39,7 +39,7 @@ run: $(VENV)/.runtime
 test: lint test-unit test-infra
 
 ## test-unit: the Python tests only, with their Redis and Azurite (and the worker conformance runtimes)
-test-unit: $(VENV)/.dev node_modules/.installed worker-venvs
+test-unit: $(VENV)/.dev node_modules/.installed worker-venvs .venv-feast/.installed
 	@PY=$(PY) scripts/with_services.sh $(PY) -m pytest $(PYTEST_ARGS)
 
 ## test-infra: offline checks of infra/ (Bicep parsed by pycep-parser, checkov) in their own venv
@@ -59,6 +59,14 @@ test-infra: .venv-infra/.installed
 PYTHON313 ?= $(shell for p in $$(command -v python3.13) $(HOME)/.pyenv/versions/3.13*/bin/python3.13; do \
 	"$$p" -c 'import sys; assert sys.version_info[:2] == (3, 13)' 2>/dev/null && { echo "$$p"; break; }; done)
 PIP_QUIET := -q --disable-pip-version-check --no-warn-script-location
+
+# Feast itself (tests/features/test_feast.py, bench/feast.py): its pandas, pyarrow and protobuf never meet the app's pins.
+.venv-feast/.installed: requirements-feast.txt
+	@test -x .venv-feast/bin/python || $(PYTHON) -m venv .venv-feast
+	@echo "installing Feast into .venv-feast (tests and bench only)..."
+	@.venv-feast/bin/python -m pip install $(PIP_QUIET) -r requirements-feast.txt 2>&1 | grep -v '^WARNING: Location' || true
+	@.venv-feast/bin/python -c 'import feast, feast.infra.online_stores.redis'
+	@touch $@
 
 .PHONY: worker-venvs
 worker-venvs: .venv-worker/.installed .venv-worker311/.installed
@@ -146,4 +154,4 @@ readme: $(VENV)/.runtime
 
 ## clean: remove the virtual environments, node_modules and caches
 clean:
-	rm -rf $(VENV) .venv-infra .venv-worker .venv-worker311 .venv-stubs node_modules .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-infra .venv-worker .venv-worker311 .venv-feast .venv-stubs node_modules .pytest_cache .mypy_cache .ruff_cache

@@ -47,6 +47,7 @@ __all__ = [
 GraphOptimization = Literal["disable", "basic", "extended", "all"]
 PredictionL2 = Literal["auto", "always", "never"]
 HttpServer = Literal["granian", "uvicorn"]
+FeatureStoreKind = Literal["native", "feast"]
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 
@@ -327,6 +328,21 @@ class Settings:
     features_file: str | None = setting(
         "FEATURES_FILE", "data/demo_users.json", "demo user features when Redis is not configured"
     )
+    feature_store: FeatureStoreKind = setting(
+        "FEATURE_STORE",
+        "native",
+        "where user features come from: `native` (`user:{id}` in REDIS_URL, else FEATURES_FILE) or `feast` "
+        "(a Feast Redis online store, as `feast materialize` wrote it; README, Using a Feast online store)",
+    )
+    feast_project: str | None = setting(
+        "FEAST_PROJECT", None, "the Feast project whose online store is read (FEATURE_STORE=feast)"
+    )
+    feast_redis_url: str | None = setting(
+        "FEAST_REDIS_URL",
+        None,
+        "the Redis of the Feast online store; unset → REDIS_URL (docs/capacity.md: a separate one keeps features unevicted)",
+        secret=True,
+    )
     batch: BatchPolicy = field(default_factory=BatchPolicy)
     cache: CachePolicy = field(default_factory=CachePolicy)
     ort: OrtOptions = field(default_factory=OrtOptions)
@@ -452,6 +468,12 @@ class Settings:
         if self.redis_url is not None:
             _check(_is_redis_url(self.redis_url), "REDIS_URL", "a redis://, rediss:// or unix:// URL with a host")
         _check(bool(self.default_model), "DEFAULT_MODEL", "a model name")
+        _check(self.feature_store in ("native", "feast"), "FEATURE_STORE", "one of native|feast")
+        if self.feature_store == "feast":
+            _check(bool(self.feast_project), "FEAST_PROJECT", "the Feast project name (FEATURE_STORE=feast)")
+            _check(bool(self.feast_redis_url or self.redis_url), "FEAST_REDIS_URL", "a Redis URL, or REDIS_URL set")
+        if self.feast_redis_url is not None:
+            _check(_is_redis_url(self.feast_redis_url), "FEAST_REDIS_URL", "a redis://, rediss:// or unix:// URL")
         _check(0 <= self.model_poll_s <= 3600, "MODEL_POLL_SECONDS", "a number of seconds within 0..3600")
         _check(0 <= self.trace_sample_ratio <= 1, "TRACE_SAMPLE_RATIO", "a number within 0..1")
         _check(self.log_rejections_per_s >= 0, "LOG_REJECTIONS_PER_S", "a number >= 0")

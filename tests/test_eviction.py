@@ -96,3 +96,42 @@ async def test_under_allkeys_lru_the_same_traffic_evicts_users(settings: Setting
     share, present, _ = await defaulted_share_under_prediction_pressure(settings, small_redis)
     print(f"allkeys-lru: {len(USERS) - present} of {len(USERS)} users evicted, defaulted share {share:.0%}")
     assert present < len(USERS) and share > 0.0
+
+
+# -- the Feast layout (shared/features/feast.py): the same flood, Feast's hashes beside the users ------
+
+FEAST_VIEW = "user_stats"
+
+
+async def feast_keys_left_after_the_flood(settings: Settings, url: str, key_ttl_s: int | None) -> tuple[int, int]:
+    """Feast-layout hashes (as `feast materialize` writes them, EXPIRE when `key_ttl_seconds` is set)
+    for every user, then the prediction flood of the test above: (hashes written, hashes left)."""
+    from shared.domain.feast_spec import FeastEntity, FeastView
+    from shared.features.feast import entity_key, seed_feast
+
+    view = FeastView(FEAST_VIEW, (FeastEntity("user_id", "string", "user_id"),))
+    client = Redis.from_url(url)
+    try:
+        rows = {(u,): {"txn_count_24h": int(f["user_txn_count_24h"])} for u, f in USERS.items()}
+        await seed_feast(client, "evict", view, rows, event_time_s=time.time(), key_ttl_s=key_ttl_s)
+        await defaulted_share_under_prediction_pressure(settings, url)
+        keys = [entity_key(view.entities, (u,), "evict") for u in USERS]
+        return len(keys), int(await client.exists(*keys))  # type: ignore[arg-type]
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.parametrize("small_redis", ["volatile-lru"], indirect=True)
+async def test_feast_hashes_without_a_key_ttl_survive_the_flood(settings: Settings, small_redis: str) -> None:
+    written, left = await feast_keys_left_after_the_flood(settings, small_redis, key_ttl_s=None)
+    assert left == written
+
+
+@pytest.mark.parametrize("small_redis", ["volatile-lru"], indirect=True)
+async def test_feast_hashes_with_key_ttl_seconds_are_evicted_beside_predictions(
+    settings: Settings, small_redis: str
+) -> None:
+    """Why FEAST_REDIS_URL names a Redis of its own when Feast sets `key_ttl_seconds` (docs/capacity.md)."""
+    written, left = await feast_keys_left_after_the_flood(settings, small_redis, key_ttl_s=86_400)
+    print(f"key_ttl_seconds set: {written - left} of {written} Feast hashes evicted by prediction writes")
+    assert left < written

@@ -113,6 +113,12 @@ param featuresFile string = ''
 @description('Prefix for every Redis key (lets environments share a cache).')
 param redisKeyPrefix string = ''
 
+@description('Feast project whose Redis online store the user features come from; empty: the native layout (README, Using a Feast online store).')
+param feastProject string = ''
+
+@description('rediss:// URL of the Feast online store; empty: the cache Redis. Give Feast a Redis of its own when it sets key_ttl_seconds (docs/capacity.md).')
+param feastRedisUrl string = ''
+
 @description('Log level of the service.')
 @allowed([
   'DEBUG'
@@ -186,6 +192,9 @@ var serviceSettings = [
   { name: 'MODEL_POLL_SECONDS', value: '5' } // the safety net behind the Redis announcement of a new version
   { name: 'DEFAULT_MODEL', value: 'fraud' }
   { name: 'FEATURES_FILE', value: featuresFile }
+  { name: 'FEATURE_STORE', value: empty(feastProject) ? 'native' : 'feast' }
+  { name: 'FEAST_PROJECT', value: feastProject }
+  { name: 'FEAST_REDIS_URL', value: feastRedisUrl } // empty = unset: REDIS_URL
   { name: 'BATCH_WINDOW_MS', value: '5' }
   { name: 'BATCH_MAX_SIZE', value: '8' }
   { name: 'BATCH_MAX_QUEUE', value: '1024' }

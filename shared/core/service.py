@@ -21,17 +21,27 @@ import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from msgspec import UNSET
 
-from shared.domain.answers import EnsembleView, EventStats, ModelView, Readiness, ReviewRecord, Scored, Source, Stats
+from shared.domain.answers import (
+    DefaultedWhy,
+    EnsembleView,
+    EventStats,
+    ModelView,
+    Readiness,
+    ReviewRecord,
+    Scored,
+    Source,
+    Stats,
+)
 from shared.domain.decision import Decider, ThresholdDecider, Verdict
 from shared.domain.events import PaymentEvent, decode_event, decode_events
 from shared.domain.signature import ModelInfo, tensors
 from shared.errors import BatcherClosed, ModelNotFound, NotReady, ReviewNotFound, ScoringError
 from shared.features.mapping import FeatureRow
-from shared.features.store import FeatureStore
+from shared.features.store import ContextStore
 from shared.fleet.rollout import Rollout
 from shared.models.ensembles.catalog import Ensembles
 from shared.models.ensembles.ensemble import Ensemble
@@ -72,7 +82,7 @@ class ScoringService:
         self,
         settings: Settings,
         registry: ModelRegistry,
-        features: FeatureStore,
+        features: ContextStore,
         predictions: PredictionCache,
         l2: L2Tier | None,
         *,
@@ -124,6 +134,7 @@ class ScoringService:
             self._ensembles.release()
         if self._l2 is not None:
             await self._l2.aclose()
+        await self._features.aclose()
         if self._control is not None:
             await self._control.aclose()
 
@@ -196,6 +207,7 @@ class ScoringService:
             reasons.append(self._rollout.problem())
         if self._reviewer is not None:
             reasons.append(self._reviewer.problem())
+        reasons.append(self._features.problem())
         share = self._recent_defaulted
         if share is not None and share >= DEGRADED_SHARE:
             reasons.append(f"features: {share:.0%} of recent events scored on model defaults for user features")
@@ -341,9 +353,9 @@ class ScoringService:
     ) -> list[Scored | ScoringError]:
         t0 = time.perf_counter()
         valid = [e for e in events if not isinstance(e, ScoringError)]
-        users = await self._features.get_many(e.user_id for e in valid) if loaded.mapper.uses_user_features else {}
+        users = await self._features.contexts(loaded.spec, valid) if loaded.mapper.uses_user_features else None
         t1 = time.perf_counter()
-        rows = [loaded.mapper.row(e, users.get(e.user_id)) for e in valid]
+        rows = [loaded.mapper.row(e, users[i] if users else None) for i, e in enumerate(valid)]
         predictions = await loaded.score_rows([row.values for row in rows])
         thresholds = loaded.spec.thresholds
         decide = self._decider.decide
@@ -423,7 +435,7 @@ class ScoringService:
             loaded = self._served(name)
         user = None
         if loaded.mapper.uses_user_features:
-            user, _ = await self._features.get(event.user_id)
+            user = await self._features.context(loaded.spec, event)
         t1 = time.perf_counter()
         row = loaded.mapper.row(event, user)
         done = await loaded.score(row.values)
@@ -485,6 +497,7 @@ class ScoringService:
             model_version=served.version,
             source=source,
             defaulted=row.defaulted,
+            defaulted_why=cast("dict[str, DefaultedWhy]", dict(row.why)) if row.why else UNSET,
             timings_ms=timings,
             # NOTE: more than the local model's: show every opinion
             scores={k: round(v, 6) for k, v in scores.items()} if len(scores) > 1 else UNSET,

@@ -14,11 +14,12 @@ import gc
 import logging
 from typing import TYPE_CHECKING
 
-from shared.errors import NotReady
+from shared.errors import NotReady, SettingsError
 from shared.settings import Settings
 
 if TYPE_CHECKING:
     from shared.core.service import ScoringService
+    from shared.features.store import ContextStore
     from shared.models.repository import ModelSource
     from shared.review.client import ReviewClient
     from shared.review.prompt import Opinion
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from shared.stores.cache.tier import L2Tier
     from shared.stores.control import ControlStore
 
-__all__ = ["build_reviewer", "build_service", "model_source", "tune_gc"]
+__all__ = ["build_reviewer", "build_service", "feast_store", "model_source", "tune_gc"]
 
 log = logging.getLogger(__name__)
 
@@ -55,12 +56,14 @@ async def build_service(settings: Settings) -> ScoringService:
         except (OSError, ValueError) as exc:
             log.error("cannot read FEATURES_FILE %s: %s", settings.features_file, exc)
             raise NotReady(f"FEATURES_FILE: cannot read the file ({type(exc).__name__})") from exc
-    features = FeatureStore(
+    features: ContextStore = FeatureStore(
         redis=redis,
         fallback=fallback,
         l1_size=settings.cache.features_l1_size,  # NOTE: its own size: CACHE_L1_SIZE=0 once sent every read to Redis
         l1_ttl_s=settings.cache.features_l1_ttl_s,
     )
+    if settings.feature_store == "feast":
+        features = feast_store(settings)
     policy = settings.cache
     predictions = PredictionCache(
         l1_size=policy.l1_size,
@@ -166,6 +169,23 @@ def _opinion_or_none(payload: bytes) -> Opinion | None:
         return read_opinion(payload)
     except ReviewInvalid:
         return None  # NOTE: a corrupt cached answer is a miss, never an error
+
+
+def feast_store(settings: Settings) -> ContextStore:
+    """The Feast online store at FEAST_REDIS_URL (else REDIS_URL), for FEAST_PROJECT."""
+    from shared.features.feast import FeastStore
+
+    url = settings.feast_redis_url or settings.redis_url
+    if not url or not settings.feast_project:  # pragma: no cover - Settings refuses this combination
+        raise SettingsError("FEAST_PROJECT: FEATURE_STORE=feast needs a project and a Redis URL")
+    return FeastStore.from_url(
+        url,
+        project=settings.feast_project,
+        timeout_s=settings.cache.redis_timeout_ms / 1000,
+        use_entra=settings.redis_use_entra,
+        l1_size=settings.cache.features_l1_size,
+        l1_ttl_s=settings.cache.features_l1_ttl_s,
+    )
 
 
 def model_source(settings: Settings) -> ModelSource:

@@ -126,6 +126,11 @@ class Review(Answer, frozen=True, omit_defaults=True):
 
 # NOTE: gc=False: built once per event, and it holds only strings, numbers, their lists and dicts
 # and a Review, none of which can refer back to it, so it is in no cycle for the collector to find.
+DefaultedWhy = Literal["missing", "null", "stale", "invalid"]
+"""missing: no value for the entity · null: the store holds an empty value · stale: older than its view's
+max age · invalid: not a finite number a float32 holds (shared/features/mapping.py)"""
+
+
 class Scored(Answer, frozen=True, gc=False):
     """The answer for one event."""
 
@@ -138,6 +143,10 @@ class Scored(Answer, frozen=True, gc=False):
     source: Annotated[Source, Meta(description="model (run now), cache (a known row), llm (the reviewer decided)")]
     defaulted: Annotated[list[str], Meta(description="user features on their model default")]
     timings_ms: Annotated[dict[str, float], Meta(description="ms per stage, rounded to 3 places")]
+    defaulted_why: Annotated[
+        dict[str, DefaultedWhy] | UnsetType,
+        Meta(description="why each defaulted feature took its default, when any did"),
+    ] = UNSET
     scores: Annotated[
         dict[str, float] | UnsetType, Meta(description="every opinion by source, when more than one (rounded to 6)")
     ] = UNSET
@@ -280,6 +289,26 @@ class CacheStats(Counters):
     misses: int = 0
 
 
+class FeatureViewStats(Answer, frozen=True):
+    """A Feast feature view's lookups, and how many of them took the model's default, by why."""
+
+    lookups: int
+    missing: int
+    null: int
+    stale: int
+
+
+class FeatureStats(Answer, frozen=True):
+    """The feature store's counters; the Feast store adds its round trips, errors and views."""
+
+    l1_hits: int = 0
+    l2_hits: int = 0
+    misses: int = 0
+    round_trips: int | UnsetType = UNSET
+    errors: int | UnsetType = UNSET
+    views: dict[str, FeatureViewStats] | UnsetType = UNSET
+
+
 class TierStats(Counters):
     reads: int = 0
     round_trips: int = 0
@@ -335,7 +364,7 @@ class Stats(Answer, frozen=True):
 
     events: EventStats
     predictions: CacheStats
-    features: CacheStats
+    features: FeatureStats
     feature_source: str
     redis: TierStats | None
     reviews: ReviewCounts | None

@@ -6,6 +6,8 @@
     serving.score_column column of a 2-D score output (default 1: the positive class)
     serving.thresholds   JSON {"review": r, "decline": d} with 0 <= r <= d <= 1
     serving.description  free text (optional)
+    serving.feast        JSON: the Feast feature views and features the user columns read (optional;
+                         `shared/domain/feast_spec.py`), used when FEATURE_STORE=feast
     serving.golden       JSON {"rows": [[...], ...], "scores": [...], "tolerance": 1e-4} (optional):
                          the scores these rows must get; checked before a version serves
 
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from shared.domain.answers import Decision
+from shared.domain.feast_spec import FeastSpec, parse_feast
 from shared.errors import ModelInvalid
 
 __all__ = ["Decision", "FeatureDef", "Golden", "ModelSpec", "Thresholds"]
@@ -84,6 +87,7 @@ class ModelSpec:
     thresholds: Thresholds
     description: str = ""
     golden: Golden | None = None
+    feast: FeastSpec | None = None
 
     @property
     def width(self) -> int:
@@ -110,9 +114,10 @@ class ModelSpec:
         except (KeyError, TypeError, ValueError) as exc:
             raise ModelInvalid(f"bad serving metadata: {exc}") from exc
         golden = _parse_golden(_json(props, "golden", required=False), len(features))
-        return cls(
-            features, input_name, score_output, score_column, thresholds, props.get(PREFIX + "description", ""), golden
-        )
+        raw_feast = _json(props, "feast", required=False)
+        feast = parse_feast(raw_feast, (f.name for f in features)) if raw_feast is not None else None
+        description = props.get(PREFIX + "description", "")
+        return cls(features, input_name, score_output, score_column, thresholds, description, golden, feast)
 
     def to_metadata(self) -> dict[str, str]:
         """The `metadata_props` entries that declare this spec."""
@@ -124,6 +129,7 @@ class ModelSpec:
             PREFIX + "thresholds": json.dumps({"review": self.thresholds.review, "decline": self.thresholds.decline}),
             PREFIX + "description": self.description,
             **({PREFIX + "golden": json.dumps(self.golden._asdict())} if self.golden else {}),
+            **({PREFIX + "feast": json.dumps(self.feast.to_json())} if self.feast else {}),
         }
 
 

@@ -8,7 +8,8 @@ precedence, from:
   3. the user's context from the online feature store, by the same name.
 A name found nowhere takes the declared default and is listed in `defaulted`, and so does a
 stored value that is no usable float32 (not an int or float, NaN, infinite, or past
-±3.4e38): a row is always `spec.width` finite float32 values, and the same inputs give
+±3.4e38), each with why in `FeatureRow.why`: `missing`, `invalid`, or what the store said
+(an `Absent` value: `null`, `stale`, `missing`). A row is always `spec.width` finite float32 values, and the same inputs give
 the same row. A declared default that float32 cannot hold is `ModelInvalid` at load.
 
 Time features (`hour`, `weekday`) are those of the instant in UTC: the offset a client
@@ -21,7 +22,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection, Mapping
 from datetime import UTC, datetime
-from typing import NamedTuple
+from enum import Enum
+from types import MappingProxyType
+from typing import NamedTuple, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -30,7 +33,14 @@ from shared.domain.events import PaymentEvent
 from shared.domain.spec import ModelSpec
 from shared.errors import ModelInvalid
 
-__all__ = ["CATEGORICAL_FIELDS", "EVENT_FEATURES", "FeatureMapper", "FeatureRow"]
+__all__ = [
+    "CATEGORICAL_FIELDS",
+    "EVENT_FEATURES",
+    "Absent",
+    "Context",
+    "FeatureMapper",
+    "FeatureRow",
+]
 
 CATEGORICAL_FIELDS = ("channel", "country", "currency", "merchant_category", "merchant_id")
 _NUMBERS = (int, float)  # exact types: a bool is not a feature value
@@ -40,9 +50,23 @@ _F32_MAX = float(np.finfo(np.float32).max)
 _F32_RANGE = (-_F32_MAX, _F32_MAX)
 
 
+class Absent(Enum):
+    """Why a store gives no value for a feature (the row then takes the model default)."""
+
+    MISSING = "missing"  # the entity, or this feature of it, was never written
+    NULL = "null"  # written as null
+    STALE = "stale"  # older than its view's max age
+
+
+# NOTE: a store's answer for one event: a number per feature, or why there is none (never a sentinel number)
+Context: TypeAlias = Mapping[str, "float | Absent"]
+_NO_WHY: Mapping[str, str] = MappingProxyType({})
+
+
 class FeatureRow(NamedTuple):
     values: npt.NDArray[np.float32]
     defaulted: list[str]
+    why: Mapping[str, str] = _NO_WHY  # defaulted name -> missing | null | stale | invalid
 
 
 def _utc(event: PaymentEvent) -> datetime:
@@ -96,7 +120,7 @@ class FeatureMapper:
     def uses_user_features(self) -> bool:
         return bool(self._user_cols)
 
-    def row(self, event: PaymentEvent, user: Mapping[str, float] | None) -> FeatureRow:
+    def row(self, event: PaymentEvent, user: Context | None) -> FeatureRow:
         """The input row for `event`, with the names that took their default."""
         values = self._template.copy()  # NOTE: a list, then one array: numpy item writes cost more
         for i, compute in self._event_cols:
@@ -109,8 +133,20 @@ class FeatureMapper:
         lowest, highest = _F32_RANGE
         for i, name in self._user_cols:
             value = user.get(name) if user is not None else None
-            if value is not None and type(value) in _NUMBERS and lowest <= value <= highest:
-                values[i] = value
+            # NOTE: the exact-type test narrows what mypy cannot see: a number, never an Absent
+            if value is not None and type(value) in _NUMBERS and lowest <= value <= highest:  # type: ignore[operator]
+                values[i] = value  # type: ignore[assignment]
             else:
                 defaulted.append(name)
-        return FeatureRow(np.array(values, dtype=np.float32), defaulted)
+        if not defaulted:
+            return FeatureRow(np.array(values, dtype=np.float32), defaulted)
+        return FeatureRow(np.array(values, dtype=np.float32), defaulted, _why(user, defaulted))
+
+
+def _why(user: Context | None, defaulted: list[str]) -> dict[str, str]:
+    """Why each defaulted name took its default: what the store said, else missing or invalid."""
+    found: dict[str, str] = {}
+    for name in defaulted:
+        value = user.get(name) if user is not None else None
+        found[name] = value.value if isinstance(value, Absent) else "missing" if value is None else "invalid"
+    return found

@@ -5,25 +5,40 @@ codec-encoded: LZ4 past a few dozen bytes), so the users of a whole batch are on
 MGET. Redis is the source of truth when configured; the embedded default reads a
 JSON file shipped in the repo. A missing user is an empty context (every user
 feature then takes its model default), never an error.
+
+`ContextStore` is the seam the core reads through: this store, or `FeastStore`
+(shared/features/feast.py) when FEATURE_STORE=feast.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TypeAlias
+from typing import Protocol, TypeAlias
 
 import orjson
 from cachetools import TTLCache
 
-from shared.domain.answers import CacheStats
+from shared.domain.answers import FeatureStats
+from shared.domain.events import PaymentEvent
+from shared.domain.spec import ModelSpec
+from shared.features.mapping import Context
 from shared.stores.cache import codec
 from shared.stores.cache.tier import L2Tier
 from shared.stores.cache.tiered import Tier, TieredCache
 
-__all__ = ["SCHEMA_KEY", "FeatureStore", "UserFeatures", "encode_user", "load_feature_file", "seed_redis", "user_key"]
+__all__ = [
+    "SCHEMA_KEY",
+    "ContextStore",
+    "FeatureStore",
+    "UserFeatures",
+    "encode_user",
+    "load_feature_file",
+    "seed_redis",
+    "user_key",
+]
 
 log = logging.getLogger(__name__)
 UserFeatures: TypeAlias = dict[str, float]
@@ -54,6 +69,26 @@ def load_feature_file(path: str | Path) -> dict[str, UserFeatures]:
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected an object of users")
     return data
+
+
+class ContextStore(Protocol):
+    """Where the core reads each event's user context for a model (by the model's column names)."""
+
+    source: str
+
+    async def catalogue(self) -> frozenset[str] | None: ...
+
+    def stats(self) -> FeatureStats: ...
+
+    async def context(self, spec: ModelSpec, event: PaymentEvent) -> Context | None: ...
+
+    async def contexts(self, spec: ModelSpec, events: Sequence[PaymentEvent]) -> list[Context | None]: ...
+
+    def problem(self) -> str | None:
+        """Why the store serves less than it should now (readiness lists it), or None."""
+        ...
+
+    async def aclose(self) -> None: ...
 
 
 class FeatureStore:
@@ -91,8 +126,9 @@ class FeatureStore:
             names = None
         return frozenset(map(str, names)) if isinstance(names, list) else None
 
-    def stats(self) -> CacheStats:
-        return self.cache.stats
+    def stats(self) -> FeatureStats:
+        counted = self.cache.stats
+        return FeatureStats(counted.l1_hits, counted.l2_hits, counted.misses)
 
     async def get(self, user_id: str) -> tuple[UserFeatures, Tier | None]:
         """The user's features ({} when unknown) and the tier that served them."""
@@ -112,6 +148,20 @@ class FeatureStore:
             read = await asyncio.gather(*(self.get(user_id) for user_id in missing))
             found.update((user_id, features) for user_id, (features, _) in zip(missing, read, strict=True))
         return found
+
+    async def context(self, spec: ModelSpec, event: PaymentEvent) -> Context | None:
+        """The event's user's features (the same for every model)."""
+        return (await self.get(event.user_id))[0]
+
+    async def contexts(self, spec: ModelSpec, events: Sequence[PaymentEvent]) -> list[Context | None]:
+        found = await self.get_many(e.user_id for e in events)
+        return [found.get(e.user_id) for e in events]
+
+    def problem(self) -> str | None:
+        return None  # NOTE: its Redis is the cache tier, which reports itself
+
+    async def aclose(self) -> None:
+        return None  # NOTE: its Redis is the cache tier, which the core closes
 
     async def _from_fallback(self, user_id: str) -> UserFeatures:
         return dict(self._fallback.get(user_id, {}))

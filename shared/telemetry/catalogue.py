@@ -34,6 +34,7 @@ Kind = Literal["counter", "histogram", "gauge"]
 # Seconds: dense below the 50 ms budget, where the service lives.
 DURATION_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 AGE_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+FEATURE_AGE_BUCKETS_S = (1.0, 10.0, 60.0, 300.0, 900.0, 3600.0, 6 * 3600.0, 86_400.0, 7 * 86_400.0, 30 * 86_400.0)
 BATCH_BUCKETS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
 TOKEN_BUCKETS = (16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0)
 # What readiness can list as degraded (each reason starts with one): always reported, 0 when well.
@@ -90,6 +91,21 @@ CATALOGUE: tuple[Spec, ...] = (
         "gauge",
         "1",
         "share of the last 100 events scored with a user feature on its model default",
+    ),
+    Spec(
+        "scoring.features.age",
+        "histogram",
+        "s",
+        "age of a Feast feature view's values when read (now minus its `_ts`), per lookup (FEATURE_STORE=feast)",
+        ("scoring.feature_view",),
+        FEATURE_AGE_BUCKETS_S,
+    ),
+    Spec(
+        "scoring.features.defaulted",
+        "counter",
+        "{feature}",
+        "Feast features that took their model default, by view and why (missing, null, stale)",
+        ("scoring.feature_view", "scoring.defaulted.reason"),
     ),
     # -- caches and batches ---------------------------------------------------------------
     Spec(

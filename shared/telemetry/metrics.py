@@ -17,6 +17,7 @@ Everything here is the standard library; the recording functions are what other 
     queue_message(outcome) / queue_age(seconds) / queue_batch(queue, seconds)
     llm_call(model, seconds, outcome=..., input_tokens=..., output_tokens=..., error=None)
     llm_breaker(state)                                      closed | half_open | open
+    feature_age(view) / feature_defaulted(view, reason)     Feast views' ages (a bound series) and defaults
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ __all__ = [
     "Histogram",
     "Series",
     "batch",
+    "feature_age",
+    "feature_defaulted",
     "instruments",
     "llm_breaker",
     "llm_call",
@@ -163,6 +166,8 @@ LLM_FAILURES: Counter = _ALL["scoring.llm.failures"]  # type: ignore[assignment]
 LLM_BREAKER: Gauge = _ALL["scoring.llm.breaker.state"]  # type: ignore[assignment]
 LLM_TOKENS: Histogram = _ALL["gen_ai.client.token.usage"]  # type: ignore[assignment]
 LLM_DURATION: Histogram = _ALL["gen_ai.client.operation.duration"]  # type: ignore[assignment]
+FEATURE_AGE: Histogram = _ALL["scoring.features.age"]  # type: ignore[assignment]
+FEATURE_DEFAULTED: Counter = _ALL["scoring.features.defaulted"]  # type: ignore[assignment]
 
 STAGES = ("parse", "features", "cache", "queue", "inference", "llm", "total")
 _STAGE_SERIES = {stage: STAGE_DURATION.series((stage,)) for stage in STAGES}  # bound once
@@ -247,6 +252,16 @@ def llm_call(
         LLM_TOKENS.series((model, "input")).record(input_tokens)
     if output_tokens:
         LLM_TOKENS.series((model, "output")).record(output_tokens)
+
+
+def feature_age(view: str) -> Series:
+    """The age series of a Feast feature view (bound once per model plan; `record(seconds)` per lookup)."""
+    return FEATURE_AGE.series((view,))
+
+
+def feature_defaulted(view: str, reason: str, count: int = 1) -> None:
+    """`count` features of `view` took their model default: missing, null or stale."""
+    FEATURE_DEFAULTED.add((view, reason), count)
 
 
 def llm_breaker(state: BreakerState) -> None:

@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from shared.domain.answers import EnsembleBuild, Platform, ThresholdsView
+from shared.domain.feast_spec import FeastSpec
 from shared.domain.signature import SCORE_OUTPUT
 from shared.domain.spec import FeatureDef, ModelSpec
 from shared.errors import ModelInvalid
@@ -42,7 +43,8 @@ class Ensemble:
         self.members = tuple(members)
         features = _union(members)
         thresholds = declaration.decision or (meta.spec.thresholds if meta else members[0].spec.thresholds)
-        self.spec = ModelSpec(features, members[0].spec.input_name, SCORE_OUTPUT, 0, thresholds)
+        feast = FeastSpec.union(m.spec.feast for m in members)  # NOTE: the members' Feast columns, read once
+        self.spec = ModelSpec(features, members[0].spec.input_name, SCORE_OUTPUT, 0, thresholds, feast=feast)
         self.mapper = FeatureMapper(self.spec)
         names = [f.name for f in features]
         self._plan = [(m, _columns(names, m.spec)) for m in members]
