@@ -64,6 +64,29 @@ def paired_ratio(r: dict[str, Any], name: str, against: str | None = None) -> fl
     return statistics.median(a["rps"] / c for a, c in zip(rounds[name], best, strict=True))
 
 
+PEER = "peer_fastapi"
+PEER_KEYS = ("rps", "p50_ms", "p99_ms", "cpu_us_per_req")
+
+
+def round_ratio(r: dict[str, Any], name: str, against: str, key: str) -> float:
+    """Median over rounds of (`name`'s `key` / `against`'s `key` in the same round)."""
+    rounds = r["wrk_rounds"]
+    return statistics.median(a[key] / b[key] for a, b in zip(rounds[name], rounds[against], strict=True))
+
+
+def vs_peer(r: dict[str, Any], peer: str = PEER) -> dict[str, dict[str, float]]:
+    """Ours ÷ the hand-written FastAPI endpoint, per path and figure (medians of per-round ratios).
+
+    The peer has no prediction cache, so a hit costs it what a miss does: its one run per round
+    (unique rows, every request a Redis GET and a model run) is the denominator of both paths.
+    """
+    return {
+        path: {key: round_ratio(r, ours, peer, key) for key in PEER_KEYS if key in r["wrk_rounds"][ours][0]}
+        for path, ours in (("miss", "score_miss"), ("hit", "score_hit"))
+        if ours in r["wrk_rounds"]
+    }
+
+
 def targets(r: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
     w = r["wrk"]
     low = r["open_loop"][0]
@@ -130,8 +153,8 @@ def _markdown(r: dict[str, Any], stages: dict[str, float]) -> str:
         "",
         "## Closed loop (wrk)",
         "",
-        "| endpoint | req/s | vs fastest bare (paired) | p50 ms | p90 ms | p99 ms | errors | RSS MiB |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| endpoint | req/s | vs fastest bare (paired) | p50 ms | p90 ms | p99 ms | CPU µs/req | errors | RSS MiB |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     servers = r.get("servers", {"default": "granian", "other": "uvicorn"})
     default, other = servers["default"], servers["other"]
@@ -146,6 +169,7 @@ def _markdown(r: dict[str, Any], stages: dict[str, float]) -> str:
         "score_miss_2_workers": f"/api/score, cache miss, WORKERS=2 ({default})",
         "batch_8": "/api/score/batch, 8 events per request",
         "batch_64": "/api/score/batch, 64 events per request",
+        PEER: "FastAPI + ONNX Runtime, hand-written (bench/peer_fastapi.py), uvicorn",
     }
     for name, label in labels.items():
         if name not in w:
@@ -153,9 +177,9 @@ def _markdown(r: dict[str, Any], stages: dict[str, float]) -> str:
         x = w[name]
         lines.append(
             f"| {label} | {x['rps']:,.0f} | {paired_ratio(r, name):.0%} | {x['p50_ms']:.2f} | {x['p90_ms']:.2f} | {x['p99_ms']:.2f} | "
-            f"{x['errors']:.0f} | {r['memory_mib'].get(name, float('nan')):.0f} |"
+            f"{x.get('cpu_us_per_req', float('nan')):.0f} | {x['errors']:.0f} | {r['memory_mib'].get(name, float('nan')):.0f} |"
         )
-    lines += ["", *_servers(r, default, other), *_workers(r), *_batches(r)]
+    lines += ["", *_peer(r), *_servers(r, default, other), *_workers(r), *_batches(r)]
     lines += [
         "",
         "## Targets",
@@ -201,6 +225,40 @@ def _markdown(r: dict[str, Any], stages: dict[str, float]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _peer(r: dict[str, Any]) -> list[str]:
+    if PEER not in r["wrk_rounds"]:
+        return []
+    lines = [
+        "## The alternative: a hand-written FastAPI + ONNX Runtime endpoint (same run)",
+        "",
+        "`bench/peer_fastapi.py` on uvicorn (uvloop + httptools, 1 worker), the same model and Redis: a pydantic "
+        "event, one Redis GET of the user's features, the row built in plain Python from the model's metadata, "
+        "one session run, the model's thresholds, a JSON answer. No prediction cache: its one run per round "
+        "(unique rows) is the denominator of both our miss and our hit figures.",
+        "",
+        "| round | req/s | p50 ms | p99 ms | CPU µs/req |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for i, x in enumerate(r["wrk_rounds"][PEER], 1):
+        lines.append(
+            f"| {i} | {x['rps']:,.0f} | {x['p50_ms']:.2f} | {x['p99_ms']:.2f} | "
+            f"{x.get('cpu_us_per_req', float('nan')):.0f} |"
+        )
+    ratios = vs_peer(r)
+    lines += [
+        "",
+        "Ours ÷ FastAPI, median of per-round ratios (req/s above 1 and the others below 1 favour ours):",
+        "",
+        "| figure | miss ÷ FastAPI | hit ÷ FastAPI |",
+        "|---|---:|---:|",
+    ]
+    names = {"rps": "req/s", "p50_ms": "p50", "p99_ms": "p99", "cpu_us_per_req": "CPU per request"}
+    for key, label in names.items():
+        cells = [f"{ratios[path][key]:.2f}" if key in ratios.get(path, {}) else "n/a" for path in ("miss", "hit")]
+        lines.append(f"| {label} | {cells[0]} | {cells[1]} |")
+    return [*lines, ""]
 
 
 def _servers(r: dict[str, Any], default: str, other: str) -> list[str]:
@@ -307,7 +365,13 @@ def _plot_throughput(w: dict[str, dict[str, float]], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4))
     names = [
         n
-        for n in (*sorted(n for n in w if n.startswith("ceiling_raw_")), "ceiling_starlette", "score_hit", "score_miss")
+        for n in (
+            *sorted(n for n in w if n.startswith("ceiling_raw_")),
+            "ceiling_starlette",
+            "score_hit",
+            "score_miss",
+            PEER,
+        )
         if n in w
     ]
     ax.barh(names, [w[n]["rps"] for n in names])
@@ -317,4 +381,4 @@ def _plot_throughput(w: dict[str, dict[str, float]], path: Path) -> None:
     plt.close(fig)
 
 
-__all__ = ["STAGES", "budget", "summarize_open_loop", "targets", "write"]
+__all__ = ["STAGES", "budget", "round_ratio", "summarize_open_loop", "targets", "vs_peer", "write"]

@@ -9,7 +9,9 @@ Steps (progress is printed as it goes):
      the fastest of them in a round is that round's ceiling · bare Starlette on make run's server
      (same stack) · /api/score on the miss path (unique rows; PREDICTION_L2 auto, and always = a
      Redis read per batch) · the hit path · both again on the other server · the miss path with
-     WORKERS=2 · /api/score/batch with 8 and 64 events;
+     WORKERS=2 · /api/score/batch with 8 and 64 events · the alternative a user would hand-write
+     (bench/peer_fastapi.py: FastAPI + ONNX Runtime on uvicorn, same model, same Redis); the
+     server's CPU seconds per request beside every figure;
   3. open loop at fixed offered rates on the miss path: latency percentiles and per-stage timings;
   4. in-process: raw ONNX Runtime on the model (the floor) and the batcher's added latency;
   5. report.md, results.json and PNG plots in --out.
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import os
 import platform
@@ -33,11 +36,12 @@ from pathlib import Path
 
 from bench import floor, report
 from bench.loadgen import open_loop
-from bench.servers import SERVERS, Redis, rss_mib, start_server
+from bench.servers import SERVERS, Redis, cpu_s, rss_mib, start_server
 from shared.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 WRK_SCRIPT = ROOT / "bench" / "wrk" / "score.lua"
+MODEL = ROOT / "models" / "fraud" / "1" / "model.onnx"  # what the app serves (MODELS_DIR=models, fraud, v1)
 
 
 def say(step: str) -> None:
@@ -66,6 +70,7 @@ def wrk(port: int, seconds: float, connections: int, mode: str, path: str = "/ap
     raw = json.loads(match.group(1))
     seconds_run = raw["duration_us"] / 1e6
     return {
+        "requests": raw["requests"],
         "rps": raw["requests"] / seconds_run,
         "p50_ms": raw["p50_us"] / 1000,
         "p90_ms": raw["p90_us"] / 1000,
@@ -139,6 +144,11 @@ def main() -> None:
             "batch_8": (app, "batch", {}, default, 1),
             "batch_64": (app, "batch64", {}, default, 1),
         }
+        if importlib.util.find_spec("fastapi") is not None:  # NOTE: pinned in requirements-dev.txt
+            # no prediction cache: its "hit" is this same run (bench/report.py, vs_peer)
+            targets["peer_fastapi"] = ("bench.peer_fastapi:app", "miss", {"PEER_MODEL_PATH": str(MODEL)}, "uvicorn", 1)
+        else:
+            say("fastapi is not installed (make bench installs requirements-dev.txt): no FastAPI peer")
         runs: dict[str, list[dict[str, float]]] = {name: [] for name in targets}
         memory: dict[str, float] = {}
         for round_no in range(1, args.rounds + 1):
@@ -150,7 +160,10 @@ def main() -> None:
                 try:
                     if mode == "hit":
                         wrk(server.port, 1, args.connections, mode)  # warm the cache with the hit set
-                    runs[name].append(wrk(server.port, args.seconds, args.connections, mode))
+                    cpu_before = cpu_s(server.process.pid)
+                    run = wrk(server.port, args.seconds, args.connections, mode)
+                    run["cpu_us_per_req"] = (cpu_s(server.process.pid) - cpu_before) / max(run["requests"], 1) * 1e6
+                    runs[name].append(run)
                     memory[name] = rss_mib(server.process.pid)
                 finally:
                     server.stop()
@@ -160,6 +173,8 @@ def main() -> None:
         results["wrk"] = wrk_results
         results["wrk_rounds"] = runs
         results["memory_mib"] = memory
+        if "peer_fastapi" in runs:
+            results["vs_fastapi"] = report.vs_peer(results)
 
         say("open loop on the miss path at fixed offered rates")
         server = start_server("open-loop", "shared.adapters.http.asgi:app", app_env, server=default)
@@ -179,7 +194,7 @@ def main() -> None:
         results["open_loop"] = open_results
 
         say("in-process floor: raw ONNX Runtime, and the batcher's added latency")
-        results["floor"] = floor.raw_onnxruntime(ROOT / "models" / "fraud" / "1" / "model.onnx")
+        results["floor"] = floor.raw_onnxruntime(MODEL)
         results["batcher"] = floor.batcher_overhead(ROOT / "models")
     finally:
         redis.stop()

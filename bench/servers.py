@@ -49,6 +49,22 @@ def rss_mib(pid: int) -> float:
     return total / 1024
 
 
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) used so far by a process and its children (Linux /proc)."""
+    ticks = 0
+    pids = [pid]
+    while pids:
+        p = pids.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])  # NOTE: utime, stime: fields 14 and 15 of proc(5)
+            for task in Path(f"/proc/{p}/task").iterdir():
+                pids.extend(int(c) for c in (task / "children").read_text().split())
+        except (OSError, IndexError, ValueError):
+            continue
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 @dataclass
 class Server:
     name: str

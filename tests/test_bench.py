@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from bench import gpu, report
 from bench.loadgen import OpenLoopResult, event_body
 
@@ -63,3 +65,48 @@ def test_protocol_summary_takes_medians_and_round_by_round_ratios() -> None:
     )
     assert s["medians"]["v2_grpc"]["rps"] == 100 and s["ratios"]["v2_rest"]["rps_vs_grpc"] == 0.5
     assert s["ratios"]["v2_grpc"]["p50_minus_grpc_ms"] == 0
+
+
+def test_the_fastapi_peer_builds_the_services_row_and_decision_for_the_same_event() -> None:
+    pytest.importorskip("fastapi")
+    import onnxruntime as ort
+
+    from bench.peer_fastapi import Model, PaymentEvent, user_features
+    from shared.domain.events import decode_event
+    from shared.domain.spec import ModelSpec
+    from shared.features.mapping import FeatureMapper
+    from shared.features.store import encode_user
+
+    path = "models/fraud/1/model.onnx"
+    peer = Model(path)
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    spec = ModelSpec.from_metadata(
+        session.get_modelmeta().custom_metadata_map,
+        [i.name for i in session.get_inputs()],
+        [o.name for o in session.get_outputs()],
+    )
+    user = {"user_avg_amount_30d": 12.5, "user_txn_count_24h": 7.0, "user_account_age_days": 3.0}
+    for n in range(40):
+        body = event_body(n)
+        ours = FeatureMapper(spec).row(decode_event(body), user).values
+        theirs = peer.row(PaymentEvent.model_validate_json(body), user_features(encode_user(user)))
+        assert theirs.tolist() == [ours.tolist()]
+        score = peer.score(theirs)
+        assert peer.decide(score) == spec.thresholds.decide(score)
+    assert user_features(None) == {}
+    assert (peer.review, peer.decline) == (spec.thresholds.review, spec.thresholds.decline)
+
+
+def test_ratios_to_the_fastapi_peer_are_medians_of_per_round_ratios_for_miss_and_hit() -> None:
+    def rounds(*rps: float) -> list[dict[str, float]]:
+        return [{"rps": x, "p50_ms": 1000 / x, "p99_ms": 3000 / x, "cpu_us_per_req": 1e6 / x} for x in rps]
+
+    r = {"wrk_rounds": {"score_miss": rounds(150, 100, 300), "score_hit": rounds(200, 400, 200)}}
+    r["wrk_rounds"][report.PEER] = rounds(100, 100, 100)
+    ratios = report.vs_peer(r)
+    assert ratios["miss"]["rps"] == 1.5 and ratios["hit"]["rps"] == 2.0  # 1.5, 1, 3 and 2, 4, 2
+    assert ratios["miss"]["p99_ms"] == pytest.approx(1 / 1.5) and ratios["hit"]["cpu_us_per_req"] == 0.5
+    assert report.round_ratio(r, "score_miss", report.PEER, "p50_ms") == pytest.approx(1 / 1.5)
+    page = report._peer(r)
+    assert any(line.startswith("| req/s | 1.50 | 2.00 |") for line in page)
+    assert sum(line.startswith("| 1 |") or line.startswith("| 3 |") for line in page) == 2
