@@ -32,8 +32,6 @@ from typing import Any
 
 from cachetools import TTLCache
 from redis.asyncio import Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from shared.domain.answers import FeatureStats, FeatureViewStats
@@ -43,7 +41,7 @@ from shared.domain.spec import ModelSpec
 from shared.features.mapping import Absent, Context
 from shared.runtime.batching.batcher import Batcher
 from shared.settings import BatchPolicy
-from shared.stores.cache.redis_tier import redis_client
+from shared.stores.cache.redis_tier import miss_client
 from shared.telemetry import metrics
 
 __all__ = [
@@ -321,14 +319,7 @@ class FeastStore:
     def from_url(
         cls, url: str, *, project: str, timeout_s: float, use_entra: bool = False, **options: Any
     ) -> FeastStore:
-        client = redis_client(
-            url,
-            timeout_s=timeout_s,
-            connect_timeout_s=max(timeout_s, 0.5),
-            use_entra=use_entra,
-            retry=Retry(NoBackoff(), 0),
-            health_check_interval=30,
-        )
+        client = miss_client(url, timeout_s=timeout_s, use_entra=use_entra)
         return cls(client, project=project, timeout_s=timeout_s, **options)
 
     # -- the seam --------------------------------------------------------------------

@@ -26,7 +26,7 @@ from shared.runtime.batching.batcher import Batcher
 from shared.settings import BatchPolicy
 from shared.stores.cache.tier import ewma
 
-__all__ = ["RedisTier", "ewma", "redis_client"]
+__all__ = ["RedisTier", "ewma", "miss_client", "redis_client"]
 
 log = logging.getLogger(__name__)
 _FAILURES = (RedisError, OSError, TimeoutError)
@@ -50,6 +50,19 @@ def redis_client(
         socket_connect_timeout=timeout_s if connect_timeout_s is None else connect_timeout_s,
         credential_provider=credentials,
         **options,
+    )
+
+
+def miss_client(url: str, *, timeout_s: float, use_entra: bool = False) -> Redis:
+    """A client for reads where a failure is a miss (the cache tier, the feature stores): no
+    retries, a short connect, and idle connections checked before use."""
+    return redis_client(
+        url,
+        timeout_s=timeout_s,
+        connect_timeout_s=max(timeout_s, 0.5),
+        use_entra=use_entra,
+        retry=Retry(NoBackoff(), 0),
+        health_check_interval=30,
     )
 
 
@@ -88,14 +101,7 @@ class RedisTier:
     @classmethod
     def from_url(cls, url: str, *, timeout_s: float, prefix: str = "", use_entra: bool = False) -> RedisTier:
         """A tier over `url`; `use_entra` authenticates with a Microsoft Entra token (managed identity)."""
-        client = redis_client(
-            url,
-            timeout_s=timeout_s,
-            connect_timeout_s=max(timeout_s, 0.5),
-            use_entra=use_entra,
-            retry=Retry(NoBackoff(), 0),
-            health_check_interval=30,
-        )
+        client = miss_client(url, timeout_s=timeout_s, use_entra=use_entra)
         return cls(client, timeout_s=timeout_s, prefix=prefix)
 
     @property
