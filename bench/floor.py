@@ -11,7 +11,7 @@ import numpy as np
 import onnxruntime as ort
 
 from shared.models.registry import ModelRegistry
-from shared.models.repository import DirectorySource
+from shared.models.repository import DirectoryRepository
 from shared.settings import BatchPolicy, OrtOptions
 
 
@@ -43,7 +43,7 @@ def raw_onnxruntime(model_path: Path, n: int = 3000) -> dict[str, float]:
 
 
 async def _batcher_overhead(models_dir: Path, n: int) -> dict[str, float]:
-    registry = ModelRegistry(DirectorySource(models_dir), OrtOptions(), BatchPolicy(window_ms=5, max_size=8))
+    registry = ModelRegistry(DirectoryRepository(models_dir), OrtOptions(), BatchPolicy(window_ms=5, max_size=8))
     await registry.load_all()
     loaded = registry.active("fraud")
     row = np.random.default_rng(1).random(loaded.spec.width, dtype=np.float32)

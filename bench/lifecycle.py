@@ -26,7 +26,7 @@ import orjson
 from bench.loadgen import event_body
 from shared.core.wiring import build_service
 from shared.domain.events import decode_event
-from shared.models.repository import DirectorySource, ModelRef
+from shared.models.repository import DirectoryRepository, ModelRef
 from shared.settings import Settings
 
 DEMO = Path(__file__).resolve().parent.parent / "models" / "fraud" / "1" / "model.onnx"
@@ -39,9 +39,9 @@ def rss_mib() -> float:
     return float("nan")
 
 
-def workspace() -> tuple[Path, DirectorySource]:
+def workspace() -> tuple[Path, DirectoryRepository]:
     root = Path(tempfile.mkdtemp(prefix="lifecycle-")) / "models"
-    source = DirectorySource(root)
+    source = DirectoryRepository(root)
     source.publish(ModelRef("fraud", "1"), DEMO.read_bytes())
     return root, source
 

@@ -17,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from shared.core.wiring import model_source
+from shared.core.wiring import model_repository
 from shared.errors import ScoringError
 from shared.models.onnx import OnnxModel
 from shared.models.repository import ModelRef, check_ref, check_size
@@ -38,7 +38,7 @@ def main() -> int:
         OnnxModel.load(data, settings.ort).warm(
             settings.batch.max_size
         )  # NOTE: refuse a bad file here, not on every replica
-        source = model_source(settings)
+        source = model_repository(settings)
         source.publish(ModelRef(*ref), data)
     except ScoringError as exc:
         print(f"publish-model: {exc.detail}", file=sys.stderr)

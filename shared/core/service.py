@@ -202,7 +202,7 @@ class ScoringService:
         reasons: list[str | None] = [self.admission.problem()]
         if self._l2 is not None:
             reasons.append(self._l2.problem())
-        reasons.append(self._registry.source.problem())
+        reasons.append(self._registry.repository.problem())
         if self._rollout is not None:
             reasons.append(self._rollout.problem())
         if self._reviewer is not None:

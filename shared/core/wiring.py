@@ -20,14 +20,14 @@ from shared.settings import Settings
 if TYPE_CHECKING:
     from shared.core.service import ScoringService
     from shared.features.store import ContextStore
-    from shared.models.repository import ModelSource
+    from shared.models.repository import ModelRepository
     from shared.review.client import ReviewClient
     from shared.review.prompt import Opinion
     from shared.review.reviewer import Reviewer
     from shared.stores.cache.tier import L2Tier
     from shared.stores.control import ControlStore
 
-__all__ = ["build_reviewer", "build_service", "feast_store", "model_source", "tune_gc"]
+__all__ = ["build_reviewer", "build_service", "feast_store", "model_repository", "tune_gc"]
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ async def build_service(settings: Settings) -> ScoringService:
             prefix=settings.redis_prefix,
             use_entra=settings.redis_use_entra,
         )
-    source = model_source(settings)
+    source = model_repository(settings)
     fallback = None
     if settings.features_file and redis is None:
         try:
@@ -188,18 +188,18 @@ def feast_store(settings: Settings) -> ContextStore:
     )
 
 
-def model_source(settings: Settings) -> ModelSource:
+def model_repository(settings: Settings) -> ModelRepository:
     """The configured model source: the Blob container when ModelStorage is set, else MODELS_DIR."""
-    from shared.models.repository import BlobSource, DirectorySource
+    from shared.models.repository import BlobRepository, DirectoryRepository
 
     if settings.uses_blob_models:
-        return BlobSource.connect(
+        return BlobRepository.connect(
             container=settings.models_container,
             connection_string=settings.model_storage,
             blob_uri=settings.model_storage_blob_uri,
             max_bytes=settings.max_model_bytes,
         )
-    return DirectorySource(settings.models_dir, max_bytes=settings.max_model_bytes)
+    return DirectoryRepository(settings.models_dir, max_bytes=settings.max_model_bytes)
 
 
 def tune_gc(gen0_threshold: int) -> None:

@@ -35,7 +35,7 @@ import orjson
 
 from shared.errors import ControlStoreDown, ModelInvalid, ModelNotFound, ScoringError
 from shared.models.registry import ModelRegistry
-from shared.models.repository import ModelRef, ModelSource, check_ref, version_key
+from shared.models.repository import ModelRef, ModelRepository, check_ref, version_key
 from shared.models.served import LoadedModel
 from shared.stores.control import ControlStore
 
@@ -61,7 +61,7 @@ class Rollout:
     def __init__(
         self,
         registry: ModelRegistry,
-        source: ModelSource,
+        source: ModelRepository,
         control: ControlStore | None,
         *,
         poll_s: float,

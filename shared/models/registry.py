@@ -24,7 +24,7 @@ from typing import Literal
 from shared.domain.answers import LoadError, ModelView
 from shared.errors import ModelInvalid, ModelNotFound, NotReady
 from shared.models.onnx import OnnxModel
-from shared.models.repository import ModelRef, ModelSource, check_ref, version_key
+from shared.models.repository import ModelRef, ModelRepository, check_ref, version_key
 from shared.models.served import LoadedModel
 from shared.settings import BatchPolicy, OrtOptions
 from shared.stores.cache.predictions import PredictionCache
@@ -63,14 +63,14 @@ class ModelRegistry:
 
     def __init__(
         self,
-        source: ModelSource,
+        repository: ModelRepository,
         ort_options: OrtOptions,
         policy: BatchPolicy,
         keep_versions: int = 2,
         predictions: PredictionCache | None = None,
         catalogue: Catalogue | None = None,
     ) -> None:
-        self.source = source
+        self.repository = repository
         self._catalogue = catalogue
         self._predictions = predictions
         self._ort = ort_options
@@ -90,9 +90,9 @@ class ModelRegistry:
 
     async def load_all(self) -> None:
         """Load the newest `keep_versions` valid versions of every model in the source (and any pinned one)."""
-        refs = await asyncio.to_thread(self.source.list)
+        refs = await asyncio.to_thread(self.repository.list)
         if not refs:
-            raise NotReady(f"no models found in the model source ({self.source.setting})")
+            raise NotReady(f"no models found in the model source ({self.repository.setting})")
         by_name: dict[str, list[str]] = {}
         for ref in refs:
             by_name.setdefault(ref.name, []).append(ref.version)
@@ -107,15 +107,15 @@ class ModelRegistry:
             if pinned is not None and pinned in versions:
                 await self.load(ModelRef(name, pinned))
         if not self._active:
-            raise NotReady(f"no valid model in the model source ({self.source.setting})")
+            raise NotReady(f"no valid model in the model source ({self.repository.setting})")
         self.ready = True
 
     async def load(self, ref: ModelRef) -> LoadedModel | None:
         """Read `ref` from the source and install it; None when the file is rejected (or was already)."""
-        stamp = await asyncio.to_thread(self.source.stamp, ref)
+        stamp = await asyncio.to_thread(self.repository.stamp, ref)
         if self.rejected(ref.name, ref.version, stamp):
             return None
-        data = await asyncio.to_thread(self.source.read, ref)
+        data = await asyncio.to_thread(self.repository.read, ref)
         try:
             return await self.install(ref.name, ref.version, data, stamp=stamp)
         except ModelInvalid:

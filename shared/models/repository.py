@@ -29,10 +29,10 @@ if TYPE_CHECKING:
     from azure.storage.blob import ContainerClient
 
 __all__ = [
-    "BlobSource",
-    "DirectorySource",
+    "BlobRepository",
+    "DirectoryRepository",
     "ModelRef",
-    "ModelSource",
+    "ModelRepository",
     "Reach",
     "check_ref",
     "check_size",
@@ -123,7 +123,7 @@ def version_key(version: str) -> int:
     return int(version)
 
 
-class ModelSource(Protocol):
+class ModelRepository(Protocol):
     """Lists and reads model files."""
 
     description: str  # for logs: may hold a path or an account
@@ -154,7 +154,7 @@ class ModelSource(Protocol):
         ...
 
 
-class DirectorySource:
+class DirectoryRepository:
     """Models under a local directory (the repo's `models/` by default)."""
 
     setting = "MODELS_DIR"
@@ -213,7 +213,7 @@ class DirectorySource:
         partial.replace(folder / "model.onnx")  # NOTE: atomic: a poller never reads half a file
 
 
-class BlobSource:
+class BlobRepository:
     """Models in a Blob container (connection string locally, managed identity in Azure)."""
 
     setting = "MODELS_CONTAINER"
@@ -227,7 +227,7 @@ class BlobSource:
     @classmethod
     def connect(
         cls, *, container: str, connection_string: str | None, blob_uri: str | None, max_bytes: int = 256 * 1024 * 1024
-    ) -> BlobSource:
+    ) -> BlobRepository:
         from azure.storage.blob import BlobServiceClient  # NOTE: imported only when blobs are used
 
         if connection_string:

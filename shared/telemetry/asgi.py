@@ -68,7 +68,7 @@ class Measured:
     def begin(self, scope: Scope) -> tuple[float, Any]:
         """A request starts: its clock, and its span when it is sampled (else None).
 
-        NOTE: a route that knows its own status (the scoring lane, shared/adapters/http/app.py) calls
+        NOTE: a route that knows its own status (`FastPath`, shared/adapters/http/app.py) calls
         `begin` and `end` itself, without the `send` wrapper.
         """
         started = time.perf_counter()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from azure.storage.blob import BlobServiceClient
 
-from shared.models.repository import BlobSource, ModelRef
+from shared.models.repository import BlobRepository, ModelRef
 from shared.settings import Settings
 from tests.faults.conftest import over_redis, seeded
 from tests.faults.rig import HANG_S, Queue, Replica, eventually, payment
@@ -42,7 +42,7 @@ async def test_azurite_down_during_a_reload(
 ) -> None:
     container = BlobServiceClient.from_connection_string(azurite.connection_string).get_container_client("models")
     container.create_container()
-    store = BlobSource(container)
+    store = BlobRepository(container)
     store.publish(ModelRef("fraud", "1"), (models_dir / "fraud" / "1" / "model.onnx").read_bytes())
     fleet = replace(
         over_redis(settings, await seeded(own_redis().url)),

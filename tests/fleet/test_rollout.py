@@ -17,7 +17,7 @@ from shared.core.service import ScoringService
 from shared.domain.events import decode_event
 from shared.domain.spec import FeatureDef
 from shared.errors import ModelInvalid, ModelNotFound
-from shared.models.repository import BlobSource, DirectorySource, ModelRef
+from shared.models.repository import BlobRepository, DirectoryRepository, ModelRef
 from shared.settings import Settings
 from tests.conftest import event
 from tests.onnx_models import make_model
@@ -40,14 +40,14 @@ async def until(check: Callable[[], Awaitable[bool]], seconds: float = 10.0) -> 
 
 
 @pytest.fixture
-def container(azurite_connection: str) -> Iterator[BlobSource]:
+def container(azurite_connection: str) -> Iterator[BlobRepository]:
     """A fresh blob container holding fraud/1."""
     from azure.storage.blob import BlobServiceClient
 
     name = f"models-{uuid.uuid4().hex[:10]}"
     client = BlobServiceClient.from_connection_string(azurite_connection).get_container_client(name)
     client.create_container()
-    source = BlobSource(client)
+    source = BlobRepository(client)
     source.publish(ModelRef("fraud", "1"), make_model())
     yield source
     client.delete_container()
@@ -57,7 +57,7 @@ def container(azurite_connection: str) -> Iterator[BlobSource]:
 async def fleet(
     settings: Settings,
     services: Services,
-    container: BlobSource,
+    container: BlobRepository,
     azurite_connection: str,
     redis_url: str,
     redis_prefix: str,
@@ -71,13 +71,13 @@ async def fleet(
     yield a, b, shared
 
 
-async def upload(replica: ScoringService, container: BlobSource, version: str, data: bytes) -> None:
+async def upload(replica: ScoringService, container: BlobRepository, version: str, data: bytes) -> None:
     """What the Blob trigger does on the ONE replica it fires on."""
     container.publish(ModelRef("fraud", version), data)
     await replica.install_model(ModelRef("fraud", version), data)
 
 
-async def test_an_upload_reaches_every_replica(fleet, container: BlobSource) -> None:  # type: ignore[no-untyped-def]
+async def test_an_upload_reaches_every_replica(fleet, container: BlobRepository) -> None:  # type: ignore[no-untyped-def]
     a, b, _ = fleet
     assert (await served(a), await served(b)) == ("1", "1")
     await upload(a, container, "2", make_model(bias=1.0))
@@ -85,7 +85,7 @@ async def test_an_upload_reaches_every_replica(fleet, container: BlobSource) -> 
     assert await served(a) == "2" and took < 10
 
 
-async def test_a_corrupt_upload_is_rejected_and_the_old_version_keeps_scoring(fleet, container: BlobSource) -> None:  # type: ignore[no-untyped-def]
+async def test_a_corrupt_upload_is_rejected_and_the_old_version_keeps_scoring(fleet, container: BlobRepository) -> None:  # type: ignore[no-untyped-def]
     a, b, _ = fleet
     with pytest.raises(ModelInvalid):
         await upload(a, container, "3", b"\x00not onnx")
@@ -95,7 +95,7 @@ async def test_a_corrupt_upload_is_rejected_and_the_old_version_keeps_scoring(fl
     assert error["version"] == "3" and error["reason"] and error["at"] > 0  # type: ignore[index]
 
 
-async def test_pin_rollback_and_release_across_replicas(fleet, container: BlobSource) -> None:  # type: ignore[no-untyped-def]
+async def test_pin_rollback_and_release_across_replicas(fleet, container: BlobRepository) -> None:  # type: ignore[no-untyped-def]
     a, b, _ = fleet
     await upload(a, container, "2", make_model(bias=1.0))
     await until(lambda: _serves(b, "2"))
@@ -110,7 +110,7 @@ async def test_pin_rollback_and_release_across_replicas(fleet, container: BlobSo
     assert await served(a) == "4" and to_builtins(b.models())[0]["pinned"] is None
 
 
-async def test_a_pin_survives_rebuilding_a_replica(fleet, services: Services, container: BlobSource) -> None:  # type: ignore[no-untyped-def]
+async def test_a_pin_survives_rebuilding_a_replica(fleet, services: Services, container: BlobRepository) -> None:  # type: ignore[no-untyped-def]
     a, b, shared = fleet
     await upload(a, container, "2", make_model(bias=1.0))
     await a.pin("fraud", "1")
@@ -130,7 +130,7 @@ async def test_the_poller_alone_picks_up_a_new_directory_version(
 ) -> None:
     core = await services(replace(settings, model_poll_s=0.05))  # no Redis: polling is the only mechanism
     assert await served(core) == "1"
-    DirectorySource(models_dir).publish(ModelRef("fraud", "2"), make_model(bias=1.0))
+    DirectoryRepository(models_dir).publish(ModelRef("fraud", "2"), make_model(bias=1.0))
     await until(lambda: _serves(core, "2"))
 
 
@@ -138,7 +138,7 @@ async def test_a_rejected_file_is_not_retried_until_a_new_one_lands(
     settings: Settings, services: Services, models_dir: Path
 ) -> None:
     core = await services(replace(settings, model_poll_s=0.05))
-    source = DirectorySource(models_dir)
+    source = DirectoryRepository(models_dir)
     source.publish(ModelRef("fraud", "2"), b"garbage")
     await until(lambda: _rejected(core, "2"))
     failed = to_builtins(core.models())[0]["last_error"]["at"]  # type: ignore[index]

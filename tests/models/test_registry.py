@@ -8,7 +8,7 @@ from msgspec import to_builtins
 
 from shared.errors import ModelInvalid, ModelNotFound, NotReady
 from shared.models.registry import ModelRegistry
-from shared.models.repository import DirectorySource
+from shared.models.repository import DirectoryRepository
 from shared.settings import BatchPolicy, OrtOptions
 from tests.onnx_models import make_model
 
@@ -16,7 +16,7 @@ Closing = Callable[[ModelRegistry], ModelRegistry]
 
 
 def registry(root: Path, keep: int = 2) -> ModelRegistry:
-    return ModelRegistry(DirectorySource(root), OrtOptions(), BatchPolicy(window_ms=5, max_size=8), keep)
+    return ModelRegistry(DirectoryRepository(root), OrtOptions(), BatchPolicy(window_ms=5, max_size=8), keep)
 
 
 def row() -> np.ndarray:
@@ -115,7 +115,7 @@ async def test_score_column_outside_the_output_is_model_invalid(models_dir: Path
 
 
 async def test_a_model_run_off_the_loop_lets_a_second_batch_form_within_the_window(models_dir: Path) -> None:
-    reg = ModelRegistry(DirectorySource(models_dir), OrtOptions(inline=False), BatchPolicy(window_ms=5, max_size=8))
+    reg = ModelRegistry(DirectoryRepository(models_dir), OrtOptions(inline=False), BatchPolicy(window_ms=5, max_size=8))
     await reg.load_all()
     loaded = reg.active("fraud")
     results = await asyncio.gather(*(loaded.score(np.full(4, i, dtype=np.float32)) for i in range(16)))

@@ -3,7 +3,14 @@ from pathlib import Path
 import pytest
 
 from shared.errors import ModelInvalid, ModelSourceError
-from shared.models.repository import BlobSource, DirectorySource, ModelRef, check_ref, parse_model_path, version_key
+from shared.models.repository import (
+    BlobRepository,
+    DirectoryRepository,
+    ModelRef,
+    check_ref,
+    parse_model_path,
+    version_key,
+)
 from tests.onnx_models import make_model
 
 
@@ -30,16 +37,16 @@ def test_directory_source_lists_and_reads(models_dir: Path) -> None:
     (models_dir / "fraud" / "2").mkdir()
     (models_dir / "fraud" / "2" / "model.onnx").write_bytes(b"v2")
     (models_dir / "README.txt").write_text("ignored")
-    source = DirectorySource(models_dir)
+    source = DirectoryRepository(models_dir)
     assert source.list() == [ModelRef("fraud", "1"), ModelRef("fraud", "2")]
     assert source.read(ModelRef("fraud", "2")) == b"v2"
 
 
 def test_directory_source_errors_are_model_source_errors(tmp_path: Path) -> None:
     with pytest.raises(ModelSourceError):
-        DirectorySource(tmp_path / "absent").list()
+        DirectoryRepository(tmp_path / "absent").list()
     with pytest.raises(ModelSourceError):
-        DirectorySource(tmp_path).read(ModelRef("x", "1"))
+        DirectoryRepository(tmp_path).read(ModelRef("x", "1"))
 
 
 def test_blob_source_against_azurite(azurite_connection: str) -> None:
@@ -53,7 +60,7 @@ def test_blob_source_against_azurite(azurite_connection: str) -> None:
     container.upload_blob("fraud/3/model.onnx", data, overwrite=True)
     container.upload_blob("fraud/3/notes.txt", b"ignored", overwrite=True)
 
-    source = BlobSource.connect(container="models-source-test", connection_string=azurite_connection, blob_uri=None)
+    source = BlobRepository.connect(container="models-source-test", connection_string=azurite_connection, blob_uri=None)
     assert ModelRef("fraud", "3") in source.list()
     assert source.read(ModelRef("fraud", "3")) == data
     with pytest.raises(ModelSourceError):
@@ -91,7 +98,7 @@ def test_a_model_over_max_model_bytes_is_refused_before_it_is_read(models_dir: P
     big.mkdir()
     (big / "model.onnx").write_bytes(b"\0" * 4096)
     with pytest.raises(ModelInvalid, match="MAX_MODEL_BYTES"):
-        DirectorySource(models_dir, max_bytes=1024).read(ModelRef("fraud", "2"))
+        DirectoryRepository(models_dir, max_bytes=1024).read(ModelRef("fraud", "2"))
 
 
 def test_a_blob_over_the_cap_is_refused_before_its_body_is_read(azurite_connection: str) -> None:
@@ -102,7 +109,7 @@ def test_a_blob_over_the_cap_is_refused_before_its_body_is_read(azurite_connecti
         container.create_container()
     try:
         container.upload_blob("fraud/4/model.onnx", b"\0" * 8192, overwrite=True)
-        source = BlobSource.connect(
+        source = BlobRepository.connect(
             container="models-cap-test", connection_string=azurite_connection, blob_uri=None, max_bytes=4096
         )
         with pytest.raises(ModelInvalid, match="8192 bytes exceeds MAX_MODEL_BYTES"):

@@ -36,7 +36,7 @@ from shared.adapters.oip.jobs import grpc_server
 from shared.adapters.queue.publisher import MemoryPublisher
 from shared.core.holder import ServiceHolder
 from shared.errors import ModelInvalid
-from shared.models.repository import BlobSource, DirectorySource, ModelRef
+from shared.models.repository import BlobRepository, DirectoryRepository, ModelRef
 from shared.settings import Settings
 from tests.adapters.test_function_app import sb_message
 from tests.conftest import REPO, closed_port, event
@@ -246,7 +246,7 @@ def test_the_directory_source_reads_a_model_at_its_cap_and_refuses_one_byte_more
 ) -> None:
     (models_dir / "fraud" / "2").mkdir()
     (models_dir / "fraud" / "2" / "model.onnx").write_bytes(CANDIDATE)
-    source = DirectorySource(models_dir, max_bytes=cap)
+    source = DirectoryRepository(models_dir, max_bytes=cap)
     if accepted:
         assert source.read(ModelRef("fraud", "2")) == CANDIDATE
     else:
@@ -265,7 +265,9 @@ def test_the_blob_source_reads_a_model_at_its_cap_and_refuses_one_byte_more(
     container.create_container()
     try:
         container.upload_blob("fraud/2/model.onnx", CANDIDATE)
-        source = BlobSource.connect(container=name, connection_string=azurite_connection, blob_uri=None, max_bytes=cap)
+        source = BlobRepository.connect(
+            container=name, connection_string=azurite_connection, blob_uri=None, max_bytes=cap
+        )
         if accepted:
             assert source.read(ModelRef("fraud", "2")) == CANDIDATE
         else:

@@ -25,7 +25,7 @@ async def read_json_body(
 async def read_body(
     scope: Scope, receive: Receive, cap: int, timeout_s: float, deadlines: Deadlines, *, any_media_type: bool = False
 ) -> bytes:
-    """`read_json_body` straight from ASGI (the scoring lane has no `Request`)."""
+    """`read_json_body` straight from ASGI (`FastPath` has no `Request`)."""
     media_type, declared = "", ""
     for name, value in scope["headers"]:  # NOTE: ASGI header names are lower-case bytes
         if name == b"content-type":

@@ -1,7 +1,7 @@
 """The OpenAPI 3.1 document of the HTTP API, served at `GET /api/openapi.json`.
 
 Built in code, once per app, on the first request for it: never on the Functions import
-path, never on the score lane. Built rather than kept as a file so that it cannot drift:
+path, never on the fast path. Built rather than kept as a file so that it cannot drift:
 
 - the request bodies of `/api/...` are the decoders' own types (msgspec's JSON Schema of
   `PaymentEvent` and `Activation`, patterns made ECMA-262), so what the document says is

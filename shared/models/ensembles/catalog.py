@@ -18,7 +18,7 @@ from shared.models.ensembles.declaration import Declaration, parse_declaration
 from shared.models.ensembles.ensemble import Ensemble
 from shared.models.onnx import OnnxModel
 from shared.models.registry import ModelRegistry, RegistryEvent
-from shared.models.repository import ModelRef, ModelSource, version_key
+from shared.models.repository import ModelRef, ModelRepository, version_key
 from shared.settings import OrtOptions
 
 __all__ = ["ENSEMBLE_FILE", "Ensembles"]
@@ -31,7 +31,7 @@ ENSEMBLE_FILE = "ensemble.json"
 class Ensembles:
     """Declared ensembles by name; `get` answers the active build."""
 
-    def __init__(self, registry: ModelRegistry, source: ModelSource, ort: OrtOptions, warm_rows: int = 8) -> None:
+    def __init__(self, registry: ModelRegistry, source: ModelRepository, ort: OrtOptions, warm_rows: int = 8) -> None:
         self._registry = registry
         self._source = source
         self._ort = ort

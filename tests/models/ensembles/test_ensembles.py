@@ -17,7 +17,7 @@ from shared.core.service import ScoringService
 from shared.domain.spec import FeatureDef
 from shared.errors import ModelInvalid, ModelNotFound
 from shared.models.ensembles.declaration import parse_declaration
-from shared.models.repository import BlobSource, DirectorySource, ModelRef
+from shared.models.repository import BlobRepository, DirectoryRepository, ModelRef
 from shared.settings import Settings
 from tests.conftest import event
 from tests.onnx_models import DEFAULT_FEATURES, make_model
@@ -200,7 +200,7 @@ async def test_a_stacking_meta_model_must_name_the_members(
 
 def test_declarations_come_from_both_sources(two_models: Path, azurite_connection: str) -> None:
     declare(two_models, "combo", {"members": MEMBERS, "method": "voting", "thresholds": [0.5, 0.5]}, version="2")
-    assert DirectorySource(two_models).ensembles() == (ModelRef("combo", "2"),)
+    assert DirectoryRepository(two_models).ensembles() == (ModelRef("combo", "2"),)
     from azure.storage.blob import BlobServiceClient
 
     name = f"ens-{uuid.uuid4().hex[:8]}"
@@ -210,7 +210,7 @@ def test_declarations_come_from_both_sources(two_models: Path, azurite_connectio
         container.upload_blob("combo/2/ensemble.json", b'{"members": []}')
         container.upload_blob("combo/2/meta.onnx", b"meta")
         container.upload_blob("fraud/1/model.onnx", b"model")
-        source = BlobSource.connect(container=name, connection_string=azurite_connection, blob_uri=None)
+        source = BlobRepository.connect(container=name, connection_string=azurite_connection, blob_uri=None)
         assert source.ensembles() == (ModelRef("combo", "2"),) and source.list() == [ModelRef("fraud", "1")]
         assert source.read_file(ModelRef("combo", "2"), "meta.onnx") == b"meta"
         with pytest.raises(ModelInvalid, match="file name"):

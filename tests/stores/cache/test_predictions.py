@@ -11,7 +11,7 @@ import pytest
 from msgspec import to_builtins
 
 from shared.models.registry import ModelRegistry
-from shared.models.repository import DirectorySource
+from shared.models.repository import DirectoryRepository
 from shared.settings import BatchPolicy, OrtOptions
 from shared.stores.cache import codec
 from shared.stores.cache.predictions import PredictionCache
@@ -69,7 +69,7 @@ async def fraud(models_dir: Path, redis_url: str, redis_prefix: str):
     tier = RedisTier.from_url(redis_url, timeout_s=0.5, prefix=redis_prefix)
     cache = PredictionCache(l1_size=1000, l1_ttl_s=30, l2=tier, l2_ttl_s=3600)
     registry = ModelRegistry(
-        DirectorySource(models_dir), OrtOptions(), BatchPolicy(window_ms=5, max_size=8), predictions=cache
+        DirectoryRepository(models_dir), OrtOptions(), BatchPolicy(window_ms=5, max_size=8), predictions=cache
     )
     await registry.load_all()
     yield registry.active("fraud"), tier
@@ -141,7 +141,7 @@ async def test_a_re_uploaded_version_never_serves_the_old_files_predictions(mode
 
     cache = PredictionCache(l1_size=100, l1_ttl_s=30, l2=None, l2_ttl_s=3600)
     registry = ModelRegistry(
-        DirectorySource(models_dir), OrtOptions(), BatchPolicy(window_ms=5, max_size=8), predictions=cache
+        DirectoryRepository(models_dir), OrtOptions(), BatchPolicy(window_ms=5, max_size=8), predictions=cache
     )
     await registry.load_all()
     row = np.full(4, 1, dtype=np.float32)
