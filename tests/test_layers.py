@@ -165,3 +165,20 @@ print(json.dumps({"heavy": [m for m in sys.modules if m.split(".")[0] in ("onnxr
 """
     result = json.loads(run_python(code))
     assert result["heavy"] == [], f"function_app imports {sorted(set(m.split('.')[0] for m in result['heavy']))}"
+
+
+def map_names(readme: str) -> set[str]:
+    """Every module or package name the README's map of the tree mentions (`x.py`, `x/`, `x` in a list)."""
+    block = readme.split("## How it fits together", 1)[1].split("```", 2)[1]
+    return set(re.findall(r"([a-z_0-9]+)(?:\.py|/)", block)) | set(re.findall(r"(?:·|:|/)\s+([a-z_0-9]+)\b", block))
+
+
+def unmapped(readme: str) -> list[str]:
+    skip = {"__init__", "__main__", "grpc_predict_v2_pb2"}
+    return sorted({p.stem for p in SHARED.rglob("*.py")} - skip - map_names(readme))
+
+
+def test_the_readme_map_names_every_module_of_the_tree() -> None:
+    readme = (REPO / "README.md").read_text()
+    assert unmapped(readme) == []
+    assert unmapped(readme.replace("routes.py", "table.py")) == ["routes"]  # mutation: a module the map lost
