@@ -10,6 +10,10 @@ Then, per batch of 1 and 8 distinct users (no L1: every read goes to Redis):
   - Feast layout: `FeastStore.contexts` (one pipeline of HMGETs, Values decoded by hand);
   - Feast's own `FeatureStore.get_online_features(...).to_dict()` on the same Redis (its own process).
 Medians of `--rounds` rounds of `--repeat` reads each; a markdown table on stdout, JSON in --out.
+
+`make bench` (bench/run.py) serves `/api/score` from Feast's layout with the parts below: the demo users
+written as Feast writes them (`seed_demo_layout`, no Feast process) and the demo model with
+`serving.feast` (`write_demo_model`).
 """
 
 from __future__ import annotations
@@ -21,16 +25,19 @@ import statistics
 import tempfile
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import msgspec
+import onnx
+from redis.asyncio import Redis as Client
 
 from bench.servers import Redis
 from shared.domain.events import PaymentEvent
 from shared.domain.feast_spec import parse_feast
 from shared.domain.spec import FeatureDef, ModelSpec, Thresholds
-from shared.features.feast import FeastStore
+from shared.features.feast import FeastStore, seed_feast
 from shared.features.store import FeatureStore, load_feature_file, seed_redis
 from shared.stores.cache.redis_tier import RedisTier
 
@@ -38,16 +45,48 @@ ROOT = Path(__file__).resolve().parent.parent
 NAMES = ("user_account_age_days", "user_avg_amount_30d", "user_chargebacks_90d", "user_distinct_countries_30d",
          "user_txn_count_24h")  # fmt: skip
 BATCHES = (1, 8)
+DEMO_MODEL = ROOT / "models" / "fraud" / "1" / "model.onnx"
+DEMO_MAX_AGE_S = 30 * 86_400
+
+
+def demo_feast(max_age_s: float | None = None) -> dict[str, Any]:
+    """The demo model's `serving.feast`: its five user columns read from the Feast view `demo_user`."""
+    view: dict[str, Any] = {"entities": {"user_id": "string"}}
+    if max_age_s:
+        view["max_age_s"] = max_age_s
+    return {"views": {"demo_user": view}, "features": {n: f"demo_user:{n}" for n in NAMES}}
 
 
 def demo_spec() -> ModelSpec:
     """The demo model's five user columns, read from the Feast view `demo_user`."""
-    feast = {
-        "views": {"demo_user": {"entities": {"user_id": "string"}}},
-        "features": {n: f"demo_user:{n}" for n in NAMES},
-    }
     return ModelSpec(tuple(FeatureDef(n, 0.0) for n in NAMES), "x", "y", 1, Thresholds(0.5, 0.8),
-                     feast=parse_feast(feast, NAMES))  # fmt: skip
+                     feast=parse_feast(demo_feast(), NAMES))  # fmt: skip
+
+
+def write_demo_model(models_dir: Path, max_age_s: float = DEMO_MAX_AGE_S) -> Path:
+    """The demo model copied to `models_dir`/fraud/1 with `serving.feast` added (a MODELS_DIR to serve)."""
+    model = onnx.load(str(DEMO_MODEL))
+    props = {p.key: p.value for p in model.metadata_props}
+    onnx.helper.set_model_props(model, {**props, "serving.feast": json.dumps(demo_feast(max_age_s))})
+    target = models_dir / "fraud" / "1" / "model.onnx"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(target))
+    return target
+
+
+async def seed_demo_layout(url: str, project: str, *, event_time_s: float) -> int:
+    """The demo users in Feast's Redis layout under `project`, byte for byte as `feast materialize`
+    writes view `demo_user` (five Float64 features; tests/features/test_feast.py holds `seed_feast` to it)."""
+    users = load_feature_file(ROOT / "data" / "demo_users.json")
+    (view,) = parse_feast(demo_feast(), NAMES).views
+    client = Client.from_url(url)
+    try:
+        rows: dict[tuple[str, ...], Mapping[str, float | int | bool | str | None]] = {
+            (user,): features for user, features in users.items()
+        }
+        return await seed_feast(client, project, view, rows, event_time_s=event_time_s)
+    finally:
+        await client.aclose()
 
 
 def events(users: list[str]) -> list[PaymentEvent]:
@@ -120,7 +159,7 @@ def main() -> None:
         found = asyncio.run(ours(redis.url, prefix, project, args))
         found["feast_get_online_features"] = feast_own
     finally:
-        asyncio.run(_clean(redis.url, prefix, project))
+        asyncio.run(clean(redis.url, prefix, project))
         redis.stop()
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "feast.json").write_text(json.dumps(found, indent=2))
@@ -143,9 +182,8 @@ def table(found: dict[str, dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
-async def _clean(url: str, prefix: str, project: str) -> None:
-    from redis.asyncio import Redis as Client
-
+async def clean(url: str, prefix: str, project: str) -> None:
+    """Delete the keys of a run: under `prefix` (today's layout, predictions) and of Feast `project`."""
     client = Client.from_url(url)
     for pattern in (prefix.encode() + b"*", b"*" + project.encode()):
         keys = [k async for k in client.scan_iter(match=pattern, count=1000)]

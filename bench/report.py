@@ -87,6 +87,31 @@ def vs_peer(r: dict[str, Any], peer: str = PEER) -> dict[str, dict[str, float]]:
     }
 
 
+FEAST = "score_miss_feast"
+LAYOUTS = {"native": "score_miss", "feast": FEAST}  # the miss path with each feature layout, same run
+LAYOUT_KEYS = ("rps", "p50_ms", "p99_ms")
+LAYOUT_TARGET = 0.9  # issue 25: Feast layout's miss req/s ≥ 0.9x today's layout in the same run
+
+
+def feature_layouts(r: dict[str, Any], probes: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Feast layout ÷ today's layout on the miss path (medians of per-round ratios), and whether one
+    probe event scored the same from both with no feature on its default (else the row measures defaults)."""
+    if not all(name in r["wrk_rounds"] for name in LAYOUTS.values()):
+        return {}
+    native, feast = (probes.get(name, {}) for name in LAYOUTS.values())
+    same = bool(native) and native.get("risk_score") == feast.get("risk_score")
+    return {
+        "ratios": {key: round_ratio(r, FEAST, LAYOUTS["native"], key) for key in LAYOUT_KEYS},
+        "target_rps_ratio": LAYOUT_TARGET,
+        "probe_same_score": same,
+        "probe_defaulted": {layout: probes.get(name, {}).get("defaulted") for layout, name in LAYOUTS.items()},
+    }
+
+
+def _layouts_read(layouts: dict[str, Any]) -> bool:
+    return bool(layouts["probe_same_score"]) and not any(layouts["probe_defaulted"].values())
+
+
 def targets(r: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
     w = r["wrk"]
     low = r["open_loop"][0]
@@ -114,6 +139,17 @@ def targets(r: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
         ("process start to ready", "≤ 2 s", f"{r['start_to_ready_s']:.2f} s", r["start_to_ready_s"] <= 2),
         (f"open loop p99 at {low['offered']:.0f} req/s", "≤ 10 ms", f"{low['p99_ms']:.2f} ms", low["p99_ms"] <= 10),
     ]
+    layouts = r.get("feature_layouts") or {}
+    if layouts:
+        ratio, read = layouts["ratios"]["rps"], _layouts_read(layouts)
+        checks.append(
+            (
+                "Feast layout: /api/score miss req/s vs today's layout (median of per-round ratios)",
+                f"≥ {LAYOUT_TARGET}x",
+                f"{ratio:.2f}x" + ("" if read else " (**probe on defaults or a different score**)"),
+                ratio >= LAYOUT_TARGET and read,
+            )
+        )
     if "batch_64" in w:
         gain = w["batch_64"]["events_per_s"] / w["score_miss"]["rps"]
         checks.append(("/api/score/batch, 64 events: events/s vs single requests", "≥ 5x", f"{gain:.1f}x", gain >= 5))
@@ -163,6 +199,7 @@ def _markdown(r: dict[str, Any], stages: dict[str, float]) -> str:
         "ceiling_starlette": f"bare Starlette on {default} (same stack)",
         "score_miss": f"/api/score, cache miss (unique rows), PREDICTION_L2=auto, {default}",
         "score_miss_redis": "/api/score, cache miss, PREDICTION_L2=always (an MGET per batch)",
+        FEAST: f"/api/score, cache miss, FEATURE_STORE=feast (Feast's Redis layout), {default}",
         "score_hit": f"/api/score, cache hit, {default}",
         f"score_miss_{other}": f"/api/score, cache miss, {other}",
         f"score_hit_{other}": f"/api/score, cache hit, {other}",
@@ -179,7 +216,7 @@ def _markdown(r: dict[str, Any], stages: dict[str, float]) -> str:
             f"| {label} | {x['rps']:,.0f} | {paired_ratio(r, name):.0%} | {x['p50_ms']:.2f} | {x['p90_ms']:.2f} | {x['p99_ms']:.2f} | "
             f"{x.get('cpu_us_per_req', float('nan')):.0f} | {x['errors']:.0f} | {r['memory_mib'].get(name, float('nan')):.0f} |"
         )
-    lines += ["", *_peer(r), *_servers(r, default, other), *_workers(r), *_batches(r)]
+    lines += ["", *_peer(r), *_layouts(r), *_servers(r, default, other), *_workers(r), *_batches(r)]
     lines += [
         "",
         "## Targets",
@@ -259,6 +296,39 @@ def _peer(r: dict[str, Any]) -> list[str]:
         cells = [f"{ratios[path][key]:.2f}" if key in ratios.get(path, {}) else "n/a" for path in ("miss", "hit")]
         lines.append(f"| {label} | {cells[0]} | {cells[1]} |")
     return [*lines, ""]
+
+
+def _layouts(r: dict[str, Any]) -> list[str]:
+    layouts = r.get("feature_layouts") or {}
+    if not layouts:
+        return []
+    lines = [
+        "## Feature layouts (miss path, same run)",
+        "",
+        "`/api/score` on unique rows, same server and wrk settings: today's layout (`user:{id}` LZ4-JSON, one "
+        "MGET per batch) against Feast's (`FEATURE_STORE=feast`: the demo users written as `feast materialize` "
+        "writes them, one pipelined round trip of HMGETs; the demo model with `serving.feast`, bench/feast.py).",
+        "",
+        "| round | native req/s | native p50 ms | native p99 ms | Feast req/s | Feast p50 ms | Feast p99 ms | "
+        "Feast ÷ native req/s | Feast reads failed |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    rounds = zip(r["wrk_rounds"][LAYOUTS["native"]], r["wrk_rounds"][FEAST], strict=True)
+    for i, (n, f) in enumerate(rounds, 1):
+        lines.append(
+            f"| {i} | {n['rps']:,.0f} | {n['p50_ms']:.2f} | {n['p99_ms']:.2f} | {f['rps']:,.0f} | "
+            f"{f['p50_ms']:.2f} | {f['p99_ms']:.2f} | {f['rps'] / n['rps']:.2f} | {f.get('feature_errors', float('nan')):.0f} |"
+        )
+    ratios = layouts["ratios"]
+    read = "same score, no feature on its default" if _layouts_read(layouts) else "**differed or defaulted**"
+    lines += [
+        "",
+        f"Feast ÷ native, median of per-round ratios: req/s **{ratios['rps']:.2f}x** (target ≥ {LAYOUT_TARGET}x), "
+        f"p50 {ratios['p50_ms']:.2f}x, p99 {ratios['p99_ms']:.2f}x. Probe event through both: {read}. "
+        "A failed read (past REDIS_TIMEOUT_MS) puts that batch, and the next second's, on model defaults.",
+        "",
+    ]
+    return lines
 
 
 def _servers(r: dict[str, Any], default: str, other: str) -> list[str]:
@@ -381,4 +451,15 @@ def _plot_throughput(w: dict[str, dict[str, float]], path: Path) -> None:
     plt.close(fig)
 
 
-__all__ = ["STAGES", "budget", "round_ratio", "summarize_open_loop", "targets", "vs_peer", "write"]
+__all__ = [
+    "FEAST",
+    "LAYOUTS",
+    "STAGES",
+    "budget",
+    "feature_layouts",
+    "round_ratio",
+    "summarize_open_loop",
+    "targets",
+    "vs_peer",
+    "write",
+]

@@ -3,12 +3,14 @@
     .venv/bin/python -m bench.run --out bench-out [--seconds 5] [--rounds 3]
 
 Steps (progress is printed as it goes):
-  1. Redis (REDIS_URL, or our own redis-server), demo user features seeded under a fresh prefix;
+  1. Redis (REDIS_URL, or our own redis-server), demo user features seeded under a fresh prefix, and
+     again in Feast's layout under a fresh Feast project (bench/feast.py: as `feast materialize`
+     writes them, no Feast process), with the demo model plus `serving.feast` in --out/feast-models;
   2. closed loop, wrk -t2 -c16, rounds interleaved so every figure sees the same machine:
      a raw ASGI echo on every server we can install (Granian; uvicorn with uvloop + httptools):
      the fastest of them in a round is that round's ceiling · bare Starlette on make run's server
      (same stack) · /api/score on the miss path (unique rows; PREDICTION_L2 auto, and always = a
-     Redis read per batch) · the hit path · both again on the other server · the miss path with
+     Redis read per batch) · the miss path reading Feast's layout (FEATURE_STORE=feast) · the hit path · both again on the other server · the miss path with
      WORKERS=2 · /api/score/batch with 8 and 64 events · the alternative a user would hand-write
      (bench/peer_fastapi.py: FastAPI + ONNX Runtime on uvicorn, same model, same Redis); the
      server's CPU seconds per request beside every figure;
@@ -31,10 +33,11 @@ import statistics
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 
-from bench import floor, report
+from bench import feast, floor, report
 from bench.loadgen import open_loop
 from bench.servers import SERVERS, Redis, cpu_s, rss_mib, start_server
 from shared.settings import Settings
@@ -90,6 +93,30 @@ def seed(redis_url: str, prefix: str) -> int:
     return asyncio.run(seed_redis(redis_url, load_feature_file(ROOT / "data" / "demo_users.json"), prefix=prefix))
 
 
+def seed_feast_layout(redis_url: str, project: str, models_dir: Path) -> dict[str, str]:
+    """The demo users in Feast's layout, the demo model reading them: the app's env for that layout."""
+    asyncio.run(feast.seed_demo_layout(redis_url, project, event_time_s=time.time() - 60))
+    feast.write_demo_model(models_dir)
+    return {"FEATURE_STORE": "feast", "FEAST_PROJECT": project, "MODELS_DIR": str(models_dir)}
+
+
+def probe(port: int) -> dict[str, object]:
+    """One scored answer for a fixed event: the layouts must give the same score, none on defaults."""
+    body = json.dumps({"event_id": "probe", "user_id": "u00042", "amount": 912.4, "currency": "USD",
+                       "merchant_id": "m-77", "merchant_category": "7995", "country": "NG", "channel": "web",
+                       "timestamp": "2026-11-29T03:12:00Z"}).encode()  # fmt: skip
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/api/score", body, {"content-type": "application/json"})
+    with urllib.request.urlopen(request, timeout=5) as answer:  # noqa: S310 our own loopback http:// URL
+        found: dict[str, object] = json.loads(answer.read())
+    return found
+
+
+def feature_errors(port: int) -> float:
+    """Feature reads that failed (each a timeout or error: that batch on model defaults), from /api/stats."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/stats", timeout=5) as answer:
+        return float(json.loads(answer.read())["features"].get("errors", 0))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=ROOT / "bench-out")
@@ -106,7 +133,9 @@ def main() -> None:
     say("starting Redis and seeding the demo user features")
     redis = Redis()
     prefix = f"bench:{uuid.uuid4().hex[:8]}:"
+    project = f"bench{uuid.uuid4().hex[:8]}"
     users = seed(redis.url, prefix)
+    feast_env = seed_feast_layout(redis.url, project, args.out / "feast-models")
     app_env = {"REDIS_URL": redis.url, "REDIS_KEY_PREFIX": prefix, "PYTHONPATH": str(ROOT), "LOG_LEVEL": "WARNING"}
     results: dict[str, object] = {
         "machine": {"cores": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
@@ -137,6 +166,7 @@ def main() -> None:
             "ceiling_starlette": (f"{bare}:starlette_app", "hit", {}, default, 1),
             "score_miss": (app, "miss", {}, default, 1),
             "score_miss_redis": (app, "miss", always, default, 1),
+            report.FEAST: (app, "miss", feast_env, default, 1),
             "score_hit": (app, "hit", {}, default, 1),
             f"score_miss_{other}": (app, "miss", {}, other, 1),
             f"score_hit_{other}": (app, "hit", {}, other, 1),
@@ -150,6 +180,7 @@ def main() -> None:
         else:
             say("fastapi is not installed (make bench installs requirements-dev.txt): no FastAPI peer")
         runs: dict[str, list[dict[str, float]]] = {name: [] for name in targets}
+        probes: dict[str, dict[str, object]] = {}
         memory: dict[str, float] = {}
         for round_no in range(1, args.rounds + 1):
             for name, (target, mode, extra, kind, workers) in targets.items():
@@ -158,11 +189,15 @@ def main() -> None:
                 )
                 server = start_server(name, target, {**app_env, **extra}, server=kind, workers=workers)
                 try:
+                    if name in report.LAYOUTS.values() and name not in probes:
+                        probes[name] = probe(server.port)
                     if mode == "hit":
                         wrk(server.port, 1, args.connections, mode)  # warm the cache with the hit set
                     cpu_before = cpu_s(server.process.pid)
                     run = wrk(server.port, args.seconds, args.connections, mode)
                     run["cpu_us_per_req"] = (cpu_s(server.process.pid) - cpu_before) / max(run["requests"], 1) * 1e6
+                    if name == report.FEAST:
+                        run["feature_errors"] = feature_errors(server.port)
                     runs[name].append(run)
                     memory[name] = rss_mib(server.process.pid)
                 finally:
@@ -175,6 +210,7 @@ def main() -> None:
         results["memory_mib"] = memory
         if "peer_fastapi" in runs:
             results["vs_fastapi"] = report.vs_peer(results)
+        results["feature_layouts"] = report.feature_layouts(results, probes)
 
         say("open loop on the miss path at fixed offered rates")
         server = start_server("open-loop", "shared.adapters.http.asgi:app", app_env, server=default)
@@ -197,6 +233,7 @@ def main() -> None:
         results["floor"] = floor.raw_onnxruntime(MODEL)
         results["batcher"] = floor.batcher_overhead(ROOT / "models")
     finally:
+        asyncio.run(feast.clean(redis.url, prefix, project))
         redis.stop()
 
     (args.out / "results.json").write_text(json.dumps(results, indent=2))

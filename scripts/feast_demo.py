@@ -20,15 +20,11 @@ import tempfile
 import time
 from pathlib import Path
 
-import onnx
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.feast import harness  # noqa: E402  (after the path: a script run from anywhere)
-
-NAMES = ("user_account_age_days", "user_avg_amount_30d", "user_chargebacks_90d", "user_distinct_countries_30d",
-         "user_txn_count_24h")  # fmt: skip
+from bench.feast import write_demo_model  # noqa: E402  (after the path: a script run from anywhere)
+from tests.feast import harness  # noqa: E402
 
 
 def main() -> None:
@@ -47,18 +43,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as workdir:
         harness.run_feast(spec, Path(workdir), timeout_s=600)
     print(f"feast: {len(users)} users of view demo_user materialised into {url} (project {args.project})")
-    model = onnx.load(str(ROOT / "models" / "fraud" / "1" / "model.onnx"))
-    feast = {
-        "views": {"demo_user": {"entities": {"user_id": "string"}, "max_age_s": 30 * 86_400}},
-        "features": {name: f"demo_user:{name}" for name in NAMES},
-    }
-    onnx.helper.set_model_props(
-        model, {**{p.key: p.value for p in model.metadata_props}, "serving.feast": json.dumps(feast)}
-    )
-    target = args.models / "fraud" / "1"
-    target.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(target / "model.onnx"))
-    print(f"model: {target / 'model.onnx'} reads its user columns from Feast")
+    target = write_demo_model(args.models)  # the same model `make bench` serves from Feast's layout
+    print(f"model: {target} reads its user columns from Feast")
     print(f"now: FEATURE_STORE=feast FEAST_PROJECT={args.project} REDIS_URL={url} MODELS_DIR={args.models} make run")
 
 

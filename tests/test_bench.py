@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import time
+import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -110,3 +113,69 @@ def test_ratios_to_the_fastapi_peer_are_medians_of_per_round_ratios_for_miss_and
     page = report._peer(r)
     assert any(line.startswith("| req/s | 1.50 | 2.00 |") for line in page)
     assert sum(line.startswith("| 1 |") or line.startswith("| 3 |") for line in page) == 2
+
+
+def test_the_feature_layouts_row_is_feast_over_native_per_round_and_needs_a_probe_read_from_features() -> None:
+    def rounds(*rps: float) -> list[dict[str, float]]:
+        return [{"rps": x, "p50_ms": 1000 / x, "p99_ms": 3000 / x} for x in rps]
+
+    r: dict[str, Any] = {"wrk_rounds": {"score_miss": rounds(100, 200, 100), report.FEAST: rounds(95, 160, 80)}}
+    read = {"risk_score": 0.52, "defaulted": []}
+    layouts = report.feature_layouts(r, {"score_miss": read, report.FEAST: read})
+    assert layouts["ratios"]["rps"] == 0.8  # 0.95, 0.8, 0.8
+    assert layouts["ratios"]["p99_ms"] == pytest.approx(1 / 0.8)
+    page = report._layouts({**r, "feature_layouts": layouts})
+    assert sum(line.startswith(("| 1 |", "| 2 |", "| 3 |")) for line in page) == 3
+    assert any("**0.80x** (target ≥ 0.9x)" in line and "no feature on its default" in line for line in page)
+
+    r["wrk_rounds"][report.FEAST] = rounds(95, 190, 100)  # 0.95, 0.95, 1.0: met
+    r["feature_layouts"] = report.feature_layouts(r, {"score_miss": read, report.FEAST: read})
+    assert _feast_target(r) is True
+    defaulted = {"risk_score": 0.4, "defaulted": ["user_txn_count_24h"]}  # a layout the app did not read
+    r["feature_layouts"] = report.feature_layouts(r, {"score_miss": read, report.FEAST: defaulted})
+    assert _feast_target(r) is False
+    assert report.feature_layouts({"wrk_rounds": {"score_miss": rounds(1)}}, {}) == {}  # no Feast target: no row
+
+
+def _feast_target(r: dict[str, Any]) -> bool:
+    base = {"ceiling_raw_uvicorn": [{"rps": 1000.0}] * 3, "score_hit": [{"rps": 900.0}] * 3}
+    full = {
+        **r,
+        "wrk_rounds": {**base, **r["wrk_rounds"]},
+        "wrk": {"score_miss": {"p99_ms": 1.0, "rps": 100.0}},
+        "open_loop": [{"offered": 250, "p99_ms": 1.0}],
+        "batcher": {"added_us": 1.0},
+        "start_to_ready_s": 0.5,
+    }
+    (met,) = [ok for name, _, _, ok in report.targets(full) if name.startswith("Feast layout")]
+    return met
+
+
+async def test_the_feast_layout_target_serves_the_demo_users_through_a_model_that_declares_serving_feast(
+    redis_url: str, tmp_path: Path
+) -> None:
+    import onnxruntime as ort
+
+    from bench import feast
+    from shared.domain.spec import ModelSpec
+    from shared.features.feast import FeastStore
+    from shared.features.store import load_feature_file
+
+    session = ort.InferenceSession(str(feast.write_demo_model(tmp_path)), providers=["CPUExecutionProvider"])
+    spec = ModelSpec.from_metadata(
+        session.get_modelmeta().custom_metadata_map,
+        [i.name for i in session.get_inputs()],
+        [o.name for o in session.get_outputs()],
+    )
+    assert spec.feast is not None and {c for c, _, _ in spec.feast.features} == set(feast.NAMES)
+    project = f"t{uuid.uuid4().hex[:10]}"
+    users = load_feature_file("data/demo_users.json")
+    store = FeastStore.from_url(redis_url, project=project, timeout_s=1.0, l1_size=0, l1_ttl_s=1.0)
+    try:
+        assert await feast.seed_demo_layout(redis_url, project, event_time_s=time.time() - 60) == len(users)
+        picked = ["u00000", "u00042", "u01999"]
+        found = await store.contexts(spec, feast.events(picked))
+        assert found == [{n: users[u][n] for n in feast.NAMES} for u in picked]
+    finally:
+        await store.aclose()
+        await feast.clean(redis_url, "never-used:", project)
