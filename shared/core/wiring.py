@@ -126,20 +126,19 @@ def build_reviewer(
 ) -> Reviewer:
     """The review of the uncertain tail (AZURE_OPENAI_ENDPOINT set): client, answer cache (the cache
     tier), store of outcomes (the store whose writes raise)."""
-    from cachetools import TTLCache
-
     from shared.domain.decision import ThresholdDecider
     from shared.review.client import AzureOpenAIClient
     from shared.review.prompt import Prompt
     from shared.review.reviewer import Reviewer
     from shared.review.store import ReviewStore
+    from shared.stores.cache.l1 import TtlLru
     from shared.stores.cache.tiered import TieredCache
 
     policy = settings.review
     prompt = Prompt.load()
     answers: TieredCache[Opinion] = TieredCache(
         "llm",
-        l1=TTLCache(10_000, policy.result_ttl_s),
+        l1=TtlLru(10_000, policy.result_ttl_s),
         l2=redis,
         l2_ttl_s=policy.result_ttl_s,
         dump=_opinion_bytes,

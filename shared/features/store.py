@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Protocol, TypeAlias
 
 import orjson
-from cachetools import TTLCache
 
 from shared.domain.answers import FeatureStats
 from shared.domain.events import PaymentEvent
 from shared.domain.spec import ModelSpec
 from shared.features.mapping import Context
 from shared.stores.cache import codec
+from shared.stores.cache.l1 import TtlLru
 from shared.stores.cache.tier import L2Tier
 from shared.stores.cache.tiered import Tier, TieredCache
 
@@ -100,7 +100,7 @@ class FeatureStore:
         self._fallback = fallback or {}
         self.cache: TieredCache[UserFeatures] = TieredCache(
             "features",
-            l1=TTLCache(maxsize=l1_size, ttl=l1_ttl_s) if l1_size else None,
+            l1=TtlLru(l1_size, l1_ttl_s) if l1_size else None,
             l2=redis,
             l2_ttl_s=1.0,
             dump=lambda v: orjson.dumps(v),

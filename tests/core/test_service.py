@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
@@ -15,6 +16,7 @@ from shared.domain.answers import CacheStats
 from shared.domain.events import decode_event
 from shared.errors import InvalidEvent, ModelNotFound
 from shared.models.repository import ModelRef
+from shared.models.served import Prediction
 from shared.settings import Settings
 from tests.conftest import closed_port, event
 from tests.onnx_models import make_model
@@ -287,3 +289,20 @@ async def test_no_prediction_l1_keeps_the_features_l1(
     for i in range(3):
         await core.score(decode_event(body(event_id=f"l1-{i}", amount=500.0 + i)))
     assert core.stats().features.l1_hits == 2
+
+
+def test_stage_timings_are_milliseconds_rounded_to_three_places() -> None:
+    rng = random.Random(3)  # noqa: S311 reproducible durations, not a secret
+    for _ in range(20_000):
+        parse, features, total, queued, cache, run = (
+            rng.random() * rng.choice((1e-5, 1e-3, 0.1, 2.0)) for _ in range(6)
+        )
+        timings = ScoringService._timings(Prediction(0.5, "model", cache, run), parse, (features, total, queued))
+        assert timings == {
+            "parse": round(parse * 1000, 3),
+            "features": round(features * 1000, 3),
+            "cache": round(cache * 1000, 3),
+            "queue": round(queued * 1000, 3),
+            "inference": round(run * 1000, 3),
+            "total": round((total + parse) * 1000, 3),
+        }

@@ -14,11 +14,10 @@ import hashlib
 import struct
 from collections.abc import Sequence
 
-from cachetools import TTLCache
-
 from shared.domain.answers import CacheStats
 from shared.settings import PredictionL2
 from shared.stores.cache import codec
+from shared.stores.cache.l1 import TtlLru
 from shared.stores.cache.tier import L2Tier
 from shared.stores.cache.tiered import Tier
 
@@ -33,7 +32,7 @@ class PredictionCache:
     def __init__(
         self, *, l1_size: int, l1_ttl_s: float, l2: L2Tier | None, l2_ttl_s: float, l2_policy: PredictionL2 = "auto"
     ) -> None:
-        self._l1: TTLCache[str, float] | None = TTLCache(maxsize=l1_size, ttl=l1_ttl_s) if l1_size else None
+        self._l1: TtlLru[str, float] | None = TtlLru(l1_size, l1_ttl_s) if l1_size else None
         self._l2 = l2
         if l2_ttl_s <= 0:
             raise ValueError("predictions in the shared tier need a TTL: only keys with one may be evicted")

@@ -9,10 +9,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Generic, Literal, TypeVar
 
-from cachetools import TTLCache
-
 from shared.domain.answers import CacheStats
 from shared.stores.cache import codec
+from shared.stores.cache.l1 import TtlLru
 from shared.stores.cache.singleflight import SingleFlight
 from shared.stores.cache.tier import L2Tier
 
@@ -33,7 +32,7 @@ class TieredCache(Generic[V]):
         self,
         name: str,
         *,
-        l1: TTLCache[str, V] | None,
+        l1: TtlLru[str, V] | None,
         l2: L2Tier | None,
         l2_ttl_s: float,
         dump: Callable[[V], bytes],

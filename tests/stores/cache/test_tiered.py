@@ -8,10 +8,10 @@ import struct
 from collections.abc import Iterator
 
 import pytest
-from cachetools import TTLCache
 from msgspec import to_builtins
 
 from shared.stores.cache import codec
+from shared.stores.cache.l1 import TtlLru
 from shared.stores.cache.redis_tier import RedisTier
 from shared.stores.cache.tiered import TieredCache
 from tests.conftest import closed_port
@@ -22,7 +22,7 @@ SCORE = struct.Struct("<d")
 def make_cache(l2: RedisTier | None, *, l1: bool = True) -> TieredCache[float]:
     return TieredCache(
         "predictions",
-        l1=TTLCache(maxsize=100, ttl=60) if l1 else None,
+        l1=TtlLru(100, 60) if l1 else None,
         l2=l2,
         l2_ttl_s=60,
         dump=SCORE.pack,
