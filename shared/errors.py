@@ -13,7 +13,7 @@
     ├── NotReady                  503 not_ready         UNAVAILABLE        (queue: retry)
     │   ├── BatcherClosed         503 model_retired     UNAVAILABLE        (resubmit to the new version)
     │   └── SettingsError         503 not_ready         UNAVAILABLE        (the operator must fix a setting)
-    ├── ModelSourceError          503 model_repository      UNAVAILABLE        (retry)
+    ├── ModelSourceError          503 model_source      UNAVAILABLE        (retry)
     ├── Unavailable               503 unavailable       UNAVAILABLE        (queue: retry)
     │   ├── ResultStoreDown       503 result_store_down UNAVAILABLE        (queue: retry; nothing published)
     │   ├── ControlStoreDown      503 control_store_down UNAVAILABLE       (a pin or model record not kept; nothing changed)
