@@ -89,8 +89,8 @@ class FunctionHandlers:
         """Every HTTP route: the same ASGI app that `make run` serves.
 
         NOTE: the scoring routes are framed here in a few lines (`call_asgi`); every other route
-        goes through `func.AsgiMiddleware`, whose general bridge cost ~30% of an invocation's
-        worker CPU on the hot route (docs/capacity.md). Same app, same answers.
+        goes through `func.AsgiMiddleware`, whose general bridge costs a large share of an
+        invocation's worker CPU on the hot route (docs/capacity.md). Same app, same answers.
         """
         if req.method == "POST" and (path := scoring_path(req.url)) is not None:
             return await call_asgi(self._app, req, path)
@@ -214,8 +214,7 @@ def quiet_worker_logs(service: ScoringService) -> None:
     NOTE: the worker writes "Received FunctionInvocationRequest" / "Function name: ..." at INFO
     for every invocation, each a gRPC message to the host, which files the worker's
     system-category logs in the platform's own store, not the app's Application Insights; the
-    host logs each execution itself. Measured: ~9% of an invocation's worker CPU
-    (docs/capacity.md). Their warnings and errors still flow. (No setting: one would have to be
+    host logs each execution itself. Their cost is measured in docs/capacity.md. Their warnings and errors still flow. (No setting: one would have to be
     set on the Container App; the worker's own debug switch is the platform's.)
     """
     for name in WORKER_LOGGERS:

@@ -206,7 +206,7 @@ def tune_gc(gen0_threshold: int) -> None:
 
     NOTE: with Python's default thresholds a full collection walks every object of the
     in-process caches (each TTL-LRU entry is several objects) every few thousand
-    requests: measured as p99 37 ms vs 7 ms at 16 connections. Objects alive after
+    requests, a multiple of the p99 at 16 connections (docs/benchmark.md). Objects alive after
     start-up are frozen out of collection, and collections run far less often.
     """
     if gen0_threshold:

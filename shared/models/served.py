@@ -147,7 +147,7 @@ class LoadedModel:
         if self.model.released:  # NOTE: only rows of a batch request (score_rows) can get here late
             raise BatcherClosed(f"{self.name}/{self.version} was retired")
         matrix = stack_rows(rows)
-        # NOTE: a small model runs faster inline than the ~50 µs a thread hop costs.
+        # NOTE: a small model runs faster inline than a thread hop costs (docs/benchmark.md)
         scores = self.model.predict(matrix) if self.inline else await asyncio.to_thread(self.model.predict, matrix)
         return [float(s) for s in split_rows(scores, len(rows))]
 

@@ -1,10 +1,9 @@
 """The instruments of the catalogue, as cheap in-process series, and the API that records them.
 
-NOTE: an OpenTelemetry SDK `Histogram.record(v, attributes)` measured ~10-20 µs here (it
-re-validates and re-hashes the attributes on every call); the score path spends ~40-60 µs
-in total. So the hot path records into these series instead: one dict lookup by a tuple of
-attribute values (or none: series are bound once), one `bisect` and a few additions,
-~0.3 µs. `shared.telemetry.bridge` hands them to every OpenTelemetry metric reader at
+NOTE: an OpenTelemetry SDK `Histogram.record(v, attributes)` re-validates and re-hashes the
+attributes on every call, at a cost near a whole score's (docs/benchmark.md, "Measurements
+behind the code's shape"). So the hot path records into these series instead: one dict lookup
+by a tuple of attribute values (or none: series are bound once), one `bisect` and a few additions. `shared.telemetry.bridge` hands them to every OpenTelemetry metric reader at
 collection time (Prometheus, Azure Monitor, the in-memory reader of tests) as ordinary
 OpenTelemetry histograms, sums and gauges under the catalogue's names.
 
