@@ -10,7 +10,8 @@
 //   registry     Azure Container Registry (AcrPull for the platform identity)
 //   storage      host storage + `models` container + Event Grid system topic
 //   servicebus   namespace + payments / risk-completed / risk-rejected
-//   redis        Azure Managed Redis (volatile-lru, TLS, Entra auth)
+//   redis        Azure Managed Redis (volatile-lru, TLS, Entra auth); a second one, NoEviction,
+//                for Feast's online store when deployFeastRedis (docs/capacity.md)
 //   openai       optional Azure OpenAI account + deployment
 //   environment  Container Apps environment with workload profiles (GPU optional)
 //   app          the Functions container app, probes, KEDA rules, app settings
@@ -79,6 +80,18 @@ param serviceBusMessagingUnits int = 1
 
 @description('Azure Managed Redis SKU.')
 param redisSku string = 'Balanced_B5'
+
+@description('Feast project whose online store the user features come from; empty: the native layout (README, Using a Feast online store).')
+param feastProject string = ''
+
+@description('Deploy a second Azure Managed Redis (NoEviction) for Feast\'s online store and point FEAST_REDIS_URL at it (docs/capacity.md, Feast\'s online store and eviction).')
+param deployFeastRedis bool = false
+
+@description('Azure Managed Redis SKU of the Feast online store (deployFeastRedis).')
+param feastRedisSku string = 'Balanced_B5'
+
+@description('rediss:// URL of an existing Feast online store when deployFeastRedis is false; empty: the cache Redis.')
+param feastRedisUrl string = ''
 
 @description('Deploy an Azure OpenAI account and deployment for the uncertain tail.')
 param deployOpenAi bool = false
@@ -184,6 +197,21 @@ module redis 'modules/redis.bicep' = {
   }
 }
 
+// Feast's online store: one database per Azure Managed Redis cluster, so a cluster of its own,
+// NoEviction (its hashes carry a TTL when Feast sets key_ttl_seconds; volatile-lru would
+// evict them beside the predictions: P41). Same TLS, Entra-only access and network settings.
+module feastRedis 'modules/redis.bicep' = if (deployFeastRedis) {
+  name: 'feast-redis'
+  params: {
+    location: location
+    tags: tags
+    name: 'redis-${prefix}-feast-${token}'
+    sku: feastRedisSku
+    appPrincipalId: identity.outputs.appPrincipalId
+    evictionPolicy: 'NoEviction'
+  }
+}
+
 module openAi 'modules/openai.bicep' = if (deployOpenAi) {
   name: 'openai'
   params: {
@@ -236,6 +264,8 @@ module app 'modules/app.bicep' = {
     inputQueueName: inputQueueName
     redisHost: redis.outputs.hostName
     redisPort: redis.outputs.port
+    feastProject: feastProject
+    feastRedisUrl: deployFeastRedis ? 'rediss://${feastRedis.outputs.hostName}:${feastRedis.outputs.port}' : feastRedisUrl
     openAiEndpoint: deployOpenAi ? openAi.outputs.endpoint : ''
     openAiDeployment: deployOpenAi ? openAi.outputs.deploymentName : ''
     minReplicas: minReplicas
@@ -284,3 +314,4 @@ output MODELS_CONTAINER string = storage.outputs.modelsContainerName
 output EVENTGRID_SYSTEM_TOPIC_NAME string = storage.outputs.systemTopicName
 output SERVICEBUS_NAMESPACE string = serviceBus.outputs.fullyQualifiedNamespace
 output REDIS_HOST string = redis.outputs.hostName
+output FEAST_REDIS_HOST string = deployFeastRedis ? feastRedis.outputs.hostName : ''

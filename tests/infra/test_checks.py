@@ -25,6 +25,7 @@ from checks.platform import (
     check_profile_moves,
     check_windows_hooks,
 )
+from checks.redis_stores import check_redis_stores
 from checks.rows import cited, rows
 from checks.tables import BUILT_IN_ROLES, EXPECTED_GRANTS, UNMODELLED_API_VERSIONS
 from conftest import REPO, TRIGGER_QUEUE, app_setting_names
@@ -110,6 +111,10 @@ def test_every_platform_row_is_relied_on_and_cites_a_source() -> None:
             assert len(cells) == 4, f"{cells[0]}: expected | id | behaviour | source | relied on by |"
             assert any(mark in cells[2] for mark in ("http", "@", "==")), f"{cells[0]}: its source is not pinned"
             assert cells[3], f"{cells[0]}: nothing relies on it"
+
+
+def test_the_cache_redis_may_evict_predictions_and_feasts_store_nothing() -> None:
+    assert check_redis_stores(REPO) == []
 
 
 def test_the_host_admits_no_more_than_the_app_takes() -> None:

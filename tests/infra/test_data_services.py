@@ -71,7 +71,8 @@ def test_redis_is_tls_volatile_lru_and_entra_only(modules: dict[str, Module]) ->
     assert cluster["properties"]["minimumTlsVersion"] == "1.2"
     assert db["clientProtocol"] == "Encrypted"
     # volatile-lru evicts only keys with a TTL: predictions (CACHE_L2_TTL_S > 0), never features
-    assert db["evictionPolicy"] == "VolatileLRU"
+    # (the module's default; main.bicep's Feast online store passes NoEviction: checks.redis_stores)
+    assert redis.resolve(db["evictionPolicy"]) == "VolatileLRU"
     assert db["accessKeysAuthentication"] == "Disabled"
     policy = redis.resource("Microsoft.Cache/redisEnterprise/databases/accessPolicyAssignments")
     assert policy["properties"]["user"]["objectId"] == "appPrincipalId"
@@ -80,7 +81,7 @@ def test_redis_is_tls_volatile_lru_and_entra_only(modules: dict[str, Module]) ->
 def test_predictions_carry_a_ttl_under_volatile_lru(modules: dict[str, Module], app_env: dict[str, Any]) -> None:
     # Under a volatile-* policy a key without TTL is never evicted: predictions must carry one.
     db = modules["redis"].resource("Microsoft.Cache/redisEnterprise/databases")["properties"]
-    if str(db["evictionPolicy"]).startswith("Volatile"):
+    if str(modules["redis"].resolve(db["evictionPolicy"])).startswith("Volatile"):
         assert float(app_env["CACHE_L2_TTL_S"]) > 0, app_env["CACHE_L2_TTL_S"]
 
 

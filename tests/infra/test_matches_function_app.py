@@ -23,7 +23,7 @@ def test_output_queues_exist_for_every_output_binding(modules: dict[str, Module]
     # and rejections go through the SDK publisher, whose queues are named in shared/adapters/queue/handler.py.
     source = (INFRA.parent / "function_app.py").read_text()
     outputs = set(re.findall(r'service_bus_queue_output\([^)]*queue_name="([^"]+)"', source))
-    handler = (INFRA.parent / "shared" / "queue" / "handler.py").read_text()
+    handler = (INFRA.parent / "shared" / "adapters" / "queue" / "handler.py").read_text()
     outputs |= set(re.findall(r'^[A-Z_]+_QUEUE = "([^"]+)"', handler, re.M))
     assert outputs >= {"risk-completed", "risk-rejected"}, outputs
     assert outputs <= set(modules["servicebus"].params["outputQueueNames"]["default"])

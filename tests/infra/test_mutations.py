@@ -423,6 +423,70 @@ MUTATIONS = [
         "path: '/api/health/ready'",
         "path: '/health/ready'",
     ),
+    # the two Redis roles (P41, P42): the cache may evict predictions; Feast's store nothing
+    (
+        "feast-store-evicts-any-key",
+        "redis_stores",
+        "infra/main.bicep",
+        "evictionPolicy: 'NoEviction'",
+        "evictionPolicy: 'AllKeysLRU'",
+    ),
+    (
+        "feast-store-evicts-keys-with-a-ttl",  # the cache's policy: Feast's key_ttl_seconds hashes go
+        "redis_stores",
+        "infra/main.bicep",
+        "    evictionPolicy: 'NoEviction'\n",
+        "",
+    ),
+    (
+        "cache-redis-oss-clustering",  # the native layout's MGET: CROSSSLOT
+        "redis_stores",
+        "infra/modules/redis.bicep",
+        "clusteringPolicy: 'EnterpriseCluster'",
+        "clusteringPolicy: 'OSSCluster'",
+    ),
+    (
+        "cache-redis-evicts-features",
+        "redis_stores",
+        "infra/modules/redis.bicep",
+        "param evictionPolicy string = 'VolatileLRU'",
+        "param evictionPolicy string = 'AllKeysLRU'",
+    ),
+    (
+        "feast-url-points-at-the-cache",
+        "redis_stores",
+        "infra/main.bicep",
+        "'rediss://${feastRedis.outputs.hostName}:${feastRedis.outputs.port}'",
+        "'rediss://${redis.outputs.hostName}:${redis.outputs.port}'",
+    ),
+    (
+        "feast-url-not-set-when-deployed",
+        "redis_stores",
+        "infra/main.bicep",
+        "feastRedisUrl: deployFeastRedis ? 'rediss://${feastRedis.outputs.hostName}:${feastRedis.outputs.port}' : feastRedisUrl",
+        "feastRedisUrl: feastRedisUrl",
+    ),
+    (
+        "feast-redis-on-by-default",  # today's deployments would gain a cluster
+        "redis_stores",
+        "infra/main.bicep",
+        "param deployFeastRedis bool = false",
+        "param deployFeastRedis bool = true",
+    ),
+    (
+        "feast-redis-not-provisioned",
+        "redis_stores",
+        "infra/main.bicep",
+        "module feastRedis 'modules/redis.bicep' = if (deployFeastRedis) {",
+        "module feastRedis 'modules/openai.bicep' = if (deployFeastRedis) {",
+    ),
+    (
+        "app-ignores-the-feast-url",
+        "redis_stores",
+        "infra/modules/app.bicep",
+        "{ name: 'FEAST_REDIS_URL', value: feastRedisUrl }",
+        "{ name: 'FEAST_REDIS_URL', value: '' }",
+    ),
 ]
 
 COPIED = (

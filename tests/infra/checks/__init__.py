@@ -31,6 +31,7 @@ from .platform import (
     check_profile_moves,
     check_windows_hooks,
 )
+from .redis_stores import check_redis_stores
 from .tables import KEDA_METADATA, OPERATION_GROUPS, PATCH_BODIES, RESOURCE_MODELS
 
 __all__ = ["CHECKS", "check_schemas", "run_all"]
@@ -128,6 +129,7 @@ CHECKS: dict[str, Callable[..., list[str]]] = {
     "gpu_build": check_gpu_build,
     "profile_moves": check_profile_moves,
     "windows_hooks": check_windows_hooks,
+    "redis_stores": check_redis_stores,
 }
 
 

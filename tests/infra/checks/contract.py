@@ -421,7 +421,7 @@ def check_override_api_version(root: Path) -> list[str]:
 
 def sdk_output_queues(root: Path) -> dict[str, str]:
     """The queues the SDK publisher writes: `*_QUEUE = "..."` in shared/adapters/queue/handler.py (read with `ast`)."""
-    tree = ast.parse((root / "shared" / "queue" / "handler.py").read_text())
+    tree = ast.parse((root / "shared" / "adapters" / "queue" / "handler.py").read_text())
     return {
         t.id: n.value.value
         for n in tree.body
@@ -523,7 +523,9 @@ def check_function_app(root: Path, setting_names: tuple[str, ...]) -> list[str]:
         findings += _connection(env, fn, out["connection"], "__fullyQualifiedNamespace")
     for name, queue in sdk_output_queues(root).items():  # results go through the SDK publisher
         if queue not in outputs:
-            findings.append(f"shared/adapters/queue/handler.py {name} is {queue!r}, not in servicebus.bicep outputQueueNames")
+            findings.append(
+                f"shared/adapters/queue/handler.py {name} is {queue!r}, not in servicebus.bicep outputQueueNames"
+            )
         findings += _connection(env, "payments (SDK publisher)", "ServiceBusConnection", "__fullyQualifiedNamespace")
 
     for fn, blob in _one(bindings, "blob_trigger"):
