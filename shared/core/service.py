@@ -500,7 +500,7 @@ class ScoringService:
             model_version=served.version,
             source=source,
             defaulted=row.defaulted,
-            defaulted_why=cast("dict[str, DefaultedWhy]", dict(row.why)) if row.why else UNSET,
+            defaulted_why=cast("dict[str, DefaultedWhy]", row.why) if row.why else UNSET,  # NOTE: _why built it
             timings_ms=timings,
             # NOTE: more than the local model's: show every opinion
             scores={k: round(v, 6) for k, v in scores.items()} if len(scores) > 1 else UNSET,

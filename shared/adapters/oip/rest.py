@@ -15,7 +15,6 @@ each binary input states its `binary_data_size`). An output is sent binary when 
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -31,8 +30,6 @@ if TYPE_CHECKING:
     from shared.core.service import ScoringService
 
 __all__ = ["HEADER_LENGTH", "V2Endpoints"]
-
-log = logging.getLogger(__name__)
 
 HEADER_LENGTH = "inference-header-content-length"
 Endpoint = Callable[[Request], Awaitable[Response]]
