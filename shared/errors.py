@@ -10,6 +10,7 @@
     │   └── BodyTimeout           408 body_timeout      DEADLINE_EXCEEDED
     ├── ModelNotFound             404 model_not_found   NOT_FOUND          (queue: reject)
     ├── ModelInvalid              422 model_invalid     FAILED_PRECONDITION (blob: not retried)
+    ├── RolloutConflict           409 rollout_conflict  FAILED_PRECONDITION (a shadow or canary the model's state refuses)
     ├── NotReady                  503 not_ready         UNAVAILABLE        (queue: retry)
     │   ├── BatcherClosed         503 model_retired     UNAVAILABLE        (resubmit to the new version)
     │   └── SettingsError         503 not_ready         UNAVAILABLE        (the operator must fix a setting)
@@ -73,6 +74,7 @@ __all__ = [
     "ReviewRateLimited",
     "ReviewSkipped",
     "ReviewTimeout",
+    "RolloutConflict",
     "ScoringError",
     "SettingsError",
     "TooManyItems",
@@ -133,6 +135,12 @@ class ModelNotFound(ScoringError):
 
 class ModelInvalid(ScoringError):
     status, grpc_status, code, retryable = 422, "FAILED_PRECONDITION", "model_invalid", False
+
+
+class RolloutConflict(ScoringError):
+    """A shadow or canary change the model's state refuses (e.g. a canary of the version that serves)."""
+
+    status, grpc_status, code, retryable = 409, "FAILED_PRECONDITION", "rollout_conflict", False
 
 
 class NotReady(ScoringError):

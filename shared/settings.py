@@ -35,8 +35,11 @@ __all__ = [
     "AdmissionPolicy",
     "BatchPolicy",
     "CachePolicy",
+    "DriftPolicy",
     "OrtOptions",
+    "PredictionLogPolicy",
     "ReviewPolicy",
+    "RolloutPolicy",
     "SettingDoc",
     "Settings",
     "SettingsError",
@@ -48,6 +51,7 @@ GraphOptimization = Literal["disable", "basic", "extended", "all"]
 PredictionL2 = Literal["auto", "always", "never"]
 HttpServer = Literal["granian", "uvicorn"]
 FeatureStoreKind = Literal["native", "feast"]
+PredictionSink = Literal["off", "dir", "blob"]
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 
@@ -299,6 +303,128 @@ class ReviewPolicy:
 
 
 @dataclass(frozen=True)
+class PredictionLogPolicy:
+    """The record of every decision (shared/stores/prediction_log): where it goes and how much is held.
+
+    Off unless `sink` is set: `dir` writes hourly JSONL files under `directory` (`make run`),
+    `blob` appends hourly JSONL blobs to `container` of the model storage account (Azure;
+    Azurite locally). A share `sample` of decisions is kept; at most `buffer` records wait
+    in memory for the background writer (past it they are dropped and counted, never
+    waited for); it writes every `flush_s`, and on shutdown for at most `close_s`.
+    """
+
+    sink: PredictionSink = setting(
+        "PREDICTION_LOG", "off", "where each decision's record goes: `off`, `dir` (PREDICTION_LOG_DIR) or `blob`"
+    )
+    directory: str = setting(
+        "PREDICTION_LOG_DIR", ".run/predictions", "the local directory of the prediction log (PREDICTION_LOG=dir)"
+    )
+    container: str = setting(
+        "PREDICTION_LOG_CONTAINER",
+        "predictions",
+        "the blob container of the prediction log, in the model storage account (PREDICTION_LOG=blob)",
+    )
+    sample: float = setting("PREDICTION_LOG_SAMPLE", 1.0, "share of decisions recorded (0..1; 1 = every one)")
+    buffer: int = setting(
+        "PREDICTION_LOG_BUFFER", 50_000, "records held in memory for the writer; past it new ones are dropped, counted"
+    )
+    flush_s: float = setting("PREDICTION_LOG_FLUSH_S", 1.0, "how often the writer sends what it holds")
+    close_s: float = setting("PREDICTION_LOG_CLOSE_S", 5.0, "longest shutdown waits for the writer to send what it holds")
+    hash_key: str | None = setting(
+        "PREDICTION_LOG_HASH_KEY",
+        None,
+        "key of the keyed BLAKE2b hash of event ids in the log (whoever holds it can join chargebacks); unset → unkeyed",
+        secret=True,
+    )
+
+    def __post_init__(self) -> None:
+        _check(self.sink in ("off", "dir", "blob"), "PREDICTION_LOG", "one of off|dir|blob")
+        _check(0.0 <= self.sample <= 1.0, "PREDICTION_LOG_SAMPLE", f"a share within 0..1, got {self.sample}")
+        _check(100 <= self.buffer <= 10_000_000, "PREDICTION_LOG_BUFFER", "an integer within 100..10000000")
+        _check(0.05 <= self.flush_s <= 300, "PREDICTION_LOG_FLUSH_S", "a number of seconds within 0.05..300")
+        _check(0.0 <= self.close_s <= 60, "PREDICTION_LOG_CLOSE_S", "a number of seconds within 0..60")
+        _check(bool(self.container), "PREDICTION_LOG_CONTAINER", "a blob container name")
+        if self.hash_key is not None:
+            _check(len(self.hash_key.encode()) <= 64, "PREDICTION_LOG_HASH_KEY", "at most 64 bytes")
+
+    @property
+    def enabled(self) -> bool:
+        return self.sink != "off" and self.sample > 0
+
+
+@dataclass(frozen=True)
+class RolloutPolicy:
+    """Shadow scoring and the sticky canary (shared/fleet/traffic.py, shared/fleet/shadow.py).
+
+    A shadow version scores each event after its answer is sent, through a queue of at most
+    `shadow_queue` events (past it they are dropped and counted). A canary's automatic abort
+    compares the candidate's last `canary_window` decisions with the live version's: once
+    both arms hold `canary_min_events`, a decline share or an error rate that departs from
+    the live one's by more than its bound sets the candidate's weight to 0, fleet-wide.
+    """
+
+    shadow_queue: int = setting(
+        "SHADOW_QUEUE", 10_000, "events waiting for their shadow score at most; past it they are dropped, counted"
+    )
+    canary_window: int = setting(
+        "CANARY_WINDOW", 1000, "the last decisions per arm (live, canary) the automatic abort compares"
+    )
+    canary_min_events: int = setting(
+        "CANARY_MIN_EVENTS", 200, "decisions each arm needs in its window before the automatic abort may judge"
+    )
+    canary_max_decline_delta: float = setting(
+        "CANARY_MAX_DECLINE_DELTA",
+        0.05,
+        "largest allowed difference between the candidate's decline share and the live one's (absolute)",
+    )
+    canary_max_error_delta: float = setting(
+        "CANARY_MAX_ERROR_DELTA",
+        0.01,
+        "largest allowed excess of the candidate's error rate over the live one's (absolute)",
+    )
+
+    def __post_init__(self) -> None:
+        _check(1 <= self.shadow_queue <= 1_000_000, "SHADOW_QUEUE", "an integer within 1..1000000")
+        _check(10 <= self.canary_window <= 1_000_000, "CANARY_WINDOW", "an integer within 10..1000000")
+        _check(
+            1 <= self.canary_min_events <= self.canary_window,
+            "CANARY_MIN_EVENTS",
+            "an integer within 1..CANARY_WINDOW",
+        )
+        _check(0 < self.canary_max_decline_delta <= 1, "CANARY_MAX_DECLINE_DELTA", "a share within (0, 1]")
+        _check(0 < self.canary_max_error_delta <= 1, "CANARY_MAX_ERROR_DELTA", "a share within (0, 1]")
+
+
+@dataclass(frozen=True)
+class DriftPolicy:
+    """Drift per model version (shared/fleet/drift.py), from the records the prediction log sees.
+
+    A version's first `reference` records are its reference; the last `window` records are
+    compared with it as a population stability index over `bins` quantile bins of the
+    reference, for the score and for each feature. Reason codes (`?explain=1`) name the
+    `explain_top` features whose return to their defaults lowers the score most, computed
+    within `explain_budget_ms` for review and decline answers only.
+    """
+
+    reference: int = setting(
+        "DRIFT_REFERENCE", 1000, "records of a version that form its reference distribution; `0` = no drift"
+    )
+    window: int = setting("DRIFT_WINDOW", 1000, "the last records of a version compared with its reference")
+    bins: int = setting("DRIFT_BINS", 10, "quantile bins of the population stability index")
+    explain_top: int = setting("EXPLAIN_TOP", 3, "features named by reason codes (review and decline answers)")
+    explain_budget_ms: float = setting(
+        "EXPLAIN_BUDGET_MS", 5.0, "longest reason codes may take for one answer; past it the answer has none"
+    )
+
+    def __post_init__(self) -> None:
+        _check(self.reference == 0 or 100 <= self.reference <= 1_000_000, "DRIFT_REFERENCE", "0, or within 100..1000000")
+        _check(100 <= self.window <= 1_000_000, "DRIFT_WINDOW", "an integer within 100..1000000")
+        _check(2 <= self.bins <= 100, "DRIFT_BINS", "an integer within 2..100")
+        _check(1 <= self.explain_top <= 50, "EXPLAIN_TOP", "an integer within 1..50")
+        _check(0 < self.explain_budget_ms <= 1000, "EXPLAIN_BUDGET_MS", "a number of ms within (0, 1000]")
+
+
+@dataclass(frozen=True)
 class Settings:
     """The whole configuration of one process."""
 
@@ -347,6 +473,9 @@ class Settings:
     cache: CachePolicy = field(default_factory=CachePolicy)
     ort: OrtOptions = field(default_factory=OrtOptions)
     review: ReviewPolicy = field(default_factory=ReviewPolicy)
+    prediction_log: PredictionLogPolicy = field(default_factory=PredictionLogPolicy)
+    rollout: RolloutPolicy = field(default_factory=RolloutPolicy)
+    drift: DriftPolicy = field(default_factory=DriftPolicy)
     max_body_bytes: int = setting(
         "MAX_BODY_BYTES", 64 * 1024, "body cap of one event (a batch may carry 16 times that)"
     )
@@ -472,6 +601,8 @@ class Settings:
         if self.feature_store == "feast":
             _check(bool(self.feast_project), "FEAST_PROJECT", "the Feast project name (FEATURE_STORE=feast)")
             _check(bool(self.feast_redis_url or self.redis_url), "FEAST_REDIS_URL", "a Redis URL, or REDIS_URL set")
+        if self.prediction_log.sink == "blob":
+            _check(self.uses_blob_models, "PREDICTION_LOG", "dir or off unless ModelStorage (or its blobServiceUri) is set")
         if self.feast_redis_url is not None:
             _check(_is_redis_url(self.feast_redis_url), "FEAST_REDIS_URL", "a redis://, rediss:// or unix:// URL")
         _check(0 <= self.model_poll_s <= 3600, "MODEL_POLL_SECONDS", "a number of seconds within 0..3600")

@@ -7,6 +7,7 @@
     ModelList, ModelView, LoadedVersion, LoadError, EnsembleView, EnsembleBuild
                                     GET /api/models, POST|DELETE /api/models/{name}/activate
     ReviewRecord                    GET /api/reviews/{event_id} (and the record kept in Redis)
+    RolloutView and its blocks      GET /api/models/{name}/rollout, the shadow and canary calls
     Stats and its blocks            GET /api/stats (the cache and tier counters are these structs)
     V2*                             the Open Inference Protocol's answers (/v2/...)
     QueueResult, Rejection          what the Service Bus path publishes per payment
@@ -33,13 +34,17 @@ from shared.errors import ScoringError
 __all__ = [
     "REF",
     "AdmissionStats",
+    "AbortView",
     "Answer",
+    "ArmView",
     "Batch",
     "BinaryData",
     "BreakerState",
     "CacheStats",
+    "CanaryView",
     "Counters",
     "Decision",
+    "DriftView",
     "EnsembleBuild",
     "EnsembleView",
     "ErrorBody",
@@ -52,15 +57,19 @@ __all__ = [
     "ModelList",
     "ModelView",
     "Platform",
+    "PredictionLogStats",
     "QueueResult",
     "Readiness",
+    "ReasonCode",
     "Rejection",
     "Review",
     "ReviewCounts",
     "ReviewRecord",
     "ReviewStats",
     "ReviewStatus",
+    "RolloutView",
     "Scored",
+    "ShadowView",
     "Source",
     "Stats",
     "ThresholdsView",
@@ -131,6 +140,16 @@ DefaultedWhy = Literal["missing", "null", "stale", "invalid"]
 max age · invalid: not a finite number a float32 holds (shared/features/mapping.py)"""
 
 
+class ReasonCode(Answer, frozen=True):
+    """One feature behind a score: what it was, its model default, and how much the score drops
+    when the feature alone goes back to its default (occlusion; shared/models/explain.py)."""
+
+    feature: str
+    value: float
+    default: float
+    contribution: Annotated[float, Meta(description="score minus the score with this feature on its default")]
+
+
 class Scored(Answer, frozen=True, gc=False):
     """The answer for one event."""
 
@@ -151,6 +170,10 @@ class Scored(Answer, frozen=True, gc=False):
         dict[str, float] | UnsetType, Meta(description="every opinion by source, when more than one (rounded to 6)")
     ] = UNSET
     review: Review | UnsetType = UNSET
+    reasons: Annotated[
+        list[ReasonCode] | UnsetType,
+        Meta(description="with ?explain=1, for review and decline: the features that raised the score most"),
+    ] = UNSET
 
 
 class ErrorBody(Answer, frozen=True):
@@ -359,6 +382,20 @@ class AdmissionStats(Answer, frozen=True):
     request_timeout_ms: int
 
 
+class PredictionLogStats(Counters):
+    """The prediction log's writer on this replica (PREDICTION_LOG)."""
+
+    sink: str = ""
+    buffered: Annotated[int, Meta(description="records held in memory now")] = 0
+    recorded: Annotated[int, Meta(description="decisions taken into the buffer (after sampling)")] = 0
+    written: int = 0
+    dropped_full: Annotated[int, Meta(description="dropped: the buffer was full")] = 0
+    dropped_sink: Annotated[int, Meta(description="dropped: the sink failed past its retries")] = 0
+    dropped_shutdown: Annotated[int, Meta(description="dropped: not sent within PREDICTION_LOG_CLOSE_S")] = 0
+    flushes: int = 0
+    failures: Annotated[int, Meta(description="writes the sink refused (each retried)")] = 0
+
+
 class Stats(Answer, frozen=True):
     """The counters of this replica."""
 
@@ -369,6 +406,7 @@ class Stats(Answer, frozen=True):
     redis: TierStats | None
     reviews: ReviewCounts | None
     admission: AdmissionStats
+    prediction_log: PredictionLogStats | UnsetType = UNSET
 
 
 class ReviewRecord(Answer, frozen=True, omit_defaults=True):
@@ -384,6 +422,72 @@ class ReviewRecord(Answer, frozen=True, omit_defaults=True):
     decision: Decision | UnsetType = UNSET
     scores: dict[str, float] | UnsetType = UNSET
     prompt: str | UnsetType = UNSET
+
+
+# -- rollouts: shadow, canary, drift (GET /api/models/{name}/rollout) -------------------------
+
+
+class ShadowView(Answer, frozen=True):
+    """A model's shadow version and how it compares with the live one on this replica."""
+
+    version: str
+    scored: int
+    agreed: Annotated[int, Meta(description="events with the same decision as the live version's")]
+    agreement: Annotated[float | None, Meta(description="agreed / scored")]
+    mean_abs_difference: Annotated[float | None, Meta(description="mean |shadow score - live score|")]
+    dropped: Annotated[int, Meta(description="events not shadow-scored: the queue was full")]
+    failed: int
+
+
+class ArmView(Answer, frozen=True):
+    """One arm of a canary split in the automatic abort's window on this replica."""
+
+    version: str
+    events: int
+    declines: int
+    errors: int
+    decline_share: float | None
+    error_rate: float | None
+
+
+class CanaryView(Answer, frozen=True):
+    """A traffic split by user: `weight` of users (by a hash of user_id) are scored by `version`."""
+
+    version: str
+    weight: Annotated[float, Meta(ge=0, le=1)]
+    set_at: Annotated[float, Meta(description="epoch seconds")]
+    live: ArmView
+    canary: ArmView
+
+
+class AbortView(Answer, frozen=True):
+    """The last canary of a model that was aborted: by the API or by the automatic abort."""
+
+    version: str
+    reason: str
+    at: Annotated[float, Meta(description="epoch seconds")]
+
+
+class DriftView(Answer, frozen=True):
+    """A version's recent records against its reference, per feature and for the score."""
+
+    version: str
+    reference_events: Annotated[int, Meta(description="records in the reference (full at DRIFT_REFERENCE)")]
+    window_events: int
+    psi: Annotated[dict[str, float], Meta(description="population stability index by feature; `score` too")]
+    defaulted: Annotated[dict[str, float], Meta(description="share of the window on the model default, by feature")]
+
+
+class RolloutView(Answer, frozen=True):
+    """GET /api/models/{name}/rollout: what serves a model, what shadows it, the split, the drift."""
+
+    name: str
+    live_version: str
+    pinned: str | None
+    shadow: ShadowView | None
+    canary: CanaryView | None
+    last_abort: AbortView | None
+    drift: list[DriftView]
 
 
 # -- V2 (Open Inference Protocol) -------------------------------------------------------------

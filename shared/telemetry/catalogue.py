@@ -38,7 +38,8 @@ FEATURE_AGE_BUCKETS_S = (1.0, 10.0, 60.0, 300.0, 900.0, 3600.0, 6 * 3600.0, 86_4
 BATCH_BUCKETS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
 TOKEN_BUCKETS = (16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0)
 # What readiness can list as degraded (each reason starts with one): always reported, 0 when well.
-DEGRADED_COMPONENTS = ("control", "features", "models", "overloaded", "queue", "redis", "reviews")
+DEGRADED_COMPONENTS = ("control", "features", "models", "overloaded", "predictions", "queue", "redis", "reviews")
+DIFFERENCE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +84,8 @@ CATALOGUE: tuple[Spec, ...] = (
         "scoring.degraded",
         "gauge",
         "1",
-        "1 while readiness lists the component as degraded (control, features, models, overloaded, queue, redis, reviews), else 0",
+        "1 while readiness lists the component as degraded (control, features, models, overloaded, predictions, "
+        "queue, redis, reviews), else 0",
         ("scoring.component",),
     ),
     Spec(
@@ -169,6 +171,73 @@ CATALOGUE: tuple[Spec, ...] = (
         "one invocation's batch of queue messages, decode to publish",
         ("messaging.system", "messaging.destination.name"),
         DURATION_BUCKETS_S,
+    ),
+    # -- the prediction log, shadow, canary and drift (shared/stores/prediction_log, shared/fleet) ----
+    Spec(
+        "scoring.prediction_log.records",
+        "counter",
+        "{record}",
+        "decision records by outcome: written (in the sink), dropped_full (the buffer was full), "
+        "dropped_sink (the sink failed past its retries), dropped_shutdown (not sent within PREDICTION_LOG_CLOSE_S)",
+        ("scoring.outcome",),
+    ),
+    Spec(
+        "scoring.prediction_log.buffered",
+        "gauge",
+        "{record}",
+        "decision records held in memory, waiting for the writer",
+    ),
+    Spec(
+        "scoring.shadow.events",
+        "counter",
+        "{event}",
+        "events scored by a model's shadow version, by outcome: agreed (same decision as the live one), "
+        "disagreed, dropped (the shadow queue was full), failed",
+        ("scoring.model", "scoring.model.version", "scoring.outcome"),
+    ),
+    Spec(
+        "scoring.shadow.score_difference",
+        "histogram",
+        "1",
+        "absolute difference between the shadow version's score and the live one's, per event",
+        ("scoring.model", "scoring.model.version"),
+        DIFFERENCE_BUCKETS,
+    ),
+    Spec(
+        "scoring.canary.decisions",
+        "counter",
+        "{event}",
+        "decisions of a model under a canary split, by arm (live, canary) and decision (approve, review, decline, error)",
+        ("scoring.model", "scoring.arm", "scoring.decision"),
+    ),
+    Spec(
+        "scoring.canary.weight",
+        "gauge",
+        "1",
+        "the share of users routed to a model's canary version (0 when none or aborted)",
+        ("scoring.model",),
+    ),
+    Spec(
+        "scoring.canary.aborts",
+        "counter",
+        "{abort}",
+        "canaries aborted, by reason: api, decline_share, error_rate",
+        ("scoring.model", "scoring.reason"),
+    ),
+    Spec(
+        "scoring.drift.psi",
+        "gauge",
+        "1",
+        "population stability index of a version's last DRIFT_WINDOW records against its reference, "
+        "for the score (`scoring.feature` = `score`) and each feature; > 0.2 is a shift",
+        ("scoring.model", "scoring.model.version", "scoring.feature"),
+    ),
+    Spec(
+        "scoring.drift.defaulted.ratio",
+        "gauge",
+        "1",
+        "share of a version's last DRIFT_WINDOW records with the feature on its model default",
+        ("scoring.model", "scoring.model.version", "scoring.feature"),
     ),
     # -- the LLM review of the uncertain tail (recorded by shared/review) -------------------
     Spec(

@@ -17,6 +17,10 @@ Everything here is the standard library; the recording functions are what other 
     llm_call(model, seconds, outcome=..., input_tokens=..., output_tokens=..., error=None)
     llm_breaker(state)                                      closed | half_open | open
     feature_age(view) / feature_defaulted(view, reason)     Feast views' ages (a bound series) and defaults
+    prediction_records(outcome, count) / prediction_buffered(held)      the prediction log's writer
+    shadow(model, version, outcome, difference)             one event scored by a shadow version
+    canary(model, arm, decision) / canary_weight / canary_abort         the sticky canary
+    drift_psi(model, version, feature, psi) / drift_defaulted(...)      drift per version (set per flush)
 """
 
 from __future__ import annotations
@@ -35,16 +39,24 @@ __all__ = [
     "Histogram",
     "Series",
     "batch",
+    "canary",
+    "canary_abort",
+    "canary_weight",
+    "drift_defaulted",
+    "drift_psi",
     "feature_age",
     "feature_defaulted",
     "instruments",
     "llm_breaker",
     "llm_call",
     "model_event",
+    "prediction_buffered",
+    "prediction_records",
     "queue_age",
     "queue_batch",
     "queue_message",
     "request",
+    "shadow",
     "stages",
 ]
 
@@ -167,6 +179,15 @@ LLM_TOKENS: Histogram = _ALL["gen_ai.client.token.usage"]  # type: ignore[assign
 LLM_DURATION: Histogram = _ALL["gen_ai.client.operation.duration"]  # type: ignore[assignment]
 FEATURE_AGE: Histogram = _ALL["scoring.features.age"]  # type: ignore[assignment]
 FEATURE_DEFAULTED: Counter = _ALL["scoring.features.defaulted"]  # type: ignore[assignment]
+PREDICTION_RECORDS: Counter = _ALL["scoring.prediction_log.records"]  # type: ignore[assignment]
+PREDICTION_BUFFERED: Gauge = _ALL["scoring.prediction_log.buffered"]  # type: ignore[assignment]
+SHADOW_EVENTS: Counter = _ALL["scoring.shadow.events"]  # type: ignore[assignment]
+SHADOW_DIFFERENCE: Histogram = _ALL["scoring.shadow.score_difference"]  # type: ignore[assignment]
+CANARY_DECISIONS: Counter = _ALL["scoring.canary.decisions"]  # type: ignore[assignment]
+CANARY_WEIGHT: Gauge = _ALL["scoring.canary.weight"]  # type: ignore[assignment]
+CANARY_ABORTS: Counter = _ALL["scoring.canary.aborts"]  # type: ignore[assignment]
+DRIFT_PSI: Gauge = _ALL["scoring.drift.psi"]  # type: ignore[assignment]
+DRIFT_DEFAULTED: Gauge = _ALL["scoring.drift.defaulted.ratio"]  # type: ignore[assignment]
 
 STAGES = ("parse", "features", "cache", "queue", "inference", "llm", "total")
 _STAGE_SERIES = {stage: STAGE_DURATION.series((stage,)) for stage in STAGES}  # bound once
@@ -266,3 +287,51 @@ def feature_defaulted(view: str, reason: str, count: int = 1) -> None:
 def llm_breaker(state: BreakerState) -> None:
     """The LLM circuit breaker changed state."""
     LLM_BREAKER.set((), BREAKER_VALUES[state])
+
+
+PredictionOutcome = Literal["written", "dropped_full", "dropped_sink", "dropped_shutdown"]
+
+
+def prediction_records(outcome: PredictionOutcome, count: int = 1) -> None:
+    """`count` decision records written to the sink, or dropped (and why)."""
+    PREDICTION_RECORDS.add((outcome,), count)
+
+
+def prediction_buffered(held: int) -> None:
+    """The records the prediction log holds in memory now."""
+    PREDICTION_BUFFERED.set((), held)
+
+
+def shadow(
+    model: str, version: str, outcome: Literal["agreed", "disagreed", "dropped", "failed"], difference: float | None = None
+) -> None:
+    """One event scored by `version`, the shadow of `model` (or dropped, or failed); `difference`
+    is |shadow score - live score|."""
+    SHADOW_EVENTS.add((model, version, outcome))
+    if difference is not None:
+        SHADOW_DIFFERENCE.series((model, version)).record(difference)
+
+
+def canary(model: str, arm: Literal["live", "canary"], decision: str, count: int = 1) -> None:
+    """Decisions of `model` under a canary split: `decision` is approve, review, decline or error."""
+    CANARY_DECISIONS.add((model, arm, decision), count)
+
+
+def canary_weight(model: str, weight: float) -> None:
+    """The share of users routed to the canary of `model` now."""
+    CANARY_WEIGHT.set((model,), weight)
+
+
+def canary_abort(model: str, reason: Literal["api", "decline_share", "error_rate"]) -> None:
+    """A canary of `model` was aborted."""
+    CANARY_ABORTS.add((model, reason))
+
+
+def drift_psi(model: str, version: str, feature: str, psi: float) -> None:
+    """The population stability index of `feature` (or `score`) of a version, now."""
+    DRIFT_PSI.set((model, version, feature), psi)
+
+
+def drift_defaulted(model: str, version: str, feature: str, share: float) -> None:
+    """The defaulted share of `feature` in a version's last records, now."""
+    DRIFT_DEFAULTED.set((model, version, feature), share)

@@ -1,0 +1,138 @@
+"""One decision as the prediction log keeps it: what was scored, with what, how it ended.
+
+The core builds one `DecisionRecord` per recorded decision on the response path, so building
+it is a handful of slot writes: references to what the answer already holds (the event id,
+the row's array, the defaulted reasons, the timings dict), no copy and no encoding. Work
+that costs comes later, off the response path:
+
+    shadow scoring            fills `shadow` (shared/fleet/shadow.py)
+    reason codes              fill `reasons` for review and decline (shared/models/explain.py)
+    the log's writer          hashes the event id, names the row's columns, encodes (`as_json`)
+    drift                     reads `model`, `version`, `row`, `defaulted`, `score` in batches
+
+`as_json` is the one place the record's wire shape is defined (a JSON object per line in the
+sink; docs: README, "The prediction log"). Raw identifiers of people never leave the process:
+the event id is written as a keyed BLAKE2b hash (`hashed_id`), the user id not at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+__all__ = ["DecisionRecord", "Shadowed", "Via", "hashed_id"]
+
+Via = Literal["http", "batch", "v2", "grpc", "queue"]
+Arm = Literal["live", "canary"]
+
+
+def hashed_id(event_id: str, key: bytes = b"") -> str:
+    """The event id as the log writes it: 32 hex digits of BLAKE2b, keyed by PREDICTION_LOG_HASH_KEY."""
+    return hashlib.blake2b(event_id.encode(), digest_size=16, key=key).hexdigest()
+
+
+class Shadowed(NamedTuple):
+    """What the shadow version said about the same row (`error` set when it could not score)."""
+
+    version: str
+    score: float | None
+    decision: str | None
+    error: str | None = None
+
+
+class DecisionRecord:
+    """One decision; the fields after `arm` are filled off the response path (or stay None)."""
+
+    __slots__ = (
+        "arm",
+        "at",
+        "columns",
+        "decision",
+        "defaulted",
+        "event_id",
+        "fingerprint",
+        "model",
+        "reason",
+        "reasons",
+        "review",
+        "row",
+        "score",
+        "shadow",
+        "thresholds",
+        "timings",
+        "version",
+        "via",
+    )
+
+    def __init__(
+        self,
+        at: float,
+        via: Via,
+        event_id: str,
+        model: str,
+        version: str,
+        fingerprint: str,
+        columns: Sequence[str],
+        row: npt.NDArray[np.float32],
+        defaulted: Mapping[str, str],
+        score: float,
+        decision: str,
+        reason: str,
+        timings: Mapping[str, float],
+        review: Mapping[str, Any] | None = None,
+        arm: Arm | None = None,
+        thresholds: tuple[float, float] | None = None,
+    ) -> None:
+        self.at = at  # epoch seconds
+        self.via = via
+        self.event_id = event_id  # raw here, hashed when written
+        self.model = model
+        self.version = version
+        self.fingerprint = fingerprint
+        self.columns = columns  # the model's declared features, in row order (shared, never copied)
+        self.row = row
+        self.defaulted = defaulted  # defaulted feature -> why (missing, null, stale, invalid)
+        self.score = score
+        self.decision = decision  # "" where there is none (V2 answers scores only)
+        self.reason = reason
+        self.timings = timings  # ms per stage, as the answer holds them
+        self.review = review  # the review's status and outcome, when there is one
+        self.arm = arm  # under a canary split: which arm decided
+        self.thresholds = thresholds  # (review, decline) of the version that decided
+        self.shadow: Shadowed | None = None
+        self.reasons: list[tuple[str, float, float, float]] | None = None  # (feature, value, default, contribution)
+
+    def as_json(self, key: bytes = b"") -> dict[str, Any]:
+        """The record as the sink holds it (one JSON object per line)."""
+        shadow = self.shadow
+        return {
+            "event": hashed_id(self.event_id, key) if self.event_id else "",
+            "at": datetime.fromtimestamp(self.at, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "via": self.via,
+            "model": self.model,
+            "version": self.version,
+            "fingerprint": self.fingerprint,
+            "features": dict(zip(self.columns, self.row.tolist(), strict=True)),
+            "defaulted": dict(self.defaulted),
+            "score": round(self.score, 6),
+            "decision": self.decision,
+            "reason": self.reason,
+            "review": dict(self.review) if self.review is not None else None,
+            "timings_ms": dict(self.timings),
+            "arm": self.arm,
+            "shadow": None if shadow is None else shadow._asdict(),
+            "reasons": None
+            if self.reasons is None
+            else [{"feature": f, "value": v, "default": d, "contribution": c} for f, v, d, c in self.reasons],
+        }
+
+    @property
+    def partition(self) -> tuple[str, str, str]:
+        """(model, version, UTC hour `YYYY-MM-DDTHH`): the sink's object a record lands in."""
+        return self.model, self.version, datetime.fromtimestamp(self.at, UTC).strftime("%Y-%m-%dT%H")
