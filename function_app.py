@@ -4,6 +4,10 @@
     health       api/health/{probe}         GET      anonymous   live / ready (Container Apps probes)
     metrics      api/metrics                GET      function    every metric, Prometheus text format
     model_activate  api/models/{name}/activate  POST, DELETE  function  pin a version everywhere / release it
+    model_canary    api/models/{name}/canary    PUT, DELETE   function  split users to a candidate / abort it
+    model_promote   api/models/{name}/canary/promote  POST    function  the candidate becomes the pinned version
+    model_rollout   api/models/{name}/rollout   GET           function  what serves a model: shadow, canary, drift
+    model_shadow    api/models/{name}/shadow    PUT, DELETE   function  a shadow version everywhere / remove it
     model_score  api/models/{name}/score    POST     function    one event, a named model (or an ensemble)
     models       api/models                 GET      function    loaded models, versions and ensembles
     openapi      api/openapi.json           GET      function    the OpenAPI 3.1 document of every route here
@@ -66,6 +70,30 @@ async def model_score(req: func.HttpRequest, context: func.Context) -> func.Http
 @app.function_name("model_activate")
 @app.route(route="api/models/{name}/activate", methods=["POST", "DELETE"], auth_level=KEYED)
 async def model_activate(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
+    return await handlers.http(req, context)
+
+
+@app.function_name("model_rollout")
+@app.route(route="api/models/{name}/rollout", methods=["GET"], auth_level=KEYED)
+async def model_rollout(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
+    return await handlers.http(req, context)
+
+
+@app.function_name("model_shadow")
+@app.route(route="api/models/{name}/shadow", methods=["PUT", "DELETE"], auth_level=KEYED)
+async def model_shadow(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
+    return await handlers.http(req, context)
+
+
+@app.function_name("model_canary")
+@app.route(route="api/models/{name}/canary", methods=["PUT", "DELETE"], auth_level=KEYED)
+async def model_canary(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
+    return await handlers.http(req, context)
+
+
+@app.function_name("model_promote")
+@app.route(route="api/models/{name}/canary/promote", methods=["POST"], auth_level=KEYED)
+async def model_promote(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
     return await handlers.http(req, context)
 
 

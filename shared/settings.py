@@ -330,6 +330,11 @@ class PredictionLogPolicy:
     )
     flush_s: float = setting("PREDICTION_LOG_FLUSH_S", 1.0, "how often the writer sends what it holds")
     close_s: float = setting("PREDICTION_LOG_CLOSE_S", 5.0, "longest shutdown waits for the writer to send what it holds")
+    replica: str | None = setting(
+        "CONTAINER_APP_REPLICA_NAME",
+        None,
+        "this replica's name in the log's object names (Container Apps sets it); unset → the host name",
+    )
     hash_key: str | None = setting(
         "PREDICTION_LOG_HASH_KEY",
         None,

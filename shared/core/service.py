@@ -11,8 +11,15 @@ all, so requests from every path land in the same micro-batches and share the ca
     models / readiness / stats      what the adapters report
     report                          an adapter's own dependency failing, or well again (readiness lists it)
     review                          a review of the uncertain tail, by event id (shared/review)
+    rollout / set_shadow / set_canary / abort_canary / promote_canary
+                                    a model's shadow version, canary split and drift (shared/fleet)
     install_model / on_model        the lifecycle (Blob trigger, subscribers)
     background                      long-running jobs started and stopped with the core
+
+Every decision can leave a record (shared/domain/records.py) for the prediction log and a
+model's shadow version: built on the response path by reference, shadow-scored, explained,
+encoded and written after the answer, in background jobs (shared/stores/prediction_log,
+shared/fleet/shadow.py). A canary split routes an event by its user to the candidate.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
 from msgspec import UNSET
+from msgspec.structs import replace
 
 from shared.domain.answers import (
     DefaultedWhy,
@@ -31,15 +39,26 @@ from shared.domain.answers import (
     EventStats,
     ModelView,
     Readiness,
+    ReasonCode,
     ReviewRecord,
+    RolloutView,
     Scored,
     Source,
     Stats,
 )
 from shared.domain.decision import Decider, ThresholdDecider, Verdict
 from shared.domain.events import PaymentEvent, decode_event, decode_events
+from shared.domain.records import Arm, DecisionRecord, Via
 from shared.domain.signature import ModelInfo, tensors
-from shared.errors import BatcherClosed, ModelNotFound, NotReady, ReviewNotFound, ScoringError
+from shared.errors import (
+    BatcherClosed,
+    InferenceFailed,
+    ModelNotFound,
+    NotReady,
+    ReviewNotFound,
+    RolloutConflict,
+    ScoringError,
+)
 from shared.features.mapping import FeatureRow
 from shared.features.store import ContextStore
 from shared.fleet.rollout import Rollout
@@ -58,10 +77,16 @@ from shared.stores.control import ControlStore
 from shared.telemetry import metrics
 
 if TYPE_CHECKING:
+    from shared.fleet.drift import DriftMonitor
+    from shared.fleet.shadow import ShadowScorer
+    from shared.fleet.traffic import Traffic
     from shared.review.reviewer import Reviewer
+    from shared.stores.prediction_log.log import PredictionLog
 
 __all__ = ["Inferred", "ScoringService"]
 
+_NO_WHY: dict[str, str] = {}
+_NO_TIMINGS: dict[str, float] = {}
 DEGRADED_SHARE = 0.5  # readiness lists the features as degraded past this recent defaulted share
 WINDOW = 100  # events per window of the recent defaulted share
 
@@ -91,6 +116,10 @@ class ScoringService:
         rollout: Rollout | None = None,
         ensembles: Ensembles | None = None,
         control: ControlStore | None = None,
+        log: PredictionLog | None = None,
+        traffic: Traffic | None = None,
+        shadows: ShadowScorer | None = None,
+        drift: DriftMonitor | None = None,
     ) -> None:
         self.settings = settings
         self.background = Background()
@@ -111,6 +140,12 @@ class ScoringService:
         self._recent_defaulted: float | None = None  # the share in the last full window of events
         self._record_stages = metrics.stages if settings.telemetry else None
         self._reported: dict[str, tuple[str, float]] = {}  # component -> (problem, since): adapters' dependencies
+        self._log = log
+        self._traffic = traffic
+        self._shadows = shadows
+        self._drift = drift
+        # NOTE: one test on the hot path: does anything want a decision's record?
+        self._recording = log is not None or (traffic is not None and shadows is not None)
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -123,10 +158,26 @@ class ScoringService:
             await self._ensembles.load()
         if self._rollout is not None:
             self.background.add("rollout", self._rollout.run)
+        if self._traffic is not None:
+            await self._traffic.restore()
+            self.background.add("traffic", self._traffic.run)
+        if self._shadows is not None:
+            self.background.add("shadow", self._shadows.run)
+        if self._log is not None:
+            self._log.subscribe(self._explain_records)
+            if self._drift is not None:
+                self._log.subscribe(self._drift.observe)
+                drift = self._drift
+                self._registry.on("retired", lambda e: drift.forget(e.name, e.version))
+            self.background.add("prediction_log", self._log.run)
         self.background.start()
 
     async def aclose(self) -> None:
         await self.background.aclose()
+        if self._shadows is not None:
+            await self._shadows.aclose()  # NOTE: first: what it holds goes on to the log
+        if self._log is not None:
+            await self._log.aclose()  # NOTE: sends what it holds, within PREDICTION_LOG_CLOSE_S
         if self._reviewer is not None:
             await self._reviewer.aclose()
         await self._registry.aclose()
@@ -163,6 +214,42 @@ class ScoringService:
 
     def _describe(self, name: str) -> ModelView:
         return next(m for m in self._registry.describe() if m.name == name)
+
+    # -- rollouts: shadow, canary, drift -------------------------------------------------
+
+    def rollout(self, name: str) -> RolloutView:
+        """What serves `name`, what shadows it, its canary split and its drift on this replica."""
+        live = self._registry.active(name)  # NOTE: ModelNotFound first: an ensemble has no rollout
+        shadow = canary = aborted = None
+        if self._traffic is not None:
+            shadow, canary, aborted = self._traffic.describe(name)
+        drift = self._drift.describe(name) if self._drift is not None else []
+        return RolloutView(name, live.version, self._registry.pins.get(name), shadow, canary, aborted, drift)
+
+    async def set_shadow(self, name: str, version: str | None) -> RolloutView:
+        """Score every event of `name` with `version` too, after its answer (None: no shadow), fleet-wide."""
+        await self._traffic_or_refuse().set_shadow(name, version)
+        return self.rollout(name)
+
+    async def set_canary(self, name: str, version: str, weight: float) -> RolloutView:
+        """Route `weight` of users (by a hash of user_id) to `version` of `name`, fleet-wide."""
+        await self._traffic_or_refuse().set_canary(name, version, weight)
+        return self.rollout(name)
+
+    async def abort_canary(self, name: str) -> RolloutView:
+        """Every user back to the live version (weight 0), fleet-wide; the abort is kept."""
+        await self._traffic_or_refuse().abort(name, "api")
+        return self.rollout(name)
+
+    async def promote_canary(self, name: str) -> RolloutView:
+        """The candidate becomes the pinned version everywhere; the split ends."""
+        await self._traffic_or_refuse().promote(name)
+        return self.rollout(name)
+
+    def _traffic_or_refuse(self) -> Traffic:
+        if self._traffic is None:
+            raise RolloutConflict("shadow scoring and canaries are not wired in this process")
+        return self._traffic
 
     def on_model(self, kind: EventKind, hook: Hook) -> None:
         """Follow the models' lifecycle: `loaded`, `activated`, `retired`, `failed`."""
@@ -205,6 +292,10 @@ class ScoringService:
         reasons.append(self._registry.repository.problem())
         if self._rollout is not None:
             reasons.append(self._rollout.problem())
+        if self._traffic is not None:
+            reasons.append(self._traffic.problem())
+        if self._log is not None:
+            reasons.append(self._log.problem())
         if self._reviewer is not None:
             reasons.append(self._reviewer.problem())
         reasons.append(self._features.problem())
@@ -265,6 +356,7 @@ class ScoringService:
             self._l2.stats if self._l2 is not None else None,
             self._reviewer.counts() if self._reviewer is not None else None,
             self.admission.stats(),
+            self._log.stats() if self._log is not None else UNSET,
         )
 
     async def review(self, event_id: str) -> ReviewRecord:
@@ -278,12 +370,15 @@ class ScoringService:
 
     # -- scoring -------------------------------------------------------------------
 
-    async def score_json(self, body: bytes, model: str | None = None, *, started: float | None = None) -> Scored:
-        """Decode, validate and score one JSON event; `started` is when the request began."""
+    async def score_json(
+        self, body: bytes, model: str | None = None, *, started: float | None = None, explain: bool = False
+    ) -> Scored:
+        """Decode, validate and score one JSON event; `started` is when the request began;
+        `explain`: reason codes in a review or decline answer (`?explain=1`)."""
         started = time.perf_counter() if started is None else started
         async with self.admission.admitted():
             event = decode_event(body)
-            return await self.score(event, model, parse_s=time.perf_counter() - started)
+            return await self.score(event, model, parse_s=time.perf_counter() - started, explain=explain)
 
     async def score_batch_json(self, body: bytes, model: str | None = None) -> list[Scored | ScoringError]:
         """`{"events": [...]}`: every item scored in order; a bad item keeps its own error."""
@@ -297,59 +392,65 @@ class ScoringService:
         *,
         parse_s: float = 0.0,
         review_wait_s: float | None = None,
+        via: Via = "http",
+        explain: bool = False,
     ) -> Scored:
         """Score one validated event with the active version of `model` (default model if None).
 
         `review_wait_s`: how long a review of the event may hold the answer (None: the
-        HTTP path's LLM_TIMEOUT_MS; the queue path waits LLM_QUEUE_TIMEOUT_MS).
+        HTTP path's LLM_TIMEOUT_MS; the queue path waits LLM_QUEUE_TIMEOUT_MS). `via`: the
+        surface it came by (its decision record says so).
         """
+        name = model or self._default
         try:
             try:
-                return await self._score(event, model or self._default, parse_s, review_wait_s)
+                return await self._score(event, name, parse_s, review_wait_s, via, explain)
             except BatcherClosed:
                 # NOTE: the version was swapped while this request waited; the new one answers.
-                return await self._score(event, model or self._default, parse_s, review_wait_s)
+                return await self._score(event, name, parse_s, review_wait_s, via, explain)
         except ModelNotFound as exc:
             if model is None:  # NOTE: nobody asked for it: the configuration is wrong, not the request
                 raise NotReady(f"DEFAULT_MODEL {self._default!r} names no loaded model") from exc
             raise
 
     async def score_many(
-        self, events: Sequence[PaymentEvent | ScoringError], model: str | None = None
+        self, events: Sequence[PaymentEvent | ScoringError], model: str | None = None, via: Via = "batch"
     ) -> list[Scored | ScoringError]:
         """Score events that arrived together; errors stay in their slot.
 
         Their rows run as their own model batches: one feature read per user, then one cache
         lookup and one model run per chunk of rows, with no window and no future per row.
-        An ensemble, a model run off the event loop, or a version swapped meanwhile takes the
-        per-event path instead (the events then share batches with everything else).
+        An ensemble, a model run off the event loop, a model under a canary split (each user
+        to their arm) or a version swapped meanwhile takes the per-event path instead (the
+        events then share batches with everything else).
         """
         try:
             loaded = self._registry.active(model or self._default)
         except ModelNotFound:  # NOTE: an ensemble (or no such model: each event says so)
-            return await self._score_each(events, model)
-        if not loaded.takes_rows:  # NOTE: run off the event loop: its rows share the batcher's batches
-            return await self._score_each(events, model)
+            return await self._score_each(events, model, via)
+        split = self._traffic is not None and self._traffic.split(loaded.name)
+        if not loaded.takes_rows or split:  # NOTE: run off the event loop: its rows share the batcher's batches
+            return await self._score_each(events, model, via)
         try:
-            return await self._score_together(events, loaded)
+            return await self._score_together(events, loaded, via)
         except BatcherClosed:  # NOTE: the version was swapped while the rows waited: the new one answers
-            return await self._score_each(events, model)
+            return await self._score_each(events, model, via)
 
     async def _score_each(
-        self, events: Sequence[PaymentEvent | ScoringError], model: str | None
+        self, events: Sequence[PaymentEvent | ScoringError], model: str | None, via: Via
     ) -> list[Scored | ScoringError]:
         async def one(item: PaymentEvent | ScoringError) -> Scored | ScoringError:
             if isinstance(item, ScoringError):
                 return item
             try:
-                return await self.score(item, model)
+                return await self.score(item, model, via=via)
             except ScoringError as exc:
                 return exc
 
         return list(await asyncio.gather(*(one(e) for e in events)))
 
     async def _score_together(
-        self, events: Sequence[PaymentEvent | ScoringError], loaded: LoadedModel
+        self, events: Sequence[PaymentEvent | ScoringError], loaded: LoadedModel, via: Via
     ) -> list[Scored | ScoringError]:
         t0 = time.perf_counter()
         valid = [e for e in events if not isinstance(e, ScoringError)]
@@ -369,7 +470,7 @@ class ScoringService:
         if self._reviewer is not None:  # NOTE: a review adds its own wait to an event's timings
             each = iter(
                 [
-                    self._answer(e, loaded, row, p, 0.0, v, spent)
+                    self._answer(e, loaded, row, p, 0.0, v, spent, via=via)
                     for e, row, p, v in zip(valid, rows, predictions, verdicts, strict=True)
                 ]
             )
@@ -382,25 +483,26 @@ class ScoringService:
             if found is None:
                 found = shared[(p.cache_s, p.inference_s)] = (self._timings(p, 0.0, spent), [0])
             found[1][0] += 1
-            scored.append(self._answer(e, loaded, row, p, 0.0, v, spent, timings=found[0]))
+            scored.append(self._answer(e, loaded, row, p, 0.0, v, spent, timings=found[0], via=via))
         if self._record_stages is not None:
             for timings, (count,) in shared.values():
                 self._record_stages(timings, count)
         answers = iter(scored)
         return [e if isinstance(e, ScoringError) else next(answers) for e in events]
 
-    async def infer(self, name: str, version: str | None, rows: Sequence[Row]) -> Inferred:
+    async def infer(self, name: str, version: str | None, rows: Sequence[Row], via: Via = "v2") -> Inferred:
         """Scores for feature rows (already in the model's column order), through caches and batches.
 
-        `name` is a model or an ensemble; each row goes through the batcher as one request.
+        `name` is a model or an ensemble; each row goes through the batcher as one request. Rows
+        carry no user: a canary split does not route them (the live or the named version scores).
         """
         async with self.admission.admitted():
             try:
-                return await self._infer(name, version, rows)
+                return await self._infer(name, version, rows, via)
             except BatcherClosed:
-                return await self._infer(name, version, rows)  # NOTE: swapped while waiting: the new one answers
+                return await self._infer(name, version, rows, via)  # NOTE: swapped while waiting: the new one answers
 
-    async def _infer(self, name: str, version: str | None, rows: Sequence[Row]) -> Inferred:
+    async def _infer(self, name: str, version: str | None, rows: Sequence[Row], via: Via) -> Inferred:
         served = self._served(name, version)
         rows_scored = [asyncio.ensure_future(served.score(row)) for row in rows]
         try:
@@ -409,7 +511,10 @@ class ScoringService:
             for pending in rows_scored:  # NOTE: a refused row fails the request: its siblings stop queueing
                 pending.cancel()
             raise
-        return Inferred(served.name, served.version, [d.value.score for d in done])
+        scores = [d.value.score for d in done]
+        if self._recording:
+            self._record_rows(served, rows, scores, via)
+        return Inferred(served.name, served.version, scores)
 
     def _served(self, name: str, version: str | None = None) -> LoadedModel | Ensemble:
         """The model version or the ensemble that serves `name`."""
@@ -427,12 +532,59 @@ class ScoringService:
                 raise ModelNotFound(f"ensemble {name!r} has no version {version!r}") from None
             return ensemble
 
-    async def _score(self, event: PaymentEvent, name: str, parse_s: float, wait_s: float | None) -> Scored:
+    async def _score(
+        self, event: PaymentEvent, name: str, parse_s: float, wait_s: float | None, via: Via, explain: bool
+    ) -> Scored:
         t0 = time.perf_counter()
         try:
             loaded: LoadedModel | Ensemble = self._registry.active(name)
         except ModelNotFound:  # NOTE: a try costs nothing until it raises: the model path pays no lookup
             loaded = self._served(name)
+        traffic = self._traffic
+        if traffic is not None and traffic.split(name):
+            return await self._score_split(event, name, loaded, traffic, (t0, parse_s, wait_s, via, explain))
+        return await self._score_on(event, loaded, t0, parse_s, wait_s, via, explain)
+
+    async def _score_split(
+        self,
+        event: PaymentEvent,
+        name: str,
+        live: LoadedModel | Ensemble,
+        traffic: Traffic,
+        how: tuple[float, float, float | None, Via, bool],
+    ) -> Scored:
+        """Under a canary split the user's arm scores, and its decision is counted for the
+        automatic abort. A candidate that fails to score is counted as an error and the live
+        version answers: a bad candidate costs its users nothing but the wait."""
+        candidate = traffic.canary_for(name, event.user_id)
+        if candidate is not None:
+            try:
+                scored = await self._score_on(event, candidate, *how, arm="canary")
+            except InferenceFailed:
+                traffic.observe(name, "canary", "error")
+            else:
+                traffic.observe(name, "canary", scored.decision)
+                return scored
+            return await self._score_on(event, live, *how)
+        try:
+            scored = await self._score_on(event, live, *how, arm="live")
+        except InferenceFailed:
+            traffic.observe(name, "live", "error")
+            raise
+        traffic.observe(name, "live", scored.decision)
+        return scored
+
+    async def _score_on(
+        self,
+        event: PaymentEvent,
+        loaded: LoadedModel | Ensemble,
+        t0: float,
+        parse_s: float,
+        wait_s: float | None,
+        via: Via,
+        explain: bool,
+        arm: Arm | None = None,
+    ) -> Scored:
         user = None
         if loaded.mapper.uses_user_features:
             user = await self._features.context(loaded.spec, event)
@@ -442,7 +594,13 @@ class ScoringService:
         prediction = done.value
         verdict = await self._decider.decide(event, prediction.score, loaded.spec.thresholds, wait_s)
         t2 = time.perf_counter()
-        return self._answer(event, loaded, row, prediction, parse_s, verdict, (t1 - t0, t2 - t0, done.queued_s))
+        reasons = None
+        if explain and verdict.decision != "approve" and isinstance(loaded, LoadedModel):
+            from shared.models.explain import reason_codes  # NOTE: asked for by ?explain=1 only
+
+            reasons = reason_codes(loaded, row.values, prediction.score, self.settings.drift)
+        spent = (t1 - t0, t2 - t0, done.queued_s)
+        return self._answer(event, loaded, row, prediction, parse_s, verdict, spent, via=via, arm=arm, reasons=reasons)
 
     @staticmethod
     def _timings(prediction: Prediction, parse_s: float, spent: tuple[float, float, float]) -> dict[str, float]:
@@ -470,6 +628,9 @@ class ScoringService:
         spent: tuple[float, float, float],
         *,
         timings: dict[str, float] | None = None,
+        via: Via = "http",
+        arm: Arm | None = None,
+        reasons: list[ReasonCode] | None = None,
     ) -> Scored:
         """The answer for one scored event; `spent` is (features, total, queue) in seconds;
         `timings`, when given, are shared with other events and recorded by the caller."""
@@ -491,6 +652,8 @@ class ScoringService:
             if self._record_stages is not None:
                 self._record_stages(timings)
         scores = verdict.scores if prediction.parts is None else {**prediction.parts, **verdict.scores}
+        if self._recording:
+            self._record(event, served, row, prediction.score, verdict, timings, via, arm, reasons)
         return Scored(
             event_id=event.event_id,
             risk_score=round(risk_score, 6),
@@ -505,7 +668,103 @@ class ScoringService:
             # NOTE: more than the local model's: show every opinion
             scores={k: round(v, 6) for k, v in scores.items()} if len(scores) > 1 else UNSET,
             review=UNSET if review is None else review,
+            reasons=reasons or UNSET,
         )
+
+    # -- decision records (shared/domain/records.py) ----------------------------------------
+
+    def _record(
+        self,
+        event: PaymentEvent,
+        served: LoadedModel | Ensemble,
+        row: FeatureRow,
+        score: float,
+        verdict: Verdict,
+        timings: dict[str, float],
+        via: Via,
+        arm: Arm | None,
+        reasons: list[ReasonCode] | None,
+    ) -> None:
+        """The decision's record, to the log (if sampled) and to the shadow version (if any)."""
+        log = self._log
+        logged = log is not None and log.wants()
+        shadow = self._traffic.shadow_of(served.name) if self._traffic is not None else None
+        if not logged and shadow is None:
+            return
+        thresholds = served.spec.thresholds
+        record = DecisionRecord(
+            time.time(),
+            via,
+            event.event_id,
+            served.name,
+            served.version,
+            getattr(served, "fingerprint", ""),
+            served.mapper.columns,
+            row.values,
+            row.why,
+            score,
+            verdict.decision,
+            verdict.reason,
+            timings,
+            verdict.review,
+            arm,
+            (thresholds.review, thresholds.decline),
+        )
+        record.reasons = reasons
+        self._dispatch(record, logged, shadow, served)
+
+    def _record_rows(self, served: LoadedModel | Ensemble, rows: Sequence[Row], scores: list[float], via: Via) -> None:
+        """Tensor-level rows (V2) leave records too: no event id, the decision their score takes."""
+        log = self._log
+        shadow = self._traffic.shadow_of(served.name) if self._traffic is not None else None
+        thresholds = served.spec.thresholds
+        now, columns, fingerprint = time.time(), served.mapper.columns, getattr(served, "fingerprint", "")
+        for row, score in zip(rows, scores, strict=True):
+            logged = log is not None and log.wants()
+            if not logged and shadow is None:
+                continue
+            decision = thresholds.decide(score)
+            record = DecisionRecord(
+                now,
+                via,
+                "",
+                served.name,
+                served.version,
+                fingerprint,
+                columns,
+                row,
+                _NO_WHY,
+                score,
+                decision,
+                thresholds.reason(decision),
+                _NO_TIMINGS,
+                None,
+                None,
+                (thresholds.review, thresholds.decline),
+            )
+            self._dispatch(record, logged, shadow, served)
+
+    def _dispatch(
+        self, record: DecisionRecord, logged: bool, shadow: LoadedModel | None, served: LoadedModel | Ensemble
+    ) -> None:
+        if shadow is not None and shadow is not served and self._shadows is not None:
+            record.logged = logged
+            self._shadows.offer(record, shadow)  # NOTE: it hands the record on to the log once scored
+        elif logged and self._log is not None:
+            self._log.add(record)
+
+    def _explain_records(self, records: Sequence[DecisionRecord]) -> None:
+        """The log's writer asks: reason codes for review and decline records that have none."""
+        from shared.models.explain import reason_codes
+
+        for record in records:
+            if record.reasons is not None or record.decision not in ("review", "decline"):
+                continue
+            try:
+                loaded = self._registry.active(record.model, record.version)
+            except ScoringError:
+                continue  # NOTE: an ensemble, or a version retired meanwhile: the record goes without
+            record.reasons = reason_codes(loaded, record.row, record.score, self.settings.drift)
 
 
 def _features(served: LoadedModel | Ensemble) -> list[str]:

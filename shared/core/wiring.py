@@ -19,15 +19,30 @@ from shared.settings import Settings
 
 if TYPE_CHECKING:
     from shared.core.service import ScoringService
+    from shared.domain.records import DecisionRecord
     from shared.features.store import ContextStore
+    from shared.fleet.drift import DriftMonitor
+    from shared.fleet.rollout import Rollout
+    from shared.fleet.shadow import ShadowScorer
+    from shared.fleet.traffic import Traffic
+    from shared.models.registry import ModelRegistry
     from shared.models.repository import ModelRepository
     from shared.review.client import ReviewClient
     from shared.review.prompt import Opinion
     from shared.review.reviewer import Reviewer
     from shared.stores.cache.tier import L2Tier
     from shared.stores.control import ControlStore
+    from shared.stores.prediction_log.log import PredictionLog
 
-__all__ = ["build_reviewer", "build_service", "feast_store", "model_repository", "tune_gc"]
+__all__ = [
+    "build_reviewer",
+    "build_rollouts",
+    "build_service",
+    "feast_store",
+    "model_repository",
+    "replica_name",
+    "tune_gc",
+]
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +104,7 @@ async def build_service(settings: Settings) -> ScoringService:
 
     ensembles = Ensembles(registry, source, settings.ort, settings.batch.max_size)
     reviewer = build_reviewer(settings, redis, control) if settings.review.enabled else None
+    log, traffic, shadows, drift = build_rollouts(settings, registry, rollout, control)
     service = ScoringService(
         settings,
         registry,
@@ -99,6 +115,10 @@ async def build_service(settings: Settings) -> ScoringService:
         rollout=rollout,
         ensembles=ensembles,
         control=control,
+        log=log,
+        traffic=traffic,
+        shadows=shadows,
+        drift=drift,
     )
     if settings.telemetry:
         from shared.telemetry.setup import configure
@@ -119,6 +139,46 @@ async def build_service(settings: Settings) -> ScoringService:
         "on" if redis else "off",
     )
     return service
+
+
+def build_rollouts(
+    settings: Settings, registry: ModelRegistry, rollout: Rollout, control: ControlStore | None
+) -> tuple[PredictionLog | None, Traffic, ShadowScorer, DriftMonitor | None]:
+    """The prediction log (PREDICTION_LOG), the shadow and canary of each model (kept in the
+    control store, like pins), and drift (fed by the log's records)."""
+    from shared.fleet.shadow import ShadowScorer
+    from shared.fleet.traffic import Traffic
+
+    log = None
+    if settings.prediction_log.enabled:
+        from shared.stores.prediction_log.log import PredictionLog
+        from shared.stores.prediction_log.sinks import sink_from_settings
+
+        replica = replica_name(settings.prediction_log.replica)
+        log = PredictionLog(settings.prediction_log, sink_from_settings(settings, replica), replica=replica)
+    drift = None
+    if log is not None and settings.drift.reference:
+        from shared.fleet.drift import DriftMonitor
+
+        drift = DriftMonitor(settings.drift)
+    kept = log
+
+    def emit(record: DecisionRecord) -> None:
+        if kept is not None and record.logged:
+            kept.add(record)
+
+    shadows = ShadowScorer(settings.rollout, emit if log is not None else None)
+    traffic = Traffic(registry, rollout, control, settings.rollout)
+    return log, traffic, shadows, drift
+
+
+def replica_name(replica: str | None) -> str:
+    """This process's name in the prediction log's object names: the Container Apps replica
+    (CONTAINER_APP_REPLICA_NAME), else the host name; and the process id (WORKERS > 1)."""
+    import os
+    import socket
+
+    return f"{replica or socket.gethostname() or 'local'}-{os.getpid()}"
 
 
 def build_reviewer(

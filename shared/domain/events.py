@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 
 import msgspec
 
@@ -31,9 +31,11 @@ from shared.errors import InvalidEvent, MalformedJson, ScoringError, TooManyItem
 __all__ = [
     "EXAMPLE_EVENT",
     "Activation",
+    "CanarySplit",
     "PaymentEvent",
     "decode_activation",
     "decode_batch",
+    "decode_canary",
     "decode_event",
     "decode_event_raw",
     "decode_events",
@@ -88,6 +90,16 @@ class Activation(msgspec.Struct, frozen=True):
     """`POST /api/models/{name}/activate`: the version to pin."""
 
     version: Annotated[str, msgspec.Meta(pattern=r"\A[1-9][0-9]{0,8}\Z")]
+
+
+T = TypeVar("T")
+
+
+class CanarySplit(msgspec.Struct, frozen=True):
+    """`PUT /api/models/{name}/canary`: the candidate version and the share of users it scores."""
+
+    version: Annotated[str, msgspec.Meta(pattern=r"\A[1-9][0-9]{0,8}\Z")]
+    weight: Annotated[float, msgspec.Meta(ge=0, le=1)]
 
 
 # NOTE: msgspec raises UnicodeDecodeError for invalid UTF-8 and RecursionError for absurd nesting.
@@ -190,8 +202,20 @@ _activation_decoder = msgspec.json.Decoder(Activation)
 
 def decode_activation(body: bytes) -> Activation:
     """`{"version": "3"}`, or `MalformedJson` / `InvalidEvent` naming what is wrong."""
+    return _decode_small(_activation_decoder, body)
+
+
+_canary_decoder = msgspec.json.Decoder(CanarySplit)
+
+
+def decode_canary(body: bytes) -> CanarySplit:
+    """`{"version": "3", "weight": 0.1}`, or `MalformedJson` / `InvalidEvent` naming what is wrong."""
+    return _decode_small(_canary_decoder, body)
+
+
+def _decode_small(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
     try:
-        return _activation_decoder.decode(body)
+        return decoder.decode(body)
     except msgspec.ValidationError as exc:
         raise _invalid(exc) from None
     except _UNREADABLE as exc:

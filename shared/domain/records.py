@@ -22,13 +22,17 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
+import msgspec
+
 if TYPE_CHECKING:
     import numpy as np
+
+    from shared.domain.answers import ReasonCode
     import numpy.typing as npt
 
-__all__ = ["DecisionRecord", "Shadowed", "Via", "hashed_id"]
+__all__ = ["Arm", "DecisionRecord", "Shadowed", "Via", "hashed_id"]
 
-Via = Literal["http", "batch", "v2", "grpc", "queue"]
+Via = Literal["http", "batch", "v2", "queue"]  # V2 is REST and gRPC alike
 Arm = Literal["live", "canary"]
 
 
@@ -57,6 +61,7 @@ class DecisionRecord:
         "defaulted",
         "event_id",
         "fingerprint",
+        "logged",
         "model",
         "reason",
         "reasons",
@@ -85,7 +90,7 @@ class DecisionRecord:
         decision: str,
         reason: str,
         timings: Mapping[str, float],
-        review: Mapping[str, Any] | None = None,
+        review: Any = None,
         arm: Arm | None = None,
         thresholds: tuple[float, float] | None = None,
     ) -> None:
@@ -98,15 +103,16 @@ class DecisionRecord:
         self.columns = columns  # the model's declared features, in row order (shared, never copied)
         self.row = row
         self.defaulted = defaulted  # defaulted feature -> why (missing, null, stale, invalid)
-        self.score = score
-        self.decision = decision  # "" where there is none (V2 answers scores only)
+        self.score = score  # the deciding version's own score (a review's is in `review`)
+        self.decision = decision  # V2 rows (scores only): the decision their score takes
         self.reason = reason
         self.timings = timings  # ms per stage, as the answer holds them
-        self.review = review  # the review's status and outcome, when there is one
+        self.review = review  # the answer's Review (a msgspec Struct), when there is one
         self.arm = arm  # under a canary split: which arm decided
         self.thresholds = thresholds  # (review, decline) of the version that decided
+        self.logged = True  # False: sampled out of the log, recorded only for its shadow score
         self.shadow: Shadowed | None = None
-        self.reasons: list[tuple[str, float, float, float]] | None = None  # (feature, value, default, contribution)
+        self.reasons: list[ReasonCode] | None = None  # review and decline: the features behind the score
 
     def as_json(self, key: bytes = b"") -> dict[str, Any]:
         """The record as the sink holds it (one JSON object per line)."""
@@ -123,13 +129,11 @@ class DecisionRecord:
             "score": round(self.score, 6),
             "decision": self.decision,
             "reason": self.reason,
-            "review": dict(self.review) if self.review is not None else None,
+            "review": None if self.review is None else msgspec.to_builtins(self.review),
             "timings_ms": dict(self.timings),
             "arm": self.arm,
             "shadow": None if shadow is None else shadow._asdict(),
-            "reasons": None
-            if self.reasons is None
-            else [{"feature": f, "value": v, "default": d, "contribution": c} for f, v, d, c in self.reasons],
+            "reasons": None if self.reasons is None else msgspec.to_builtins(self.reasons),
         }
 
     @property

@@ -91,6 +91,7 @@ class FeatureMapper:
 
     def __init__(self, spec: ModelSpec) -> None:
         self.spec = spec
+        self.columns = tuple(f.name for f in spec.features)  # NOTE: once: every decision record names them
         self._template = [f.default for f in spec.features]
         self._event_cols: list[tuple[int, Callable[[PaymentEvent], float]]] = []
         self._indicators: dict[str, dict[str, int]] = {}  # field -> value -> column
@@ -106,6 +107,11 @@ class FeatureMapper:
                 self._template[i] = 0.0
             else:
                 self._user_cols.append((i, feature.name))
+
+    @property
+    def defaults(self) -> list[float]:
+        """Each column's value when nothing sets it: the declared default, 0.0 for an indicator."""
+        return list(self._template)
 
     def unresolved(self, user_features: Collection[str] | None) -> list[str]:
         """The names nothing provides: an indicator over a field events do not carry, or a

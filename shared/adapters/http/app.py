@@ -36,7 +36,7 @@ from shared.adapters.http.routes import ROUTES
 from shared.adapters.oip.rest import V2Endpoints
 from shared.core.holder import ServiceHolder
 from shared.domain.answers import Batch, ErrorBody, IndexedError, Liveness, ModelList, encode, error_body
-from shared.domain.events import decode_activation
+from shared.domain.events import decode_activation, decode_canary
 from shared.errors import Overloaded, ScoringError, log_answered, retry_after
 from shared.runtime.deadlines import Deadlines
 from shared.telemetry.asgi import Measured
@@ -78,7 +78,9 @@ class Endpoints:
         settings = self.holder.settings  # NOTE: a bad setting is a 503 naming it, like on every route
         timeout_s = settings.body_timeout_ms / 1000
         body = await read_body(scope, receive, settings.max_body_bytes, timeout_s, self.deadlines)
-        scored = await (await self.core()).score_json(body, model, started=started)
+        query = scope.get("query_string")
+        explain = bool(query) and _explains(query)
+        scored = await (await self.core()).score_json(body, model, started=started, explain=explain)
         scope["scoring"] = scored  # NOTE: the telemetry reads its source and stage timings
         return encode(scored)
 
@@ -116,6 +118,26 @@ class Endpoints:
             return json_response(await core.unpin(name))
         body = await self.body(request, 1024)
         return json_response(await core.pin(name, decode_activation(body).version))
+
+    async def model_rollout(self, request: Request) -> Response:
+        return json_response((await self.core()).rollout(request.path_params["name"]))
+
+    async def model_shadow(self, request: Request) -> Response:
+        core, name = await self.core(), request.path_params["name"]
+        if request.method == "DELETE":
+            return json_response(await core.set_shadow(name, None))
+        body = await self.body(request, 1024)
+        return json_response(await core.set_shadow(name, decode_activation(body).version))
+
+    async def model_canary(self, request: Request) -> Response:
+        core, name = await self.core(), request.path_params["name"]
+        if request.method == "DELETE":
+            return json_response(await core.abort_canary(name))
+        split = decode_canary(await self.body(request, 1024))
+        return json_response(await core.set_canary(name, split.version, split.weight))
+
+    async def model_promote(self, request: Request) -> Response:
+        return json_response(await (await self.core()).promote_canary(request.path_params["name"]))
 
     async def reviews(self, request: Request) -> Response:
         return json_response(await (await self.core()).review(request.path_params["event_id"]))
@@ -279,6 +301,13 @@ SHED_START: Message = {
     ],
 }
 SHED_BODY: Message = {"type": "http.response.body", "body": _SHED}
+
+
+def _explains(query: bytes) -> bool:
+    """Whether the query asks for reason codes: `explain=1` (or `true`) among its parameters."""
+    from urllib.parse import parse_qsl
+
+    return any(k == "explain" and v.lower() in ("1", "true") for k, v in parse_qsl(query.decode("latin-1")))
 
 
 def _slashed(route: Route) -> Route:

@@ -28,7 +28,7 @@ import orjson
 
 from shared.adapters.http.routes import ROUTES, RouteSpec
 from shared.domain import answers
-from shared.domain.events import EXAMPLE_EVENT, TEXT_FIELDS, Activation, PaymentEvent
+from shared.domain.events import EXAMPLE_EVENT, TEXT_FIELDS, Activation, CanarySplit, PaymentEvent
 
 __all__ = ["OPENAPI_PATH", "document", "document_bytes"]
 
@@ -70,8 +70,10 @@ ROWS = [
 
 
 def _decoded() -> dict[str, Schema]:
-    """`PaymentEvent` and `Activation` as msgspec decodes them, patterns written for any validator."""
-    _, schemas = msgspec.json.schema_components([PaymentEvent, Activation], ref_template="#/components/schemas/{name}")
+    """`PaymentEvent`, `Activation` and `CanarySplit` as msgspec decodes them, patterns written for any validator."""
+    _, schemas = msgspec.json.schema_components(
+        [PaymentEvent, Activation, CanarySplit], ref_template="#/components/schemas/{name}"
+    )
     for schema in schemas.values():
         for prop in schema["properties"].values():
             if "pattern" in prop:  # NOTE: Python's \A ... \Z is ECMA-262's ^ ... $ (no multiline flag)
@@ -83,6 +85,7 @@ def _decoded() -> dict[str, Schema]:
     event["description"] = "One payment to score. Unknown fields are ignored; no text field holds a control character."
     event["examples"] = [EVENT]
     schemas["Activation"]["examples"] = [{"version": "1"}]
+    schemas["CanarySplit"]["examples"] = [{"version": "2", "weight": 0.1}]
     return schemas
 
 
@@ -126,6 +129,7 @@ ANSWERS: tuple[type[msgspec.Struct], ...] = (
     answers.ModelView,
     answers.EnsembleView,
     answers.ReviewRecord,
+    answers.RolloutView,
     answers.Stats,
     answers.Readiness,
     answers.Liveness,
@@ -170,6 +174,7 @@ WHY = {
     408: "the body did not arrive whole within BODY_TIMEOUT_MS",
     413: "the body is over its cap (MAX_BODY_BYTES; 16 times that for a batch or a V2 request)",
     415: "the content-type is not application/json",
+    409: "the change conflicts with how the model serves now (the detail says what to do first)",
     422: "the body is JSON but not what the route takes (the detail names the field)",
     500: "the model run failed",
     503: "the service cannot answer now (models loading, a bad setting, the model source down; or, on the "
@@ -253,6 +258,14 @@ _PARAMS: dict[str, Schema] = {
         "description": "a loaded version",
     },
     "event_id": {"name": "event_id", "in": "path", "required": True, "schema": STR, "example": "evt-1001"},
+    "explain": {
+        "name": "explain",
+        "in": "query",
+        "required": False,
+        "schema": {"enum": ["1", "true", "0", "false"]},
+        "description": "1: a review or decline answer names the features behind its score (`reasons`; "
+        "occlusion, within EXPLAIN_BUDGET_MS)",
+    },
     "header_length": {
         "name": "Inference-Header-Content-Length",
         "in": "header",
@@ -280,6 +293,14 @@ def _api(max_batch_items: int) -> dict[str, Schema]:
     activation = _json_body(_ref("Activation"), "the version to pin (at most 1 KiB)")
     scored = _json(_ref("Scored"), "the risk score and the decision")
     model = _json(_ref("ModelView"), "the model as it serves now")
+    rollout = _json(_ref("RolloutView"), "the model's rollout as it is now")
+    kept = {404: ["model_not_found", "not_found"], 503: [*UNREADY, "control_store_down"]}
+    changes = {
+        **JSON_BODY,
+        **kept,
+        409: ["rollout_conflict"],
+        422: ["invalid_event", "model_invalid"],
+    }
     unready = _api_errors({503: UNREADY})
     return {
         "/api/score": {
@@ -289,6 +310,7 @@ def _api(max_batch_items: int) -> dict[str, Schema]:
                 "scoring",
                 {"200": scored, **_api_errors({**SCORING, 422: ["invalid_event"]})},
                 body=event,
+                params=["explain"],
             )
         },
         "/api/score/batch": {
@@ -324,7 +346,7 @@ def _api(max_batch_items: int) -> dict[str, Schema]:
                     **_api_errors({**SCORING, 404: ["model_not_found", "not_found"], 422: ["invalid_event"]}),
                 },
                 body=event,
-                params=["name"],
+                params=["name", "explain"],
             )
         },
         "/api/models/{name}/activate": {
@@ -356,6 +378,62 @@ def _api(max_batch_items: int) -> dict[str, Schema]:
                 },
                 params=["name"],
             ),
+        },
+        "/api/models/{name}/rollout": {
+            "get": _operation(
+                "model_rollout",
+                "What serves a model on this replica: its pin, shadow, canary split, last abort and drift",
+                "rollouts",
+                {"200": rollout, **_api_errors({404: ["model_not_found", "not_found"], 503: UNREADY})},
+                params=["name"],
+            )
+        },
+        "/api/models/{name}/shadow": {
+            "put": _operation(
+                "model_shadow",
+                "Score every event with a second version too, after its answer (fleet-wide)",
+                "rollouts",
+                {"200": rollout, **_api_errors(changes)},
+                body=_json_body(_ref("Activation"), "the shadow version (at most 1 KiB)"),
+                params=["name"],
+            ),
+            "delete": _operation(
+                "model_shadow_remove",
+                "No shadow version any more (fleet-wide)",
+                "rollouts",
+                {"200": rollout, **_api_errors(kept)},
+                params=["name"],
+            ),
+        },
+        "/api/models/{name}/canary": {
+            "put": _operation(
+                "model_canary",
+                "Route a share of users (by a hash of user_id: sticky) to a candidate version (fleet-wide)",
+                "rollouts",
+                {"200": rollout, **_api_errors(changes)},
+                body=_json_body(_ref("CanarySplit"), "the candidate and the share of users it scores (at most 1 KiB)"),
+                params=["name"],
+                description="409 `rollout_conflict` when the candidate is the version that serves: pin the live "
+                "version first (POST /api/models/{name}/activate), so that an upload does not replace it. "
+                "The split aborts by itself when the candidate's decline share or error rate departs from the "
+                "live version's by more than CANARY_MAX_DECLINE_DELTA / CANARY_MAX_ERROR_DELTA.",
+            ),
+            "delete": _operation(
+                "model_canary_abort",
+                "Abort the split: every user back to the live version (the abort is kept and shown)",
+                "rollouts",
+                {"200": rollout, **_api_errors(kept)},
+                params=["name"],
+            ),
+        },
+        "/api/models/{name}/canary/promote": {
+            "post": _operation(
+                "model_promote",
+                "The candidate becomes the pinned version on every replica; the split ends",
+                "rollouts",
+                {"200": rollout, **_api_errors({**kept, 409: ["rollout_conflict"]})},
+                params=["name"],
+            )
         },
         "/api/reviews/{event_id}": {
             "get": _operation(
@@ -567,7 +645,7 @@ def document(max_batch_items: int) -> dict[str, Any]:
                 "host every route but the probes takes a function key; locally none is checked."
             ),
         },
-        "tags": [{"name": t} for t in ("scoring", "models", "reviews", "operations", "health", "v2")],
+        "tags": [{"name": t} for t in ("scoring", "models", "rollouts", "reviews", "operations", "health", "v2")],
         "security": [{"functionKey": []}, {"functionKeyQuery": []}],
         "paths": _paths(max_batch_items),
         "components": {

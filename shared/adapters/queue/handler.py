@@ -273,7 +273,7 @@ class QueueHandler:
                     # NOTE: a queue message can wait longer than an HTTP caller for a review of its event
                     wait_s = min(service.settings.review.queue_timeout_ms / 1000, max(0.0, until - loop.time()))
                     try:
-                        return await service.score(event, parse_s=parse_s, review_wait_s=wait_s)
+                        return await service.score(event, parse_s=parse_s, review_wait_s=wait_s, via="queue")
                     except Overloaded as exc:
                         if waited >= OVERLOAD_WAIT_S or loop.time() + pause >= until:
                             return exc

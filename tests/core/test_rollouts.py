@@ -1,0 +1,158 @@
+"""Issue 26 end to end through the HTTP app: the prediction log, the shadow, the canary, drift
+and reason codes, over real ONNX Runtime, a real directory sink and (where named) real Redis.
+
+The parts have their own tests (tests/stores/prediction_log, tests/fleet); these hold the
+core's wiring to them: every surface leaves one record, the answer never waits for the
+shadow, a canary routes by user and is promoted or aborted through the API.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from shared.adapters.http.app import create_app
+from shared.core.holder import ServiceHolder
+from shared.domain.records import hashed_id
+from shared.settings import PredictionLogPolicy, Settings
+from tests.conftest import event
+from tests.onnx_models import make_model
+
+
+def records(root: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for path in sorted(root.rglob("*.jsonl")) for line in path.read_text().splitlines()]
+
+
+def wait_for(predicate: Any, timeout_s: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = predicate()
+        if found:
+            return found
+        time.sleep(0.05)
+    raise AssertionError("timed out")
+
+
+@pytest.fixture
+def log_dir(tmp_path: Path) -> Path:
+    return tmp_path / "predictions"
+
+
+@pytest.fixture
+def logged(settings: Settings, log_dir: Path, models_dir: Path) -> Settings:
+    (models_dir / "fraud" / "2").mkdir()
+    (models_dir / "fraud" / "2" / "model.onnx").write_bytes(make_model(bias=2.0))
+    policy = PredictionLogPolicy(sink="dir", directory=str(log_dir), flush_s=0.05)
+    return dataclasses.replace(settings, prediction_log=policy, models_keep_versions=1)
+
+
+@pytest.fixture
+def client(logged: Settings) -> Iterator[TestClient]:
+    with TestClient(create_app(ServiceHolder(lambda: logged)), raise_server_exceptions=False) as c:
+        yield c
+
+
+def test_every_surface_leaves_one_record_with_what_the_model_saw(client: TestClient, log_dir: Path) -> None:
+    assert client.post("/api/score", json=event(event_id="one")).status_code == 200
+    batch = {"events": [event(event_id="b1"), event(event_id="b2", user_id="stranger")]}
+    assert client.post("/api/score/batch", json=batch).status_code == 200
+    rows = {"inputs": [{"name": "features", "datatype": "FP32", "shape": [1, 4], "data": [[4.0, 1.0, 60.0, 1.0]]}]}
+    assert client.post("/v2/models/fraud/infer", json=rows).status_code == 200
+    found = wait_for(lambda: (r := records(log_dir)) and len(r) >= 4 and r)
+    by_event = {r["event"]: r for r in found}
+    one = by_event[hashed_id("one")]
+    assert one["via"] == "http" and one["model"] == "fraud" and one["version"] == "2"
+    assert set(one["features"]) == {"log_amount", "channel=web", "user_avg_amount_30d", "user_txn_count_24h"}
+    assert one["decision"] in ("approve", "review", "decline") and one["timings_ms"]["total"] > 0
+    assert by_event[hashed_id("b1")]["via"] == "batch"
+    assert by_event[hashed_id("b2")]["defaulted"] == {"user_avg_amount_30d": "missing", "user_txn_count_24h": "missing"}
+    assert [r["via"] for r in found if r["event"] == ""] == ["v2"]
+    text = "".join(p.read_text() for p in log_dir.rglob("*.jsonl"))
+    assert '"one"' not in text and "u1" not in text  # no raw event or user id
+    stats = client.get("/api/stats").json()["prediction_log"]
+    assert stats["recorded"] == 4 and stats["written"] == 4
+
+
+def test_a_shadow_scores_after_the_answer_and_lands_in_the_record(client: TestClient, log_dir: Path) -> None:
+    r = client.put("/api/models/fraud/shadow", json={"version": "1"})
+    assert r.status_code == 200 and r.json()["shadow"]["version"] == "1"
+    answer = client.post("/api/score", json=event(event_id="s1")).json()
+    assert answer["model_version"] == "2" and "shadow" not in answer
+    record = wait_for(lambda: [r for r in records(log_dir) if r["event"] == hashed_id("s1")])[0]
+    assert record["shadow"]["version"] == "1" and 0 <= record["shadow"]["score"] <= 1
+    assert record["shadow"]["score"] < record["score"]  # bias 0 vs bias 2: the shadow scores lower
+    shadow = client.get("/api/models/fraud/rollout").json()["shadow"]
+    assert shadow["scored"] == 1 and shadow["mean_abs_difference"] > 0
+    assert client.delete("/api/models/fraud/shadow").json()["shadow"] is None
+
+
+def test_a_canary_routes_users_sticky_and_is_promoted_or_aborted(client: TestClient) -> None:
+    conflict = client.put("/api/models/fraud/canary", json={"version": "2", "weight": 0.5})
+    assert conflict.status_code == 409 and conflict.json()["error"] == "rollout_conflict"
+    assert client.post("/api/models/fraud/activate", json={"version": "1"}).status_code == 200
+    split = client.put("/api/models/fraud/canary", json={"version": "2", "weight": 0.5})
+    assert split.status_code == 200 and split.json()["canary"]["weight"] == 0.5
+    versions = {}
+    for n in range(200):
+        user = f"user-{n}"
+        versions[user] = client.post("/api/score", json=event(event_id=f"c{n}", user_id=user)).json()["model_version"]
+    share = sum(v == "2" for v in versions.values()) / len(versions)
+    assert 0.35 < share < 0.65  # 200 users at 0.5: a binomial's 3.5 standard deviations
+    again = {u: client.post("/api/score", json=event(user_id=u)).json()["model_version"] for u in list(versions)[:30]}
+    assert all(versions[u] == v for u, v in again.items())  # sticky per user
+    view = client.get("/api/models/fraud/rollout").json()["canary"]
+    assert view["canary"]["events"] + view["live"]["events"] == 230
+    promoted = client.post("/api/models/fraud/canary/promote").json()
+    assert promoted["pinned"] == "2" and promoted["live_version"] == "2" and promoted["canary"] is None
+    assert client.post("/api/models/fraud/activate", json={"version": "1"}).status_code == 200
+    assert client.put("/api/models/fraud/canary", json={"version": "2", "weight": 1.0}).status_code == 200
+    aborted = client.delete("/api/models/fraud/canary").json()
+    assert aborted["last_abort"]["reason"] == "api"
+    assert client.post("/api/score", json=event(user_id="user-1")).json()["model_version"] == "1"
+
+
+def test_explain_names_the_features_behind_a_decline(client: TestClient) -> None:
+    big = event(amount=50_000.0, channel="web")
+    plain = client.post("/api/score", json=big).json()
+    assert plain["decision"] == "decline" and "reasons" not in plain
+    explained = client.post("/api/score?explain=1", json=big).json()
+    assert explained["decision"] == "decline"
+    features = [r["feature"] for r in explained["reasons"]]
+    assert features and features[0] == "log_amount"  # the largest weight on the largest value
+    assert all(r["contribution"] > 0 for r in explained["reasons"])
+    low = client.post("/api/score?explain=1", json=event(amount=0.01, user_id="stranger")).json()
+    assert low["decision"] != "approve" or "reasons" not in low
+
+
+def test_the_sink_failing_is_degraded_never_a_failed_request(logged: Settings, tmp_path: Path) -> None:
+    blocked = tmp_path / "not-a-dir"
+    blocked.write_text("a file where the log's directory should be")
+    policy = dataclasses.replace(logged.prediction_log, directory=str(blocked))
+    broken = dataclasses.replace(logged, prediction_log=policy)
+    with TestClient(create_app(ServiceHolder(lambda: broken)), raise_server_exceptions=False) as c:
+        assert all(c.post("/api/score", json=event(event_id=f"f{n}")).status_code == 200 for n in range(20))
+        ready = wait_for(lambda: (r := c.get("/api/health/ready").json()) and r.get("degraded") and r)
+        assert any(reason.startswith("predictions: ") for reason in ready["degraded"])
+        stats = c.get("/api/stats").json()["prediction_log"]
+        assert stats["recorded"] == 20 and stats["written"] == 0
+
+
+def test_drift_is_reported_per_version_once_its_reference_is_full(logged: Settings, log_dir: Path) -> None:
+    from shared.settings import DriftPolicy
+
+    fast = dataclasses.replace(logged, drift=DriftPolicy(reference=100, window=100))
+    with TestClient(create_app(ServiceHolder(lambda: fast)), raise_server_exceptions=False) as c:
+        for n in range(100):
+            c.post("/api/score", json=event(event_id=f"r{n}", amount=10.0 + n % 10))
+        for n in range(100):
+            c.post("/api/score", json=event(event_id=f"w{n}", amount=5000.0 + n % 10))
+        drift = wait_for(lambda: [d for d in c.get("/api/models/fraud/rollout").json()["drift"] if d["psi"]])
+        assert drift[0]["version"] == "2" and drift[0]["psi"]["log_amount"] > 0.25
+        assert drift[0]["psi"]["user_avg_amount_30d"] < 0.1  # a feature that did not move
