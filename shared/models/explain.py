@@ -88,7 +88,7 @@ def reason_codes(
     estimate = estimated_s(loaded, len(off))
     if estimate is not None and estimate > budget_s:
         return None
-    occluded = np.tile(row, (len(off), 1))
+    occluded = np.tile(row.astype(np.float32, copy=False), (len(off), 1))
     occluded[np.arange(len(off)), off] = base[off]
     try:
         scores = loaded.model.predict(occluded)

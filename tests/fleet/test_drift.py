@@ -191,14 +191,25 @@ def test_the_metrics_carry_what_describe_shows(model: str) -> None:
     assert view.psi["user_f0"] > 0.2
 
 
-def test_the_figures_do_not_depend_on_how_the_records_are_batched(model: str) -> None:
+@pytest.mark.parametrize(
+    "policy",
+    [POLICY, DriftPolicy(reference=1000, window=300), DriftPolicy(reference=200, window=1000)],
+    ids=["window=reference", "window<reference", "window>reference"],
+)
+def test_the_figures_do_not_depend_on_how_the_records_are_batched(model: str, policy: DriftPolicy) -> None:
     rng = np.random.default_rng(RNG_SEED)
     records = population(model, 1000, rng) + population(model, 2500, rng, shift={5: 0.5})
-    whole, pieces = DriftMonitor(POLICY), DriftMonitor(POLICY)
+    whole, pieces, by_one = DriftMonitor(policy), DriftMonitor(policy), DriftMonitor(policy)
     whole.observe(records)
     for start in range(0, len(records), 37):
         pieces.observe(records[start : start + 37])
-    assert whole.describe(model) == pieces.describe(model)
+    for r in records[:1300]:
+        by_one.observe([r])
+    by_one.observe(records[1300:])
+    assert whole.describe(model) == pieces.describe(model) == by_one.describe(model)
+    (view,) = whole.describe(model)
+    assert (view.reference_events, view.window_events) == (policy.reference, policy.window)
+    assert view.psi["user_f5"] > 0.1 and max(v for n, v in view.psi.items() if n != "user_f5") < 0.1
 
 
 def test_the_window_slides_back_when_the_shift_is_over(model: str) -> None:
