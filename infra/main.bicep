@@ -8,14 +8,14 @@
 //   monitoring   Log Analytics + Application Insights
 //   identity     runtime identity + platform identity (image pull, KEDA scaler)
 //   registry     Azure Container Registry (AcrPull for the platform identity)
-//   storage      host storage + `models` container + Event Grid system topic
+//   storage      host storage + `models` container + `predictions` (WORM, the prediction log) + Event Grid system topic
 //   servicebus   namespace + payments / risk-completed / risk-rejected
 //   redis        Azure Managed Redis (volatile-lru, TLS, Entra auth); a second one, NoEviction,
 //                for Feast's online store when deployFeastRedis (docs/capacity.md)
 //   openai       optional Azure OpenAI account + deployment
 //   environment  Container Apps environment with workload profiles (GPU optional)
 //   app          the Functions container app, probes, KEDA rules, app settings
-//   alerts       p99, 5xx, dead letters, queue depth/size/age, throttling, replicas at max
+//   alerts       p99, 5xx, dead letters, queue depth/size/age, throttling, replicas at max, drift
 
 @description('Short environment name, used to derive resource names (azd: AZURE_ENV_NAME).')
 @minLength(2)
@@ -259,6 +259,7 @@ module app 'modules/app.bicep' = {
     blobEndpoint: storage.outputs.blobEndpoint
     queueEndpoint: storage.outputs.queueEndpoint
     modelsContainerName: storage.outputs.modelsContainerName
+    predictionsContainerName: storage.outputs.predictionsContainerName
     serviceBusName: serviceBus.outputs.name
     serviceBusFqdn: serviceBus.outputs.fullyQualifiedNamespace
     inputQueueName: inputQueueName

@@ -4,8 +4,9 @@
 // OTEL_TRACES_SAMPLER: docs/platform.md P16, P17; tests/infra checks the queries stay
 // ratios and percentiles), the same for every port from the app's own metrics (V2 gRPC never
 // reaches `requests`: P14), new dead letters, queue depth, queue size
-// (the partition-exhaustion symptom), throttling, message age, and replicas pinned at
-// maxReplicas.
+// (the partition-exhaustion symptom), throttling, message age, replicas pinned at
+// maxReplicas, and drift: a version's features or scores shifting from its first records
+// (the app's `scoring.drift.psi` gauge, one series per replica, version and feature).
 
 @description('Resource tags.')
 param tags object
@@ -52,6 +53,12 @@ param queueDepthThreshold int = 10000
 @description('Oldest acceptable message age, in ms, at the time it is scored.')
 param queueAgeThresholdMs int = 5000
 
+@description('Population stability index of a feature above which it has shifted (held for the whole window).')
+param featureDriftPsi string = '0.2'
+
+@description('Population stability index of the score above which decisions are moving (held for the whole window).')
+param scoreDriftPsi string = '0.25'
+
 @description('Custom metric the app emits per completed queue message: enqueued time to completion, in seconds (shared/telemetry/catalogue.py).')
 param queueAgeMetricName string = 'scoring.queue.message.age'
 
@@ -70,6 +77,11 @@ var queueDimension = [
     ]
   }
 ]
+// NOTE: a gauge reaches customMetrics as one row per export, its value in valueSum with
+// valueCount 1 (docs/platform.md P44). The lowest value of each series over the window above the
+// threshold = held throughout it, as Prometheus's `for: 30m` (ops/prometheus/alerts.yml).
+var driftSeries = 'customMetrics | where name == \'scoring.drift.psi\' | extend model = tostring(customDimensions[\'scoring.model\']), version = tostring(customDimensions[\'scoring.model.version\']), feature = tostring(customDimensions[\'scoring.feature\'])'
+var driftHeld = 'summarize held = min(valueSum / valueCount) by model, version, feature, cloud_RoleInstance | summarize psi = max(held)'
 var scoringRequests = 'requests | where isnotempty(url) and url has \'/api/\' and url !has \'/api/health/\''
 
 resource actionGroup 'Microsoft.Insights/actionGroups@2023-01-01' = if (!empty(alertEmail)) {
@@ -252,6 +264,78 @@ resource allPortsLatency 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = {
           failingPeriods: {
             numberOfEvaluationPeriods: 2
             minFailingPeriodsToAlert: 2
+          }
+        }
+      ]
+    }
+    actions: {
+      actionGroups: actionGroups
+    }
+  }
+}
+
+// A feature's shift is for a ticket (Informational): an input moving need not move a decision. The
+// score's is Error: the score is what decides, so declines and reviews are moving now.
+resource featureDrift 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = {
+  name: '${prefix}-feature-drift'
+  location: location
+  tags: tags
+  properties: {
+    description: 'A feature of a model version has shifted from the version\'s first records (PSI over the threshold for 30 minutes on a replica): GET /api/models/{name}/rollout names it.'
+    severity: 3
+    enabled: true
+    autoMitigate: true
+    scopes: [
+      appInsightsId
+    ]
+    evaluationFrequency: 'PT15M'
+    windowSize: 'PT30M'
+    criteria: {
+      allOf: [
+        {
+          query: '${driftSeries} | where feature != \'score\' | ${driftHeld}'
+          timeAggregation: 'Maximum'
+          metricMeasureColumn: 'psi'
+          operator: 'GreaterThan'
+          threshold: json(featureDriftPsi)
+          failingPeriods: {
+            numberOfEvaluationPeriods: 1
+            minFailingPeriodsToAlert: 1
+          }
+        }
+      ]
+    }
+    actions: {
+      actionGroups: actionGroups
+    }
+  }
+}
+
+resource scoreDrift 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = {
+  name: '${prefix}-score-drift'
+  location: location
+  tags: tags
+  properties: {
+    description: 'The scores of a model version have shifted from its first records (PSI over the threshold for 30 minutes on a replica): decisions are moving; pin the previous version if this one is the cause.'
+    severity: 1
+    enabled: true
+    autoMitigate: true
+    scopes: [
+      appInsightsId
+    ]
+    evaluationFrequency: 'PT15M'
+    windowSize: 'PT30M'
+    criteria: {
+      allOf: [
+        {
+          query: '${driftSeries} | where feature == \'score\' | ${driftHeld}'
+          timeAggregation: 'Maximum'
+          metricMeasureColumn: 'psi'
+          operator: 'GreaterThan'
+          threshold: json(scoreDriftPsi)
+          failingPeriods: {
+            numberOfEvaluationPeriods: 1
+            minFailingPeriodsToAlert: 1
           }
         }
       ]

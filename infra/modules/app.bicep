@@ -57,6 +57,9 @@ param queueEndpoint string
 @description('Blob container with the models.')
 param modelsContainerName string
 
+@description('Blob container of the prediction log, in the same storage account (WORM: storage.bicep).')
+param predictionsContainerName string = 'predictions'
+
 @description('Service Bus namespace name (the scaler needs the short name).')
 param serviceBusName string
 
@@ -244,6 +247,28 @@ var serviceSettings = [
   { name: 'TRACE_SAMPLE_RATIO', value: '0.01' }
   { name: 'LOG_REJECTIONS_PER_S', value: '10' }
   { name: 'GRPC_PORT', value: string(grpcPort) } // the V2 gRPC server in the same process (ingress below)
+  // The record of every decision: hourly append blobs in the WORM `predictions` container (storage.bicep).
+  { name: 'PREDICTION_LOG', value: 'blob' }
+  { name: 'PREDICTION_LOG_DIR', value: '' } // PREDICTION_LOG=dir only
+  { name: 'PREDICTION_LOG_CONTAINER', value: predictionsContainerName }
+  { name: 'PREDICTION_LOG_SAMPLE', value: '1' }
+  { name: 'PREDICTION_LOG_BUFFER', value: '50000' }
+  { name: 'PREDICTION_LOG_FLUSH_S', value: '1' }
+  { name: 'PREDICTION_LOG_CLOSE_S', value: '5' }
+  // NOTE: empty = unkeyed hashes of event ids: a key is a secret, and this template holds none.
+  { name: 'PREDICTION_LOG_HASH_KEY', value: '' }
+  // Shadow scoring, the sticky canary and its automatic abort.
+  { name: 'SHADOW_QUEUE', value: '10000' }
+  { name: 'CANARY_WINDOW', value: '1000' }
+  { name: 'CANARY_MIN_EVENTS', value: '200' }
+  { name: 'CANARY_MAX_DECLINE_DELTA', value: '0.05' }
+  { name: 'CANARY_MAX_ERROR_DELTA', value: '0.01' }
+  // Drift per version (the drift alerts: alerts.bicep) and reason codes.
+  { name: 'DRIFT_REFERENCE', value: '1000' }
+  { name: 'DRIFT_WINDOW', value: '1000' }
+  { name: 'DRIFT_BINS', value: '10' }
+  { name: 'EXPLAIN_TOP', value: '3' }
+  { name: 'EXPLAIN_BUDGET_MS', value: '5' }
 ]
 
 var openAiSettings = [

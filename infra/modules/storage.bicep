@@ -1,6 +1,7 @@
 // One storage account for the Functions host (AzureWebJobsStorage: leases, keys,
-// blob-trigger receipts and poison queue) and the `models` container the blob trigger
-// watches. Shared-key access is disabled: every client authenticates with Entra ID.
+// blob-trigger receipts and poison queue), the `models` container the blob trigger
+// watches, and the `predictions` container the prediction log appends to (WORM: below).
+// Shared-key access is disabled: every client authenticates with Entra ID.
 // The Event Grid system topic lives here; its BlobCreated subscription needs the
 // Functions `blobs_extension` system key, which exists only once the app runs, so
 // infra/hooks/eventgrid-subscription.sh creates it after deploy.
@@ -17,6 +18,16 @@ param name string
 @description('Blob container the models are uploaded to.')
 param modelsContainerName string = 'models'
 
+@description('Blob container of the prediction log (PREDICTION_LOG_CONTAINER): hourly append blobs of decision records.')
+param predictionsContainerName string = 'predictions'
+
+// NOTE: 180 days outlasts the card networks' usual 120-day dispute window, when a decision is asked
+// about (an assumption about the business, not a platform fact: set it to your retention rule).
+@description('Days each decision record stays immutable (no overwrite, no delete) after its blob was last appended to.')
+@minValue(1)
+@maxValue(146000)
+param predictionRetentionDays int = 180
+
 @description('Event Grid system topic name for the account.')
 param systemTopicName string
 
@@ -24,6 +35,7 @@ param systemTopicName string
 param appPrincipalId string
 
 var blobDataOwnerRoleId = 'b7e6dc6d-f1e8-4753-8033-0f276bb0955b'
+var blobDataContributorRoleId = 'ba92f5b4-2d11-453d-a403-e96b0029c9fe'
 var queueDataContributorRoleId = '974c5e8b-45b9-4653-ba55-5f855dd0fb88'
 var tableDataContributorRoleId = '0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3'
 
@@ -81,6 +93,46 @@ resource modelsContainer 'Microsoft.Storage/storageAccounts/blobServices/contain
   }
 }
 
+// The prediction log: a record of every decision, appended and never rewritten. A container-level
+// time-based retention policy (WORM) lets a client create blobs and, with allowProtectedAppendWrites,
+// append blocks to an append blob, but refuses an overwrite or a delete of any blob until
+// `predictionRetentionDays` after its last append: that holds for every principal, the app's identity
+// (Blob Data Owner on the account, for the host) included, where no role assignment could (a role
+// narrower than the account's adds nothing to it). The policy is left unlocked: locking it is an
+// operator's irreversible decision (it can then only be extended, and the account cannot be deleted
+// while the container holds it: docs/platform.md P43). Point-in-time restore and last-access tracking are
+// incompatible with immutable storage and stay off on this account (P43).
+resource predictionsContainer 'Microsoft.Storage/storageAccounts/blobServices/containers@2023-05-01' = {
+  parent: blobService
+  name: predictionsContainerName
+  properties: {
+    publicAccess: 'None'
+  }
+}
+
+resource predictionsWorm 'Microsoft.Storage/storageAccounts/blobServices/containers/immutabilityPolicies@2023-05-01' = {
+  parent: predictionsContainer
+  name: 'default'
+  properties: {
+    immutabilityPeriodSinceCreationInDays: predictionRetentionDays
+    allowProtectedAppendWrites: true
+  }
+}
+
+// The writer's own grant, on the predictions container only. The role's data actions include delete;
+// the WORM policy above is what refuses it. NOTE: while the host needs Blob Data Owner on the whole
+// account (below), this adds no access: it states what the writer needs, and it is what stays if the
+// host's storage moves to an account of its own.
+resource predictionsWriter 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(predictionsContainer.id, appPrincipalId, blobDataContributorRoleId)
+  scope: predictionsContainer
+  properties: {
+    principalId: appPrincipalId
+    principalType: 'ServicePrincipal'
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', blobDataContributorRoleId)
+  }
+}
+
 // The Functions host needs Blob Data Owner (leases, key storage, blob-trigger receipts),
 // Queue Data Contributor (blob-trigger poison queue) and Table Data Contributor (host
 // state). The same roles cover reading the models container.
@@ -130,4 +182,5 @@ output blobEndpoint string = account.properties.primaryEndpoints.blob
 output queueEndpoint string = account.properties.primaryEndpoints.queue
 output tableEndpoint string = account.properties.primaryEndpoints.table
 output modelsContainerName string = modelsContainer.name
+output predictionsContainerName string = predictionsContainer.name
 output systemTopicName string = systemTopic.name

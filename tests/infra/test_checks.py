@@ -25,6 +25,7 @@ from checks.platform import (
     check_profile_moves,
     check_windows_hooks,
 )
+from checks.prediction_log import check_prediction_log
 from checks.redis_stores import check_redis_stores
 from checks.rows import cited, rows
 from checks.tables import BUILT_IN_ROLES, EXPECTED_GRANTS, UNMODELLED_API_VERSIONS
@@ -115,6 +116,10 @@ def test_every_platform_row_is_relied_on_and_cites_a_source() -> None:
 
 def test_the_cache_redis_may_evict_predictions_and_feasts_store_nothing() -> None:
     assert check_redis_stores(REPO) == []
+
+
+def test_the_decisions_go_to_an_append_only_container() -> None:
+    assert check_prediction_log(REPO) == []
 
 
 def test_the_host_admits_no_more_than_the_app_takes() -> None:

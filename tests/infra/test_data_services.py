@@ -91,8 +91,9 @@ def test_storage_is_identity_only(modules: dict[str, Module]) -> None:
     assert props["allowSharedKeyAccess"] is False
     assert props["allowBlobPublicAccess"] is False
     assert props["minimumTlsVersion"] == "TLS1_2"
-    container = storage.resource("Microsoft.Storage/storageAccounts/blobServices/containers")
-    assert storage.resolve(container["name"]) == "models"
+    containers = storage.resources("Microsoft.Storage/storageAccounts/blobServices/containers")
+    assert sorted(storage.resolve(c["name"]) for c in containers) == ["models", "predictions"]
+    assert all(c["properties"]["publicAccess"] == "None" for c in containers)
     topic = storage.resource("Microsoft.EventGrid/systemTopics")
     assert topic["properties"]["topicType"] == "Microsoft.Storage.StorageAccounts"
 

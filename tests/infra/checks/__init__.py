@@ -31,6 +31,7 @@ from .platform import (
     check_profile_moves,
     check_windows_hooks,
 )
+from .prediction_log import check_prediction_log
 from .redis_stores import check_redis_stores
 from .tables import KEDA_METADATA, OPERATION_GROUPS, PATCH_BODIES, RESOURCE_MODELS
 
@@ -130,6 +131,7 @@ CHECKS: dict[str, Callable[..., list[str]]] = {
     "profile_moves": check_profile_moves,
     "windows_hooks": check_windows_hooks,
     "redis_stores": check_redis_stores,
+    "prediction_log": check_prediction_log,
 }
 
 

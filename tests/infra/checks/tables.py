@@ -28,6 +28,10 @@ BUILT_IN_ROLES: dict[str, tuple[str, str]] = {
         "Storage Blob Data Owner",
         f"{LEARN_ROLES}/storage#storage-blob-data-owner",
     ),
+    "ba92f5b4-2d11-453d-a403-e96b0029c9fe": (
+        "Storage Blob Data Contributor",
+        f"{LEARN_ROLES}/storage#storage-blob-data-contributor",
+    ),
     "974c5e8b-45b9-4653-ba55-5f855dd0fb88": (
         "Storage Queue Data Contributor",
         f"{LEARN_ROLES}/storage#storage-queue-data-contributor",
@@ -55,6 +59,8 @@ BUILT_IN_ROLES: dict[str, tuple[str, str]] = {
 EXPECTED_GRANTS: dict[str, set[tuple[str, str]]] = {
     "app": {
         ("Storage Blob Data Owner", "Microsoft.Storage/storageAccounts"),
+        # the prediction log's writer, on its container only (storage.bicep `predictionsWriter`)
+        ("Storage Blob Data Contributor", "Microsoft.Storage/storageAccounts/blobServices/containers"),
         ("Storage Queue Data Contributor", "Microsoft.Storage/storageAccounts"),
         ("Storage Table Data Contributor", "Microsoft.Storage/storageAccounts"),
         ("Azure Service Bus Data Receiver", "Microsoft.ServiceBus/namespaces/queues"),
@@ -90,6 +96,10 @@ RESOURCE_MODELS: dict[str, tuple[str | None, str]] = {
     "microsoft.storage/storageaccounts": ("azure.mgmt.storage", "StorageAccountCreateParameters"),
     "microsoft.storage/storageaccounts/blobservices": ("azure.mgmt.storage", "BlobServiceProperties"),
     "microsoft.storage/storageaccounts/blobservices/containers": ("azure.mgmt.storage", "BlobContainer"),
+    "microsoft.storage/storageaccounts/blobservices/containers/immutabilitypolicies": (
+        "azure.mgmt.storage",
+        "ImmutabilityPolicy",
+    ),
     "microsoft.eventgrid/systemtopics": ("azure.mgmt.eventgrid", "SystemTopic"),
     "microsoft.cache/redisenterprise": ("azure.mgmt.redisenterprise", "Cluster"),
     "microsoft.cache/redisenterprise/databases": ("azure.mgmt.redisenterprise", "Database"),

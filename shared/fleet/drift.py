@@ -1,0 +1,251 @@
+"""Drift per model version: its latest records against its first ones, as population stability indices.
+
+A background job hands `DriftMonitor.observe` the decision records in batches (never the
+response path). Per (model, version):
+
+    reference    the version's first DRIFT_REFERENCE records on this replica (rows and scores);
+                 frozen once full, and only then is any PSI reported
+    window       the last DRIFT_WINDOW records, whichever they are (right after the reference
+                 fills, the two overlap and the PSI starts near 0)
+
+NOTE: the reference is the version's own first traffic, not its golden rows: those are a
+handful of hand-picked rows that prove the file scores as its author expected, not a sample
+of the population it will see. The first records are that population, as this replica sees
+it, at the moment the version went live.
+
+Binning, per column (every feature, and the score), from the reference alone:
+
+    discrete     at most DRIFT_BINS distinct values in the reference (one-hot indicators: 0/1;
+                 a constant default): one bin per distinct value, plus an `other` bin for any
+                 value the reference never held (a constant column that starts to vary shows)
+    continuous   DRIFT_BINS quantile bins: the reference's quantiles at 1/B .. (B-1)/B are the
+                 cut points (repeated ones merged), each bin right-closed, (c[i-1], c[i]], the
+                 outer ones open to -inf and +inf
+
+The index, with E_i the reference's share of bin i and A_i the window's:
+
+    PSI = Σ_i (A_i' - E_i') · ln(A_i' / E_i'),   p' = max(p, EPSILON),   EPSILON = 1e-4
+
+the textbook PSI, with an empty bin's share clipped to 0.01% so that its logarithm is finite:
+a bin empty on both sides adds exactly 0; a bin holding 10% of the window that the reference
+never saw adds (0.1 - 1e-4)·ln(0.1 / 1e-4) ≈ 0.69. Usual reading: < 0.1 stable, 0.1-0.25 a
+moderate shift, > 0.25 a large one. The same distribution sampled twice is not 0: with B
+bins, R reference and W window records, its expectation is about (B - 1)(1/R + 1/W) (0.018 at
+the defaults).
+
+Cost: the window holds each record's bin per column (uint8) and a running count per bin,
+updated as records arrive and leave, so a recompute is one PSI over (features + 1) * (B + 1)
+counts; it runs once per version per `observe` call (per batch: the caller's batching sets the
+pace; the metrics are set then). Assigning bins is one vectorised comparison per batch
+(n * columns * B). Measured at 25 features, B = 10, on a 2-core development machine: 1.3 µs
+per record observed in batches of 1000 (1.6 in batches of 100, 6 in batches of 10), the
+recompute included; the recompute alone (26 PSIs, 51 gauges set) 17 µs.
+
+One owner: call `observe`, `describe` and `forget` from one thread (the event loop's); an
+`observe` of a batch of 1000 records holds it for about 1.3 ms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from shared.domain.answers import DriftView
+from shared.domain.records import DecisionRecord
+from shared.settings import DriftPolicy
+from shared.telemetry import metrics
+
+__all__ = ["EPSILON", "SCORE", "DriftMonitor", "population_stability"]
+
+EPSILON = 1e-4  # the share an empty bin counts as (see the module docstring)
+SCORE = "score"  # the `feature` the score's PSI is reported under
+
+Counts = npt.NDArray[np.int64]
+Rows = npt.NDArray[Any]  # a ring's rows: bins (uint8) or defaulted flags (bool)
+
+
+def population_stability(reference: Counts, window: Counts) -> npt.NDArray[np.float64]:
+    """PSI of each row of `window` counts against the same row of `reference` counts (bins on the last axis)."""
+    expected = np.maximum(reference / np.maximum(reference.sum(axis=-1, keepdims=True), 1), EPSILON)
+    actual = np.maximum(window / np.maximum(window.sum(axis=-1, keepdims=True), 1), EPSILON)
+    psi: npt.NDArray[np.float64] = ((actual - expected) * np.log(actual / expected)).sum(axis=-1)
+    return psi
+
+
+class _Bins:
+    """Each column's bins, drawn from the reference: by value when few, else by its quantiles."""
+
+    def __init__(self, reference: npt.NDArray[np.float64], bins: int) -> None:
+        width = reference.shape[1]
+        self.slots = bins + 1  # B quantile bins, or up to B values and `other`
+        self.cuts = np.full((width, bins - 1), np.inf)  # continuous columns; +inf pads: nothing is above it
+        self.values = np.full((width, bins), np.nan)  # discrete columns; NaN pads: nothing equals it
+        discrete = np.zeros(width, dtype=bool)
+        for j in range(width):  # NOTE: once per version, when its reference fills
+            distinct = np.unique(reference[:, j])
+            if len(distinct) <= bins:
+                discrete[j] = True
+                self.values[j, : len(distinct)] = distinct
+            else:
+                cuts = np.unique(np.quantile(reference[:, j], np.linspace(0.0, 1.0, bins + 1)[1:-1]))
+                self.cuts[j, : len(cuts)] = cuts
+        self.discrete = np.flatnonzero(discrete)
+        self.continuous = np.flatnonzero(~discrete)
+        self.offsets = np.arange(width) * self.slots
+
+    def assign(self, values: npt.NDArray[np.float64]) -> npt.NDArray[np.uint8]:
+        """The bin of each value (rows: records, columns: the version's columns)."""
+        out = np.empty(values.shape, dtype=np.uint8)
+        c, d = self.continuous, self.discrete
+        if len(c):  # NOTE: cut points below a value = its bin; a value on a cut goes below it
+            out[:, c] = (values[:, c, None] > self.cuts[None, c, :]).sum(axis=2)
+        if len(d):
+            same = values[:, d, None] == self.values[None, d, :]
+            out[:, d] = np.where(same.any(axis=2), same.argmax(axis=2), self.slots - 1)
+        return out
+
+    def count(self, assigned: npt.NDArray[np.uint8]) -> Counts:
+        """Records per (column, bin)."""
+        flat = (assigned + self.offsets).ravel()
+        counts: Counts = np.bincount(flat, minlength=len(self.offsets) * self.slots)
+        return counts.reshape(-1, self.slots)
+
+
+def _column_sums(rows: Rows) -> Counts:
+    sums: Counts = rows.sum(axis=0, dtype=np.int64)
+    return sums
+
+
+class _Ring:
+    """The last `size` records' rows of something, with a running total kept as they come and go."""
+
+    def __init__(self, size: int, width: int, dtype: type[np.generic], tally: Callable[[Rows], Counts]) -> None:
+        self.rows: Rows = np.zeros((size, width), dtype=dtype)
+        self.tally = tally
+        self.total = tally(self.rows[:0])
+        self.held = 0
+        self.at = 0  # the next slot written; equal to `held` until the ring is full
+
+    def push(self, rows: Rows) -> None:
+        size = len(self.rows)
+        if len(rows) >= size:
+            self.rows[:] = rows[-size:]
+            self.total, self.held, self.at = self.tally(self.rows), size, 0
+            return
+        slots = (self.at + np.arange(len(rows))) % size
+        evicted = slots[slots < self.held]  # slots that hold a record (every slot, once full)
+        if len(evicted):
+            self.total -= self.tally(self.rows[evicted])
+        self.rows[slots] = rows
+        self.total += self.tally(rows)
+        self.at = (self.at + len(rows)) % size
+        self.held = min(self.held + len(rows), size)
+
+
+class _Version:
+    """One version's reference, window and latest figures."""
+
+    def __init__(self, columns: Sequence[str], policy: DriftPolicy) -> None:
+        self.columns = columns
+        self.names = (*columns, SCORE)
+        self.index = {name: j for j, name in enumerate(columns)}
+        self.reference = np.empty((policy.reference, len(self.names)), dtype=np.float64)
+        self.referenced = 0
+        # once the reference is full: its bins, its counts per (column, bin), the window's bins
+        self.frozen: tuple[_Bins, Counts, _Ring] | None = None
+        self.defaulted = _Ring(policy.window, len(columns), np.bool_, _column_sums)
+        self.psi: npt.NDArray[np.float64] | None = None
+        self.policy = policy
+
+    def takes(self, record: DecisionRecord) -> bool:
+        return record.columns is self.columns or tuple(record.columns) == tuple(self.columns)
+
+    def add(self, records: list[DecisionRecord]) -> None:
+        """Take a batch of this version's records, then recompute its figures."""
+        values = np.empty((len(records), len(self.names)), dtype=np.float64)
+        values[:, :-1] = np.stack([r.row for r in records])
+        values[:, -1] = [r.score for r in records]
+        defaulted = np.zeros((len(records), len(self.columns)), dtype=np.bool_)
+        for i, record in enumerate(records):
+            for name in record.defaulted:  # NOTE: usually none
+                j = self.index.get(name)
+                if j is not None:
+                    defaulted[i, j] = True
+        self.defaulted.push(defaulted)
+        if self.frozen is None:
+            taken = min(len(values), len(self.reference) - self.referenced)
+            self.reference[self.referenced : self.referenced + taken] = values[:taken]
+            self.referenced += taken
+            if self.referenced < len(self.reference):
+                return
+            self.frozen = self._freeze()
+            values = values[taken:]
+        bins, baseline, window = self.frozen
+        window.push(bins.assign(values))
+        self.psi = population_stability(baseline, window.total)
+
+    def _freeze(self) -> tuple[_Bins, Counts, _Ring]:
+        """The reference is full: its bins, its counts, and the window in its bins (its latest records)."""
+        bins = _Bins(self.reference, self.policy.bins)
+        assigned = bins.assign(self.reference)
+        window = _Ring(self.policy.window, len(self.names), np.uint8, bins.count)
+        window.push(assigned[-self.policy.window :])
+        self.reference = self.reference[:0]  # NOTE: the counts are all that is needed from here on
+        return bins, bins.count(assigned), window
+
+    def shares(self) -> npt.NDArray[np.float64]:
+        return self.defaulted.total / max(self.defaulted.held, 1)
+
+    def report(self, model: str, version: str) -> None:
+        for name, share in zip(self.columns, self.shares().tolist(), strict=True):
+            metrics.drift_defaulted(model, version, name, share)
+        if self.psi is not None:
+            for name, psi in zip(self.names, self.psi.tolist(), strict=True):
+                metrics.drift_psi(model, version, name, psi)
+
+    def view(self, version: str) -> DriftView:
+        psi = {} if self.psi is None else {n: round(p, 4) for n, p in zip(self.names, self.psi.tolist(), strict=True)}
+        shares = {n: round(s, 4) for n, s in zip(self.columns, self.shares().tolist(), strict=True)}
+        return DriftView(version, self.referenced, self.defaulted.held, psi, shares)
+
+
+class DriftMonitor:
+    """Drift of every version this replica scores with, from its decision records."""
+
+    def __init__(self, policy: DriftPolicy) -> None:
+        self.policy = policy
+        self._versions: dict[tuple[str, str], _Version] = {}  # in the order first seen
+
+    def observe(self, records: Sequence[DecisionRecord]) -> None:
+        """Take a batch of records (any models and versions, in the order decided); recompute the
+        PSI and defaulted shares of each version in it and set their metrics."""
+        if not self.policy.reference:
+            return  # DRIFT_REFERENCE=0: no drift
+        batches: dict[tuple[str, str], list[DecisionRecord]] = {}
+        for record in records:
+            batches.setdefault((record.model, record.version), []).append(record)
+        for key, batch in batches.items():
+            state = self._versions.get(key)
+            if state is None:
+                state = self._versions[key] = _Version(batch[0].columns, self.policy)
+            taken = [r for r in batch if state.takes(r)]  # NOTE: a version's columns never change
+            if taken:
+                state.add(taken)
+                state.report(*key)
+
+    def describe(self, name: str) -> list[DriftView]:
+        """The drift of each version of `name` seen on this replica, newest last."""
+        return [state.view(version) for (model, version), state in self._versions.items() if model == name]
+
+    def forget(self, name: str, version: str) -> None:
+        """Drop a retired version: its state and its series (a retired version's gauges would alert forever)."""
+        if self._versions.pop((name, version), None) is None:
+            return
+        # NOTE: the metrics module has no removal call for a gauge's series; these two gauges
+        # are drift's alone, so it drops its own series from them.
+        for gauge in (metrics.DRIFT_PSI, metrics.DRIFT_DEFAULTED):
+            for key in [k for k in gauge.values if k[:2] == (name, version)]:
+                del gauge.values[key]
