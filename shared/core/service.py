@@ -596,9 +596,9 @@ class ScoringService:
         t2 = time.perf_counter()
         reasons = None
         if explain and verdict.decision != "approve" and isinstance(loaded, LoadedModel):
-            from shared.models.explain import reason_codes  # NOTE: asked for by ?explain=1 only
+            from shared.models.explain import explain as explained  # NOTE: asked for by ?explain=1 only
 
-            reasons = reason_codes(loaded, row.values, prediction.score, self.settings.drift)
+            reasons = await explained(loaded, row.values, prediction.score, self.settings.drift)
         spent = (t1 - t0, t2 - t0, done.queued_s)
         return self._answer(event, loaded, row, prediction, parse_s, verdict, spent, via=via, arm=arm, reasons=reasons)
 
@@ -764,7 +764,8 @@ class ScoringService:
                 loaded = self._registry.active(record.model, record.version)
             except ScoringError:
                 continue  # NOTE: an ensemble, or a version retired meanwhile: the record goes without
-            record.reasons = reason_codes(loaded, record.row, record.score, self.settings.drift)
+            if loaded.inline:  # NOTE: on the loop, as the model runs; a threaded model's records go without
+                record.reasons = reason_codes(loaded, record.row, record.score, self.settings.drift)
 
 
 def _features(served: LoadedModel | Ensemble) -> list[str]:

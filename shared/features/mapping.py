@@ -107,11 +107,9 @@ class FeatureMapper:
                 self._template[i] = 0.0
             else:
                 self._user_cols.append((i, feature.name))
-
-    @property
-    def defaults(self) -> list[float]:
-        """Each column's value when nothing sets it: the declared default, 0.0 for an indicator."""
-        return list(self._template)
+        # each column's value when nothing sets it: the declared default, 0.0 for an indicator
+        self.defaults = np.array(self._template, dtype=np.float32)
+        self.defaults.setflags(write=False)
 
     def unresolved(self, user_features: Collection[str] | None) -> list[str]:
         """The names nothing provides: an indicator over a field events do not carry, or a

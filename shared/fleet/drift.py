@@ -244,8 +244,4 @@ class DriftMonitor:
         """Drop a retired version: its state and its series (a retired version's gauges would alert forever)."""
         if self._versions.pop((name, version), None) is None:
             return
-        # NOTE: the metrics module has no removal call for a gauge's series; these two gauges
-        # are drift's alone, so it drops its own series from them.
-        for gauge in (metrics.DRIFT_PSI, metrics.DRIFT_DEFAULTED):
-            for key in [k for k in gauge.values if k[:2] == (name, version)]:
-                del gauge.values[key]
+        metrics.drift_forget(name, version)

@@ -45,25 +45,10 @@ import numpy.typing as npt
 from shared.domain.answers import ReasonCode
 from shared.domain.spec import ModelSpec
 from shared.errors import InferenceFailed
-from shared.features.mapping import CATEGORICAL_FIELDS, EVENT_FEATURES
 from shared.models.served import LoadedModel
 from shared.settings import DriftPolicy
 
-__all__ = ["defaults", "estimated_s", "explain", "reason_codes"]
-
-
-def defaults(spec: ModelSpec) -> npt.NDArray[np.float32]:
-    """Each column's default as the mapper fills it: the declared one, 0.0 for an indicator (`channel=web`).
-
-    NOTE: the same rule as `FeatureMapper`'s template (shared/features/mapping.py), which keeps it
-    private; tests/models/test_explain.py holds the two equal.
-    """
-    return np.array([_default(f.name, f.default) for f in spec.features], dtype=np.float32)
-
-
-def _default(name: str, declared: float) -> float:
-    field, sep, _ = name.partition("=")
-    return 0.0 if name not in EVENT_FEATURES and sep and field in CATEGORICAL_FIELDS else declared
+__all__ = ["estimated_s", "explain", "reason_codes"]
 
 
 def estimated_s(loaded: LoadedModel, rows: int) -> float | None:
@@ -81,7 +66,7 @@ def reason_codes(
     None when that cannot be known within EXPLAIN_BUDGET_MS (or the version's session is gone)."""
     started = time.perf_counter()
     budget_s = policy.explain_budget_ms / 1000.0
-    base = defaults(loaded.spec)
+    base = loaded.mapper.defaults
     off = np.flatnonzero(row != base)
     if not len(off):
         return []

@@ -43,6 +43,7 @@ __all__ = [
     "canary_abort",
     "canary_weight",
     "drift_defaulted",
+    "drift_forget",
     "drift_psi",
     "feature_age",
     "feature_defaulted",
@@ -335,3 +336,10 @@ def drift_psi(model: str, version: str, feature: str, psi: float) -> None:
 def drift_defaulted(model: str, version: str, feature: str, share: float) -> None:
     """The defaulted share of `feature` in a version's last records, now."""
     DRIFT_DEFAULTED.set((model, version, feature), share)
+
+
+def drift_forget(model: str, version: str) -> None:
+    """A retired version's drift series end (its gauges would otherwise alert forever)."""
+    for gauge in (DRIFT_PSI, DRIFT_DEFAULTED):
+        for key in [k for k in gauge.values if k[:2] == (model, version)]:
+            del gauge.values[key]

@@ -10,7 +10,7 @@ import pytest
 from shared.domain.events import decode_event
 from shared.domain.spec import FeatureDef
 from shared.features.mapping import FeatureMapper
-from shared.models.explain import defaults, estimated_s, explain, reason_codes
+from shared.models.explain import estimated_s, explain, reason_codes
 from shared.models.onnx import OnnxModel
 from shared.models.served import LoadedModel
 from shared.settings import BatchPolicy, DriftPolicy, OrtOptions
@@ -41,7 +41,7 @@ def scored(loaded: LoadedModel, row: list[float]) -> tuple[np.ndarray, float]:
 
 def brute_force(loaded: LoadedModel, row: np.ndarray, score: float) -> list[tuple[str, float]]:
     """Each column off its default put back alone, one model call each: (feature, score drop), largest first."""
-    base = defaults(loaded.spec)
+    base = loaded.mapper.defaults
     drops = []
     for j, feature in enumerate(loaded.spec.features):
         if row[j] != base[j]:
@@ -114,7 +114,7 @@ def test_the_defaults_are_the_mappers() -> None:
     model = OnnxModel.load(make_model(features=features), OrtOptions())
     mapper = FeatureMapper(model.spec)
     row = mapper.row(decode_event(json.dumps(event(channel="app", country="NG")).encode()), None).values
-    base = defaults(model.spec)
+    base = mapper.defaults
     assert base.tolist() == [0.0, 0.0, 2.0, 1.0, 0.0, 0.0, 30.0]
     not_from_the_event = [j for j, f in enumerate(features) if f.name not in ("log_amount", "hour")]
     assert row[not_from_the_event].tolist() == base[not_from_the_event].tolist()
