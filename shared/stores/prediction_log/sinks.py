@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import logging
 import os
 import re
@@ -235,7 +236,9 @@ class BlobSink:
         blob = await self._open(partition)
         block = lines[done : _block_end(lines, done, self._block_bytes)]
         try:
-            answer = await self._call(blob.client.append_block(block, appendpos_condition=blob.offset))
+            # NOTE: a stream, not bytes: aiohttp warns that a large bytes body may hold the loop while it is sent
+            body = io.BytesIO(block)
+            answer = await self._call(blob.client.append_block(body, len(block), appendpos_condition=blob.offset))
         except ResourceNotFoundError:
             self._blobs.pop(partition, None)  # NOTE: the blob or its container went away: open them again
             raise SinkError("the blob went away (it is created again on the next try)") from None
