@@ -27,7 +27,7 @@ import io
 import logging
 import os
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from shared.settings import Settings
 
 if TYPE_CHECKING:
+    from azure.core.credentials_async import AsyncTokenCredential
     from azure.core.exceptions import HttpResponseError
     from azure.storage.blob.aio import BlobClient, ContainerClient
 
@@ -156,30 +157,29 @@ class BlobSink:
     """Hourly append blobs in one container (PREDICTION_LOG_CONTAINER of the model storage account).
 
     NOTE: the async client (azure.storage.blob.aio over aiohttp, already installed for the async
-    identity): a flush is one request per block, awaited on the loop with nothing blocking it, and no
-    thread pool shared with the models' file reads. The client is built inside the running loop, on
-    the first write.
+    identity) rather than the sync one in a thread: a flush is a request or two per partition, awaited
+    on the loop with nothing blocking it and no worker thread taken from the models' file reads.
+    The client opens its aiohttp session on the first request, inside the running loop.
     """
 
     name = "blob"
 
     def __init__(
         self,
-        connect: Callable[[], ContainerClient],
+        container: ContainerClient,
         replica: str,
         *,
         timeout_s: float = 10.0,
         block_bytes: int = BLOCK_BYTES,
         max_blocks: int = MAX_BLOCKS,
-        close: Callable[[], Awaitable[None]] | None = None,
+        credential: AsyncTokenCredential | None = None,
     ) -> None:
-        self._connect = connect
+        self._container = container
         self._replica = _check_replica(replica)
         self._timeout_s = timeout_s
         self._block_bytes = block_bytes
         self._max_blocks = max_blocks
-        self._close_credential = close
-        self._container: ContainerClient | None = None
+        self._credential = credential
         self._blobs: dict[Partition, _Blob] = {}
 
     @classmethod
@@ -197,24 +197,16 @@ class BlobSink:
         from azure.storage.blob.aio import ContainerClient  # NOTE: imported only when blobs are used
 
         # NOTE: no SDK retries: the log retries with its own backoff while the records wait in memory.
-        client: dict[str, Any] = {"retry_total": 0, "connection_timeout": 5}
+        sdk: dict[str, Any] = {"retry_total": 0, "connection_timeout": 5}
         if connection_string:
-            return cls(
-                lambda: ContainerClient.from_connection_string(connection_string, container, **client),
-                replica,
-                **options,
-            )
+            return cls(ContainerClient.from_connection_string(connection_string, container, **sdk), replica, **options)
         if not blob_uri:
             raise ValueError("PREDICTION_LOG=blob needs ModelStorage or ModelStorage__blobServiceUri")
         from azure.identity.aio import DefaultAzureCredential
 
         credential = DefaultAzureCredential()
-        return cls(
-            lambda: ContainerClient(blob_uri, container, credential=credential, **client),
-            replica,
-            close=credential.close,
-            **options,
-        )
+        client = ContainerClient(blob_uri, container, credential=credential, **sdk)
+        return cls(client, replica, credential=credential, **options)
 
     async def write(self, partition: Partition, lines: bytes, count: int) -> None:
         from azure.core.exceptions import HttpResponseError
@@ -292,7 +284,7 @@ class BlobSink:
         from azure.storage.blob import BlobType
 
         while True:
-            client = self._client().get_blob_client(object_name(partition, self._replica, segment))
+            client = self._container.get_blob_client(object_name(partition, self._replica, segment))
             try:
                 props = await self._call(client.get_blob_properties())
             except ResourceNotFoundError:
@@ -323,13 +315,8 @@ class BlobSink:
             pass  # NOTE: this replica's earlier run made it; its size was 0 when we looked, or we reconcile
         except ResourceNotFoundError:
             with contextlib.suppress(ResourceExistsError):
-                await self._call(self._client().create_container())
+                await self._call(self._container.create_container())
             await create()
-
-    def _client(self) -> ContainerClient:
-        if self._container is None:
-            self._container = self._connect()
-        return self._container
 
     async def _call(self, call: Awaitable[T]) -> T:
         """`call` under the sink's deadline; a timeout or a transport failure is a `SinkError` (retried)."""
@@ -346,11 +333,9 @@ class BlobSink:
             raise SinkError(type(exc).__name__) from exc
 
     async def aclose(self) -> None:
-        if self._container is not None:
-            await self._container.close()
-            self._container = None
-        if self._close_credential is not None:
-            await self._close_credential()
+        await self._container.close()
+        if self._credential is not None:
+            await self._credential.close()
 
 
 def _block_end(lines: bytes, start: int, size: int) -> int:

@@ -108,13 +108,14 @@ async def test_add_never_waits_while_the_sink_fails_and_every_record_lands_when_
     start(log)
     slowest = 0.0
     for i in range(2000):
+        record = decision(i)
         began = time.perf_counter()
-        log.add(decision(i))
+        log.add(record)
         slowest = max(slowest, time.perf_counter() - began)
         if i % 100 == 0:
             await asyncio.sleep(0.01)  # NOTE: the writer runs (and fails) meanwhile
     await eventually(lambda: log.stats().failures >= 2, what="a failed write")
-    assert slowest < 0.005
+    assert slowest < 0.02  # NOTE: a few µs each; the bound leaves room for a noisy machine, not for a wait
     assert log.stats().buffered == 2000 and log.stats().written == 0
     problem = log.problem()
     assert problem is not None and problem.startswith("predictions: the dir sink has failed for")
@@ -164,7 +165,7 @@ async def test_shutdown_gives_up_after_close_s_and_counts_what_it_could_not_writ
         log.add(decision(i))
     began = time.monotonic()
     await log.aclose()
-    assert 0.3 <= time.monotonic() - began < 0.8
+    assert 0.3 <= time.monotonic() - began < 1.5
     log.add(decision(500))  # NOTE: after close: counted, never held
     stats = log.stats()
     assert (stats.written, stats.dropped_shutdown, stats.buffered, stats.recorded) == (0, 501, 0, 501)
@@ -176,7 +177,8 @@ async def test_a_writer_cancelled_mid_write_lets_it_finish_and_shutdown_writes_n
     for i in range(60_000):  # NOTE: ~40 MB in one write: long enough to be cancelled in the middle
         log.add(decision(i))
     writer = asyncio.get_running_loop().create_task(log.run())
-    await eventually(lambda: (tmp_path / FILE).exists(), what="the write's start")
+    while not (tmp_path / FILE).exists():  # NOTE: polled without a pause: the write lasts a few ms
+        await asyncio.sleep(0)
     assert log.stats().written == 0  # NOTE: the write is in flight
     writer.cancel()  # NOTE: as the core's Background does at shutdown
     await asyncio.gather(writer, return_exceptions=True)

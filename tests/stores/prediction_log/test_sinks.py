@@ -55,13 +55,18 @@ def test_a_replica_name_must_be_a_plain_file_name(tmp_path: Path) -> None:
         DirectorySink(tmp_path, "../r1")
 
 
-def test_the_settings_choose_the_sink(tmp_path: Path) -> None:
+async def test_the_settings_choose_the_sink(tmp_path: Path) -> None:
     assert sink_from_settings(Settings(), "r1") is None
     chosen = sink_from_settings(Settings(prediction_log=PredictionLogPolicy(sink="dir", directory=str(tmp_path))), "r1")
     assert isinstance(chosen, DirectorySink) and chosen.root == tmp_path
-    storage = "UseDevelopmentStorage=true"
-    blob = Settings(model_storage=storage, prediction_log=PredictionLogPolicy(sink="blob"))
-    assert isinstance(sink_from_settings(blob, "r1"), BlobSink)
+    blob = PredictionLogPolicy(sink="blob")
+    for storage in (
+        Settings(model_storage="UseDevelopmentStorage=true", prediction_log=blob),
+        Settings(model_storage_blob_uri="https://account.blob.core.windows.net", prediction_log=blob),
+    ):
+        sink = sink_from_settings(storage, "r1")
+        assert isinstance(sink, BlobSink)
+        await sink.aclose()
 
 
 # -- the directory -----------------------------------------------------------------------------------
