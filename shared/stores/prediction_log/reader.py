@@ -74,9 +74,16 @@ def parse_time(text: str) -> datetime:
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
-def load(source: Path | ContainerClient, **range_: Any) -> list[Record]:
-    """Every record of the range (`since`, `until`, `model`, `version`), object by object, in hour order."""
-    wanted = Range(**range_)
+def load(
+    source: Path | ContainerClient,
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    model: str | None = None,
+    version: str | None = None,
+) -> list[Record]:
+    """Every record in [since, until) of `model` (and `version`), or of all, object by object in hour order."""
+    wanted = Range(since, until, model, version)
     records: list[Record] = []
     for name, start in _objects(source, wanted):
         lines = _parse(_read(source, name), name)
@@ -84,13 +91,20 @@ def load(source: Path | ContainerClient, **range_: Any) -> list[Record]:
     return records
 
 
-def to_pandas(source: Path | ContainerClient, **range_: Any) -> pandas.DataFrame:
-    """The range as a DataFrame, nested fields flattened (`features.amount`, `defaulted.country`, ...)."""
+def to_pandas(
+    source: Path | ContainerClient,
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    model: str | None = None,
+    version: str | None = None,
+) -> pandas.DataFrame:
+    """What `load` reads, as a DataFrame with nested fields flattened (`features.amount`, `shadow.score`, ...)."""
     try:
         import pandas
     except ImportError as exc:
         raise ImportError("to_pandas needs pandas, which is not a runtime dependency: pip install pandas") from exc
-    return pandas.json_normalize(load(source, **range_))
+    return pandas.json_normalize(load(source, since=since, until=until, model=model, version=version))
 
 
 def _objects(source: Path | ContainerClient, wanted: Range) -> Iterator[tuple[str, datetime]]:

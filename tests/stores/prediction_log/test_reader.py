@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -126,11 +127,16 @@ async def test_the_blob_log_reads_back_as_the_directory_does(
     for wanted in ({}, {"since": at("2026-12-01T11")}, {"model": "fraud", "version": "4"}):
         assert reader.load(container, **wanted) == reader.load(directory, **wanted)
     assert len(reader.load(container, model="fraud", version="3", until=at("2026-12-01T12"))) == 150
+    storage = {"ModelStorage": azurite_connection, "PREDICTION_LOG_CONTAINER": "predlog-reader"}
+    shown = cli("--blob", "--version", "3", "--since", "2026-12-01T12", env=storage)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("records            20  (2026-12-01T12:15:00.000Z")
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "shared.stores.prediction_log", *args]
-    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=60)
+    environ = {**os.environ, **(env or {})}
+    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=60, env=environ)
 
 
 def test_the_command_prints_a_summary_or_the_records(directory: Path) -> None:
