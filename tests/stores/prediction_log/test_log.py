@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+from azure.core.exceptions import ResourceNotFoundError
 from azure.storage.blob import BlobServiceClient
 
 from shared.domain.records import DecisionRecord, hashed_id
@@ -296,12 +299,13 @@ async def test_what_landed_of_a_failed_write_is_counted_written_and_never_sent_a
 
 
 @pytest.fixture
-def azurite(azurite_connection: str) -> Iterator[tuple[str, BlobServiceClient]]:
-    """(connection string, a direct client) with a fresh container name per test, removed after it."""
+def azurite(azurite_connection: str) -> Iterator[tuple[str, str, BlobServiceClient]]:
+    """(connection string, a container name of the test's own, a direct client); the container goes after."""
     service = BlobServiceClient.from_connection_string(azurite_connection)
-    yield azurite_connection, service
-    for container in service.list_containers(name_starts_with="predlog-"):
-        service.delete_container(container.name)
+    container = f"predlog-{uuid.uuid4().hex[:12]}"
+    yield azurite_connection, container, service
+    with contextlib.suppress(ResourceNotFoundError):
+        service.delete_container(container)
 
 
 def endpoint(connection: str) -> str:
@@ -324,13 +328,13 @@ def blob_lines(service: BlobServiceClient, container: str) -> list[bytes]:
 
 
 async def test_with_storage_unreachable_records_wait_in_memory_and_land_once_it_returns(
-    azurite: tuple[str, BlobServiceClient], start: Start
+    azurite: tuple[str, str, BlobServiceClient], start: Start
 ) -> None:
-    connection, service = azurite
+    connection, container, service = azurite
     with Proxy(("127.0.0.1", azurite_port(connection))) as proxy:
         proxy.mode("reset")
         sink = BlobSink.connect(
-            container="predlog-outage", connection_string=through(proxy, connection), blob_uri=None, replica="r1"
+            container=container, connection_string=through(proxy, connection), blob_uri=None, replica="r1"
         )
         log = PredictionLog(replace(POLICY, sink="blob"), sink, replica="r1")
         start(log)
@@ -342,5 +346,5 @@ async def test_with_storage_unreachable_records_wait_in_memory_and_land_once_it_
 
         proxy.mode("pass")
         await eventually(lambda: log.stats().written == 3000, what="the records after the outage")
-        assert len(blob_lines(service, "predlog-outage")) == 3000
+        assert len(blob_lines(service, container)) == 3000
         assert log.problem() is None and balanced(log.stats())

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
 import pytest
+from azure.core.exceptions import ResourceNotFoundError
 from azure.storage.blob import BlobServiceClient, ContainerClient
 
 from shared.domain.records import Shadowed
@@ -112,22 +115,27 @@ def test_an_empty_range_sums_to_nothing(directory: Path) -> None:
 
 @pytest.fixture
 def container(azurite_connection: str) -> Iterator[ContainerClient]:
-    service = BlobServiceClient.from_connection_string(azurite_connection)
-    yield service.get_container_client("predlog-reader")
-    for found in service.list_containers(name_starts_with="predlog-"):
-        service.delete_container(found.name)
+    """A container of the test's own in Azurite (removed after it)."""
+    client = BlobServiceClient.from_connection_string(azurite_connection).get_container_client(
+        f"predlog-{uuid.uuid4().hex[:12]}"
+    )
+    yield client
+    with contextlib.suppress(ResourceNotFoundError):
+        client.delete_container()
 
 
 async def test_the_blob_log_reads_back_as_the_directory_does(
     container: ContainerClient, azurite_connection: str, directory: Path
 ) -> None:
     await logged(
-        BlobSink.connect(container="predlog-reader", connection_string=azurite_connection, blob_uri=None, replica="r1")
+        BlobSink.connect(
+            container=container.container_name, connection_string=azurite_connection, blob_uri=None, replica="r1"
+        )
     )
     for wanted in ({}, {"since": at("2026-12-01T11")}, {"model": "fraud", "version": "4"}):
         assert reader.load(container, **wanted) == reader.load(directory, **wanted)
     assert len(reader.load(container, model="fraud", version="3", until=at("2026-12-01T12"))) == 150
-    storage = {"ModelStorage": azurite_connection, "PREDICTION_LOG_CONTAINER": "predlog-reader"}
+    storage = {"ModelStorage": azurite_connection, "PREDICTION_LOG_CONTAINER": container.container_name}
     shown = cli("--blob", "--version", "3", "--since", "2026-12-01T12", env=storage)
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.startswith("records            20  (2026-12-01T12:15:00.000Z")

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import resource
 import signal
-from collections.abc import AsyncIterator, Callable
+import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from azure.storage.blob import BlobServiceClient, BlobType
+from azure.core.exceptions import ResourceNotFoundError
+from azure.storage.blob import BlobProperties, BlobServiceClient, BlobType
 
 from shared.settings import PredictionLogPolicy, Settings
 from shared.stores.prediction_log.sinks import (
@@ -101,115 +104,117 @@ async def test_an_append_the_disk_refuses_halfway_is_taken_back_whole(tmp_path: 
 # -- append blobs in Azurite --------------------------------------------------------------------------
 
 
-Connect = Callable[..., BlobSink]
+class Blobs:
+    """A container of the test's own in Azurite: sinks that write to it, and what its blobs hold."""
+
+    def __init__(self, connection: str) -> None:
+        self.connection = connection
+        self.service = BlobServiceClient.from_connection_string(connection)
+        self.container = f"predlog-{uuid.uuid4().hex[:12]}"
+        self.sinks: list[BlobSink] = []
+
+    def sink(self, connection: str | None = None, **options: Any) -> BlobSink:
+        """A sink of replica r1 (unless `replica=`) into the container, through `connection` if given."""
+        options.setdefault("replica", "r1")
+        made = BlobSink.connect(
+            container=self.container, connection_string=connection or self.connection, blob_uri=None, **options
+        )
+        self.sinks.append(made)
+        return made
+
+    def content(self, name: str = NAME) -> bytes:
+        return self.service.get_blob_client(self.container, name).download_blob().readall()
+
+    def properties(self, name: str = NAME) -> BlobProperties:
+        return self.service.get_blob_client(self.container, name).get_blob_properties()
 
 
 @pytest.fixture
-async def blobs(azurite_connection: str) -> AsyncIterator[tuple[Connect, BlobServiceClient]]:
-    """(`connect(**options)`: a sink in a container of its own, closed after the test; a direct client)."""
-    service = BlobServiceClient.from_connection_string(azurite_connection)
-    made: list[BlobSink] = []
-
-    def connect(connection: str = azurite_connection, **options: Any) -> BlobSink:
-        options.setdefault("replica", "r1")
-        sink = BlobSink.connect(container="predlog-sinks", connection_string=connection, blob_uri=None, **options)
-        made.append(sink)
-        return sink
-
-    yield connect, service
-    for sink in made:
+async def blobs(azurite_connection: str) -> AsyncIterator[Blobs]:
+    made = Blobs(azurite_connection)
+    yield made
+    for sink in made.sinks:
         await sink.aclose()
-    for container in service.list_containers(name_starts_with="predlog-"):
-        service.delete_container(container.name)
-
-
-def content(service: BlobServiceClient, name: str = NAME) -> bytes:
-    return service.get_blob_client("predlog-sinks", name).download_blob().readall()
+    with contextlib.suppress(ResourceNotFoundError):
+        made.service.delete_container(made.container)
 
 
 async def test_a_blob_sink_makes_its_container_and_append_blob_and_appends_to_it(
-    blobs: tuple[Connect, BlobServiceClient],
+    blobs: Blobs,
 ) -> None:
-    connect, service = blobs
-    sink = connect()
+    sink = blobs.sink()
     await sink.write(HOUR, lines(0, 3), 3)
     await sink.write(HOUR, lines(3, 2), 2)
-    assert content(service) == lines(0, 5)
-    props = service.get_blob_client("predlog-sinks", NAME).get_blob_properties()
+    assert blobs.content() == lines(0, 5)
+    props = blobs.properties()
     assert props.blob_type == BlobType.APPENDBLOB and props.content_settings.content_type == "application/x-ndjson"
 
 
-async def test_a_restarted_replica_appends_after_what_its_blob_holds(blobs: tuple[Connect, BlobServiceClient]) -> None:
-    connect, service = blobs
-    await connect().write(HOUR, lines(0, 3), 3)
-    await connect().write(HOUR, lines(3, 3), 3)
-    assert content(service) == lines(0, 6)
+async def test_a_restarted_replica_appends_after_what_its_blob_holds(blobs: Blobs) -> None:
+    await blobs.sink().write(HOUR, lines(0, 3), 3)
+    await blobs.sink().write(HOUR, lines(3, 3), 3)
+    assert blobs.content() == lines(0, 6)
 
 
-async def test_a_large_write_goes_in_blocks_of_whole_lines(blobs: tuple[Connect, BlobServiceClient]) -> None:
-    connect, service = blobs
-    sink = connect(block_bytes=1024)
+async def test_a_large_write_goes_in_blocks_of_whole_lines(blobs: Blobs) -> None:
+    sink = blobs.sink(block_bytes=1024)
     await sink.write(HOUR, lines(0, 100), 100)  # NOTE: ~8 KB: at least 8 blocks
-    assert content(service) == lines(0, 100)
-    props = service.get_blob_client("predlog-sinks", NAME).get_blob_properties()
+    assert blobs.content() == lines(0, 100)
+    props = blobs.properties()
     assert (props.append_blob_committed_block_count or 0) >= 8
 
 
-async def test_a_full_blob_rolls_over_to_the_next_segment_of_the_hour(blobs: tuple[Connect, BlobServiceClient]) -> None:
-    connect, service = blobs
-    sink = connect(max_blocks=2)
+async def test_a_full_blob_rolls_over_to_the_next_segment_of_the_hour(blobs: Blobs) -> None:
+    sink = blobs.sink(max_blocks=2)
     for n in range(5):
         await sink.write(HOUR, lines(n, 1), 1)
-    assert content(service) == lines(0, 2)
-    assert content(service, NAME.replace("r1.jsonl", "r1.1.jsonl")) == lines(2, 2)
-    assert content(service, NAME.replace("r1.jsonl", "r1.2.jsonl")) == lines(4, 1)
-    await connect(max_blocks=2).write(HOUR, lines(5, 1), 1)  # NOTE: a restart finds the segment with room
-    assert content(service, NAME.replace("r1.jsonl", "r1.2.jsonl")) == lines(4, 2)
+    assert blobs.content() == lines(0, 2)
+    assert blobs.content(NAME.replace("r1.jsonl", "r1.1.jsonl")) == lines(2, 2)
+    assert blobs.content(NAME.replace("r1.jsonl", "r1.2.jsonl")) == lines(4, 1)
+    await blobs.sink(max_blocks=2).write(HOUR, lines(5, 1), 1)  # NOTE: a restart finds the segment with room
+    assert blobs.content(NAME.replace("r1.jsonl", "r1.2.jsonl")) == lines(4, 2)
 
 
 async def test_a_retried_append_that_had_landed_is_not_written_twice(
-    blobs: tuple[Connect, BlobServiceClient], azurite_connection: str, caplog: pytest.LogCaptureFixture
+    blobs: Blobs, azurite_connection: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    connect, service = blobs
     endpoint = azurite_connection.split("BlobEndpoint=")[1].split(";")[0]
     port = urlsplit(endpoint).port
     assert port is not None
     with Proxy(("127.0.0.1", port)) as proxy:
-        sink = connect(azurite_connection.replace(f":{port}/", f":{proxy.port}/"), timeout_s=0.3)
+        sink = blobs.sink(azurite_connection.replace(f":{port}/", f":{proxy.port}/"), timeout_s=0.3)
         await sink.write(HOUR, lines(0, 5), 5)
         proxy.mode("delay", delay_s=1.0)  # NOTE: the append reaches storage; its answer comes too late
         with pytest.raises(SinkError, match="TimeoutError") as lost:
             await sink.write(HOUR, lines(5, 5), 5)
         assert lost.value.landed == 0 and not lost.value.permanent
         for _ in range(100):
-            if content(service) == lines(0, 10):
+            if blobs.content() == lines(0, 10):
                 break
             await asyncio.sleep(0.05)
-        assert content(service) == lines(0, 10)  # NOTE: it had landed all the same
+        assert blobs.content() == lines(0, 10)  # NOTE: it had landed all the same
 
         proxy.mode("pass")
         await sink.write(HOUR, lines(5, 5) + lines(10, 5), 10)  # NOTE: the retry, with what came since
-    assert content(service) == lines(0, 15)
+    assert blobs.content() == lines(0, 15)
     assert "did not write" not in caplog.text
 
 
 async def test_lines_another_writer_appended_are_kept_and_ours_follow_them(
-    blobs: tuple[Connect, BlobServiceClient], caplog: pytest.LogCaptureFixture
+    blobs: Blobs, caplog: pytest.LogCaptureFixture
 ) -> None:
-    connect, service = blobs
-    ours, intruder = connect(), connect()  # NOTE: the same replica name twice: a misconfiguration
+    ours, intruder = blobs.sink(), blobs.sink()  # NOTE: the same replica name twice: a misconfiguration
     await ours.write(HOUR, lines(0, 2), 2)
     await intruder.write(HOUR, lines(100, 2), 2)
     await ours.write(HOUR, lines(2, 2), 2)
-    assert content(service) == lines(0, 2) + lines(100, 2) + lines(2, 2)
+    assert blobs.content() == lines(0, 2) + lines(100, 2) + lines(2, 2)
     assert "grew by" in caplog.text
 
 
-async def test_a_container_removed_meanwhile_is_made_again(blobs: tuple[Connect, BlobServiceClient]) -> None:
-    connect, service = blobs
-    sink = connect()
+async def test_a_container_removed_meanwhile_is_made_again(blobs: Blobs) -> None:
+    sink = blobs.sink()
     await sink.write(HOUR, lines(0, 2), 2)
-    service.delete_container("predlog-sinks")
+    blobs.service.delete_container(blobs.container)
     for _ in range(50):  # NOTE: Azurite lets a deleted container's name go after a moment
         try:
             await sink.write(HOUR, lines(2, 2), 2)
@@ -217,12 +222,10 @@ async def test_a_container_removed_meanwhile_is_made_again(blobs: tuple[Connect,
         except SinkError as exc:
             assert not exc.permanent
             await asyncio.sleep(0.1)
-    assert content(service) == lines(2, 2)
+    assert blobs.content() == lines(2, 2)
 
 
-async def test_a_request_storage_refuses_for_good_is_a_permanent_failure(
-    blobs: tuple[Connect, BlobServiceClient], azurite_connection: str
-) -> None:
+async def test_a_request_storage_refuses_for_good_is_a_permanent_failure(azurite_connection: str) -> None:
     sink = BlobSink.connect(container="Not_A_Name", connection_string=azurite_connection, blob_uri=None, replica="r1")
     try:
         with pytest.raises(SinkError, match="400") as refused:
