@@ -33,7 +33,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench.run import ROOT, MODEL, seed, say, wrk
+from bench.run import MODEL, ROOT, say, seed, wrk
 from bench.servers import Redis, Server, cpu_s, start_server
 
 APP = "shared.adapters.http.asgi:app"
@@ -111,9 +111,7 @@ def cost(args: argparse.Namespace, env: dict[str, str], out: Path) -> dict[str, 
     }
 
 
-def loss(
-    args: argparse.Namespace, env: dict[str, str], endpoint: str, *, outage_s: float, name: str
-) -> dict[str, Any]:
+def loss(args: argparse.Namespace, env: dict[str, str], endpoint: str, *, outage_s: float, name: str) -> dict[str, Any]:
     """A run at capacity against the blob sink through a proxy that can cut it off."""
     from tests.conftest import AZURITE_ACCOUNT, AZURITE_KEY
     from tests.faults.proxy import Proxy  # NOTE: the fault proxy of the tests: resets every connection
@@ -142,7 +140,10 @@ def loss(
             if outage_s:
                 threading.Timer(args.loss_seconds / 3, proxy.mode, ("reset",)).start()
                 threading.Timer(args.loss_seconds / 3 + outage_s, proxy.mode, ("pass",)).start()
-            say(f"{name}: wrk {args.loss_seconds:.0f} s at capacity" + (f", sink cut for {outage_s:.0f} s" if outage_s else ""))
+            say(
+                f"{name}: wrk {args.loss_seconds:.0f} s at capacity"
+                + (f", sink cut for {outage_s:.0f} s" if outage_s else "")
+            )
             run = wrk(server.port, args.loss_seconds, args.connections, "miss")
             proxy.mode("pass")
             stats = settle(server.port, 120)

@@ -329,7 +329,9 @@ class PredictionLogPolicy:
         "PREDICTION_LOG_BUFFER", 50_000, "records held in memory for the writer; past it new ones are dropped, counted"
     )
     flush_s: float = setting("PREDICTION_LOG_FLUSH_S", 1.0, "how often the writer sends what it holds")
-    close_s: float = setting("PREDICTION_LOG_CLOSE_S", 5.0, "longest shutdown waits for the writer to send what it holds")
+    close_s: float = setting(
+        "PREDICTION_LOG_CLOSE_S", 5.0, "longest shutdown waits for the writer to send what it holds"
+    )
     replica: str | None = setting(
         "CONTAINER_APP_REPLICA_NAME",
         None,
@@ -422,7 +424,9 @@ class DriftPolicy:
     )
 
     def __post_init__(self) -> None:
-        _check(self.reference == 0 or 100 <= self.reference <= 1_000_000, "DRIFT_REFERENCE", "0, or within 100..1000000")
+        _check(
+            self.reference == 0 or 100 <= self.reference <= 1_000_000, "DRIFT_REFERENCE", "0, or within 100..1000000"
+        )
         _check(100 <= self.window <= 1_000_000, "DRIFT_WINDOW", "an integer within 100..1000000")
         _check(2 <= self.bins <= 100, "DRIFT_BINS", "an integer within 2..100")
         _check(1 <= self.explain_top <= 50, "EXPLAIN_TOP", "an integer within 1..50")
@@ -607,7 +611,9 @@ class Settings:
             _check(bool(self.feast_project), "FEAST_PROJECT", "the Feast project name (FEATURE_STORE=feast)")
             _check(bool(self.feast_redis_url or self.redis_url), "FEAST_REDIS_URL", "a Redis URL, or REDIS_URL set")
         if self.prediction_log.sink == "blob":
-            _check(self.uses_blob_models, "PREDICTION_LOG", "dir or off unless ModelStorage (or its blobServiceUri) is set")
+            _check(
+                self.uses_blob_models, "PREDICTION_LOG", "dir or off unless ModelStorage (or its blobServiceUri) is set"
+            )
         if self.feast_redis_url is not None:
             _check(_is_redis_url(self.feast_redis_url), "FEAST_REDIS_URL", "a redis://, rediss:// or unix:// URL")
         _check(0 <= self.model_poll_s <= 3600, "MODEL_POLL_SECONDS", "a number of seconds within 0..3600")

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
 from msgspec import UNSET
-from msgspec.structs import replace
 
 from shared.domain.answers import (
     DefaultedWhy,

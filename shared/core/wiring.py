@@ -104,7 +104,7 @@ async def build_service(settings: Settings) -> ScoringService:
 
     ensembles = Ensembles(registry, source, settings.ort, settings.batch.max_size)
     reviewer = build_reviewer(settings, redis, control) if settings.review.enabled else None
-    log, traffic, shadows, drift = build_rollouts(settings, registry, rollout, control)
+    decisions, traffic, shadows, drift = build_rollouts(settings, registry, rollout, control)
     service = ScoringService(
         settings,
         registry,
@@ -115,7 +115,7 @@ async def build_service(settings: Settings) -> ScoringService:
         rollout=rollout,
         ensembles=ensembles,
         control=control,
-        log=log,
+        log=decisions,
         traffic=traffic,
         shadows=shadows,
         drift=drift,

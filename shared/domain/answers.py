@@ -33,8 +33,8 @@ from shared.errors import ScoringError
 
 __all__ = [
     "REF",
-    "AdmissionStats",
     "AbortView",
+    "AdmissionStats",
     "Answer",
     "ArmView",
     "Batch",

@@ -304,7 +304,10 @@ def prediction_buffered(held: int) -> None:
 
 
 def shadow(
-    model: str, version: str, outcome: Literal["agreed", "disagreed", "dropped", "failed"], difference: float | None = None
+    model: str,
+    version: str,
+    outcome: Literal["agreed", "disagreed", "dropped", "failed"],
+    difference: float | None = None,
 ) -> None:
     """One event scored by `version`, the shadow of `model` (or dropped, or failed); `difference`
     is |shadow score - live score|."""

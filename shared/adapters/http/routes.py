@@ -54,7 +54,9 @@ ROUTES: tuple[RouteSpec, ...] = (
     _admin("model_activate", "/api/models/{name}/activate", "pin a version everywhere / release it", "POST", "DELETE"),
     _admin("model_rollout", "/api/models/{name}/rollout", "what serves a model, its shadow, canary and drift"),
     _admin("model_shadow", "/api/models/{name}/shadow", "set a shadow version everywhere / remove it", "PUT", "DELETE"),
-    _admin("model_canary", "/api/models/{name}/canary", "split users to a candidate / abort the split", "PUT", "DELETE"),
+    _admin(
+        "model_canary", "/api/models/{name}/canary", "split users to a candidate / abort the split", "PUT", "DELETE"
+    ),
     _admin("model_promote", "/api/models/{name}/canary/promote", "the candidate becomes the pinned version", "POST"),
     _admin("reviews", "/api/reviews/{event_id}", "an event's review by Azure OpenAI"),
     _admin("stats", "/api/stats", "cache, batch and admission counters"),
