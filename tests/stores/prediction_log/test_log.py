@@ -16,6 +16,7 @@ import pytest
 from azure.core.exceptions import ResourceNotFoundError
 from azure.storage.blob import BlobServiceClient
 
+from shared.domain.answers import ReasonCode
 from shared.domain.records import DecisionRecord, hashed_id
 from shared.settings import PredictionLogPolicy
 from shared.stores.prediction_log.log import PredictionLog
@@ -202,7 +203,7 @@ async def test_a_subscriber_sees_each_record_before_it_is_encoded_and_one_that_r
     def explain(batch: Sequence[DecisionRecord]) -> None:
         seen.extend(batch)
         for record in batch:
-            record.reasons = [("amount", float(record.row[0]), 80.0, 0.4)]
+            record.reasons = [ReasonCode("amount", float(record.row[0]), 80.0, 0.4)]
 
     log.subscribe(broken)
     log.subscribe(explain)

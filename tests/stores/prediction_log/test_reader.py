@@ -17,6 +17,7 @@ import pytest
 from azure.core.exceptions import ResourceNotFoundError
 from azure.storage.blob import BlobServiceClient, ContainerClient
 
+from shared.domain.answers import ReasonCode
 from shared.domain.records import Shadowed
 from shared.settings import PredictionLogPolicy
 from shared.stores.prediction_log import reader
@@ -41,7 +42,7 @@ async def logged(sink: Sink) -> None:
     for i in range(30):
         record = decision(i, version="4")
         record.shadow = Shadowed("5", record.score if i % 3 else 0.99, record.decision if i % 3 else "decline")
-        record.reasons = [("amount", 150.5, 80.0, 0.31), ("merchant_risk", 0.25, 0.1, 0.12)]
+        record.reasons = [ReasonCode("amount", 150.5, 80.0, 0.31), ReasonCode("merchant_risk", 0.25, 0.1, 0.12)]
         log.add(record)
     await log.aclose()
 
