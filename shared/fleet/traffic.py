@@ -624,20 +624,18 @@ class Traffic:
         self._failed.pop((name, version), None)
 
     async def _check_candidate(self, name: str, version: str, what: str) -> None:
-        """`RolloutConflict` when `version` serves or would once loaded; `ModelNotFound` when nowhere."""
+        """`ModelNotFound` when `version` is nowhere; `RolloutConflict` when it serves, or would once loaded."""
         live = self._registry.active(name).version
-        pinned = self._registry.pins.get(name)
-        if version == live or (pinned is None and version_key(version) > version_key(live)):
+        loaded = version in self._registry.loaded_versions(name)
+        if not loaded and ModelRef(name, version) not in await asyncio.to_thread(self._registry.repository.list):
+            raise ModelNotFound(f"model {name!r} has no version {version!r} in the model source")
+        if version == live or (name not in self._registry.pins and version_key(version) > version_key(live)):
             became = "is" if version == live else "would become, once loaded,"
             raise RolloutConflict(
                 f"{name}/{version} {became} the version that serves: a {what} needs another live version. "
                 f"Pin the one to keep serving first (POST /api/models/{name}/activate), so that an upload "
                 "does not replace it"
             )
-        if version in self._registry.loaded_versions(name):
-            return
-        if ModelRef(name, version) not in await asyncio.to_thread(self._registry.repository.list):
-            raise ModelNotFound(f"model {name!r} has no version {version!r} in the model source")
 
     # -- helpers ------------------------------------------------------------------------------
 
