@@ -281,13 +281,15 @@ class Traffic:
         threshold in the wrong place — decided on this replica's own traffic, at once: weight 0
         here, the abort record written in the background so every replica stops routing to it.
 
-        It is not a statistical test. With few events a bound is near the noise: at a 10%
-        decline share, two arms of 200 and 1,000 decisions differ by 0.023 (one standard
-        deviation) by chance alone, so the 0.05 default is ~2.2 of them, and the rule, checked
-        at every decision, can trip on an unlucky but healthy candidate (set it again). It does
-        not catch a shift smaller than a bound, a change of review share or of scores that
-        keeps the decline share, harm confined to a small group of users, or a slow drift
-        that both arms share. Declines and errors are compared; reviews are not.
+        It is not a statistical test, and at the defaults (200 events, 0.05) it sits near the
+        noise where declines are common: simulated with both arms declining 10% (a healthy
+        candidate, 10% of users), 19% of canaries tripped within 5,000 candidate decisions,
+        most just past the minimum (at a 2% decline share, under 1%; with CANARY_MIN_EVENTS
+        1000, 4%, and a candidate declining 7 points more still tripped in every run); one
+        declining 10 points more trips at its 200th decision. After a trip on noise, set the
+        canary again, or raise CANARY_MIN_EVENTS. It does not catch a shift smaller
+        than a bound, a change of review share or of scores that keeps the decline share, harm
+        confined to a small group of users, or a drift both arms share.
         """
         split = self._splits.get(name)
         if split is None:
@@ -325,7 +327,7 @@ class Traffic:
             name,
             tripped.version,
             reason,
-            split.live.view("live"),
+            split.live.view(self._live_version(name) or ""),
             split.canary.view(str(tripped.version)),
         )
         if self._control is not None:
@@ -448,14 +450,14 @@ class Traffic:
 
     def problem(self) -> str | None:
         """What readiness lists: the store failing, an abort not kept yet, a lost record written back lately."""
-        if self._control is not None and (failing := self._control.problem()) is not None:
-            return failing
-        if self._pending:
+        if self._pending:  # NOTE: first: more telling than the store's failure that causes it
             name, pending = min(self._pending.items())
             return (
                 f"control: the abort of the canary {name}/{pending.tripped.version} ({pending.reason}) is not "
                 "kept in Redis yet: this replica routes no user to it, the others may"
             )
+        if self._control is not None and (failing := self._control.problem()) is not None:
+            return failing
         if self._restored is not None and time.monotonic() - self._restored[1] <= RECENT_S:
             return f"control: {self._restored[0]}"
         return None

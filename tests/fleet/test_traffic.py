@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import math
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -21,6 +24,7 @@ from shared.settings import BatchPolicy, OrtOptions, RolloutPolicy
 from shared.stores.control import ControlStore, MemoryControlStore, RedisControlStore
 from tests.onnx_models import make_model
 
+REPO = Path(__file__).resolve().parents[2]
 WATCH_S = 0.05
 POLICY = RolloutPolicy(canary_window=1000, canary_min_events=200, canary_max_decline_delta=0.05)
 USERS = [f"user-{i}" for i in range(20_000)]
@@ -128,6 +132,16 @@ def test_a_split_takes_close_to_its_weight_of_many_users(weight: float) -> None:
     assert abs(share - weight) <= 5 * math.sqrt(weight * (1 - weight) / len(USERS))
 
 
+def test_a_users_bucket_is_the_same_in_another_process() -> None:
+    """Not Python's `hash()`, which each process salts (PYTHONHASHSEED): a replica is a process."""
+    code = "import json; from shared.fleet.traffic import bucket; print(json.dumps([bucket('fraud', f'user-{i}') for i in range(100)]))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60, check=True
+    )
+    assert json.loads(done.stdout) == [bucket("fraud", f"user-{i}") for i in range(100)]
+    assert bucket("fraud", "user-1") != bucket("other", "user-1")  # each model splits its users anew
+
+
 async def test_a_canary_takes_its_weight_of_users_on_a_replica(replicas: Replicas, models_dir: Path) -> None:
     a, _ = await pinned_pair(replicas, models_dir)
     await a.traffic.set_canary("fraud", "2", 0.1)
@@ -141,13 +155,17 @@ async def test_a_user_keeps_their_arm_on_every_replica_and_after_a_restart(
     replicas: Replicas, models_dir: Path
 ) -> None:
     a, b = await pinned_pair(replicas, models_dir)
+    publish(models_dir, "3")
     await a.traffic.set_canary("fraud", "2", 0.2)
+    await a.traffic.set_shadow("fraud", "3")
     await until(lambda: b.traffic.split("fraud"))
     chosen = a.canary_users()
     assert 300 < len(chosen) < 500 and b.canary_users() == chosen
     await b.aclose()
     rebuilt = await replicas()
     assert rebuilt.live() == "1" and rebuilt.canary_users() == chosen  # restored before any tick
+    shadow = rebuilt.traffic.shadow_of("fraud")
+    assert shadow is not None and shadow.version == "3"
 
 
 async def test_raising_the_weight_keeps_earlier_canary_users_in_the_canary(
@@ -241,6 +259,15 @@ async def test_a_candidate_declining_20_points_more_is_aborted_on_every_replica(
     assert abort is not None and (abort.version, abort.reason) == ("2", "decline_share")
 
 
+async def test_a_candidate_declining_far_fewer_is_aborted_too(replicas: Replicas, models_dir: Path) -> None:
+    a, _ = await pinned_pair(replicas, models_dir)
+    await a.traffic.set_canary("fraud", "2", 0.5)
+    drive(a.traffic, "live", 1000, declines_per_100=30)
+    drive(a.traffic, "canary", 200, declines_per_100=10)  # a candidate that lets fraud through
+    abort = a.traffic.describe("fraud")[2]
+    assert not a.traffic.split("fraud") and abort is not None and abort.reason == "decline_share"
+
+
 async def test_a_candidate_that_errs_more_is_aborted_for_its_error_rate(replicas: Replicas, models_dir: Path) -> None:
     a, _ = await pinned_pair(replicas, models_dir)
     await a.traffic.set_canary("fraud", "2", 0.5)
@@ -269,6 +296,24 @@ async def test_too_few_events_never_abort(replicas: Replicas, models_dir: Path) 
     drive(a.traffic, "canary", 199, declines_per_100=100)
     drive(a.traffic, "live", 5000, declines_per_100=0)
     assert a.traffic.split("fraud") and a.traffic.describe("fraud")[2] is None
+
+
+async def test_an_abort_the_store_did_not_keep_holds_here_and_is_kept_once_it_can_be(
+    replicas: Replicas, models_dir: Path
+) -> None:
+    publish(models_dir, "2")
+    store = MemoryControlStore()
+    a = await replicas(control=store)
+    await a.traffic.set_canary("fraud", "1", 0.5)
+    store.down = True
+    drive(a.traffic, "live", 1000, declines_per_100=10)
+    drive(a.traffic, "canary", 200, declines_per_100=40)
+    await asyncio.sleep(5 * WATCH_S)
+    assert not a.canary_users() and "not kept in Redis" in (a.traffic.problem() or "")  # routes none, says so
+    store.down = False
+    await until(lambda: a.traffic.problem() is None)
+    stored = msgspec.json.decode(store.data[canary_key("fraud")], type=CanaryRecord)
+    assert stored.aborted is not None and stored.aborted.reason == "decline_share" and not a.canary_users()
 
 
 # -- holding versions -------------------------------------------------------------------------
