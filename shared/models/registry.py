@@ -82,6 +82,9 @@ class ModelRegistry:
         self._lock: asyncio.Lock | None = None
         self.ready = False
         self.pins: dict[str, str] = {}  # name -> the version pinned to serve
+        # NOTE: name -> versions a shadow or canary names (shared/fleet/traffic.py): kept loaded beyond
+        # keep_versions while named; being held never makes a version the active one
+        self.held: dict[str, set[str]] = {}
         self.last_error: dict[str, LoadError] = {}  # name -> the last version rejected
 
     def on(self, kind: EventKind, hook: Hook) -> None:
@@ -89,7 +92,7 @@ class ModelRegistry:
         self._hooks[kind].append(hook)
 
     async def load_all(self) -> None:
-        """Load the newest `keep_versions` valid versions of every model in the source (and any pinned one)."""
+        """Load the newest `keep_versions` valid versions of every model in the source (and any pinned or held one)."""
         refs = await asyncio.to_thread(self.repository.list)
         if not refs:
             raise NotReady(f"no models found in the model source ({self.repository.setting})")
@@ -106,6 +109,8 @@ class ModelRegistry:
             pinned = self.pins.get(name)
             if pinned is not None and pinned in versions:
                 await self.load(ModelRef(name, pinned))
+            for held in sorted(self.held.get(name, set()) & set(versions), key=version_key):
+                await self.load(ModelRef(name, held))
         if not self._active:
             raise NotReady(f"no valid model in the model source ({self.repository.setting})")
         self.ready = True
@@ -168,6 +173,22 @@ class ModelRegistry:
         await self._retire(await self._activate(newest))
         return self._active[name]
 
+    async def release_unheld(self, name: str) -> None:
+        """Retire the versions of `name` that only a shadow or canary kept loaded (once `held` no longer names them)."""
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            active = self._active.get(name)
+            retired = [] if active is None else self._beyond_keep(name, active.version)
+        await self._retire(retired)
+
+    def _beyond_keep(self, name: str, chosen: str) -> list[LoadedModel]:
+        """Take out the versions outside the newest `keep_versions`, the chosen one and the held ones."""
+        versions = self._models[name]
+        keep = set(sorted(versions, key=version_key)[-self._keep :]) | {chosen}  # NOTE: never the pinned one
+        keep |= self.held.get(name, set())
+        return [versions.pop(v) for v in list(versions) if v not in keep]
+
     async def _retire(self, retired: list[LoadedModel]) -> None:
         for old in retired:
             await old.retire()
@@ -217,8 +238,7 @@ class ModelRegistry:
             pinned = self.pins.get(name)
             chosen = pinned if pinned in versions else max(versions, key=version_key)
             self._active[name] = versions[chosen]
-            keep = set(sorted(versions, key=version_key)[-self._keep :]) | {chosen}  # NOTE: never the pinned one
-            retired = [versions.pop(v) for v in list(versions) if v not in keep]
+            retired = self._beyond_keep(name, chosen)
         if replaced is not None and replaced is not loaded:
             retired.append(replaced)
         active = self._active[name]

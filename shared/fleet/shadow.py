@@ -1,0 +1,236 @@
+"""Shadow scoring: a model's shadow version scores each event after its answer is sent.
+
+    offer(record, shadow)     on the response path: one bounded append (past SHADOW_QUEUE:
+                              dropped, counted, and the record passed on unshadowed)
+    run()                     the background job: up to 64 queued events at a time, grouped by
+                              shadow version, scored in one `score_rows` call (or `score` each),
+                              decided by the shadow version's thresholds, compared, then emitted
+
+A shadow never touches an answer: it runs on rows already scored, after the fact, and its
+failures are counted, never raised. Every offered record is emitted exactly once, with its
+shadow score when it got one (`record.shadow`), so a slow or broken shadow never loses a record.
+This object alone owns the queue and the per-version counts (ShadowView).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from shared.domain.answers import ShadowView
+from shared.domain.records import DecisionRecord, Shadowed
+from shared.domain.spec import Thresholds
+from shared.errors import BatcherClosed
+from shared.models.served import LoadedModel
+from shared.settings import RolloutPolicy
+from shared.telemetry import metrics
+
+__all__ = ["TAKE", "ShadowScorer"]
+
+log = logging.getLogger(__name__)
+
+TAKE = 64  # queued events scored together at most
+Emit = Callable[[DecisionRecord], None]
+Queued = tuple[DecisionRecord, LoadedModel]
+Layout = npt.NDArray[np.intp] | None  # where the shadow's features sit in the live row (None: the same row)
+
+
+class _Tally:
+    """What one shadow version said, on this replica."""
+
+    __slots__ = ("agreed", "difference", "dropped", "failed", "scored")
+
+    def __init__(self) -> None:
+        self.scored = self.agreed = self.dropped = self.failed = 0
+        self.difference = 0.0  # the sum of |shadow score - live score|
+
+
+class ShadowScorer:
+    """Scores queued records with their shadow version, off the response path, then emits them."""
+
+    def __init__(self, policy: RolloutPolicy, emit: Emit | None) -> None:
+        self._limit = policy.shadow_queue
+        self._emit = emit
+        self._queue: deque[Queued] = deque()
+        self._ready: asyncio.Event | None = None  # NOTE: made in the running loop (`run`)
+        self._tallies: dict[tuple[str, str], _Tally] = {}
+        self._layouts: dict[tuple[int, int], tuple[Sequence[str], LoadedModel, Layout | str]] = {}
+        self._closed = False
+
+    def offer(self, record: DecisionRecord, shadow: LoadedModel) -> None:
+        """Queue `record` for `shadow` (O(1)); with the queue full, pass it on unshadowed."""
+        if len(self._queue) >= self._limit or self._closed:
+            self._tally(record.model, shadow.version).dropped += 1
+            metrics.shadow(record.model, shadow.version, "dropped")
+            self._pass_on(record)
+            return
+        self._queue.append((record, shadow))
+        ready = self._ready
+        if ready is not None and not ready.is_set():
+            ready.set()
+
+    @property
+    def queued(self) -> int:
+        return len(self._queue)
+
+    def view(self, name: str, version: str) -> ShadowView:
+        """How `version`, shadowing `name`, compares with the live answers on this replica."""
+        tally = self._tallies.get((name, version)) or _Tally()
+        scored = tally.scored
+        return ShadowView(
+            version,
+            scored,
+            tally.agreed,
+            round(tally.agreed / scored, 6) if scored else None,
+            round(tally.difference / scored, 6) if scored else None,
+            tally.dropped,
+            tally.failed,
+        )
+
+    async def run(self) -> None:
+        """Score what is queued as it comes, until cancelled."""
+        if self._ready is None:
+            self._ready = asyncio.Event()
+        while True:
+            if not self._queue:
+                self._ready.clear()
+                await self._ready.wait()
+            await self._score_next()
+            await asyncio.sleep(0)  # NOTE: an inline model scores without yielding: let answers through
+
+    async def aclose(self, within_s: float = 1.0) -> None:
+        """Score what is queued for at most `within_s`, then emit the rest unshadowed."""
+        self._closed = True
+        try:
+            async with asyncio.timeout(within_s):
+                while self._queue:
+                    await self._score_next()
+        except TimeoutError:
+            log.warning("shadow scoring stopped at close: %d records emitted without it", len(self._queue))
+        while self._queue:
+            self._pass_on(self._queue.popleft()[0])
+
+    # -- scoring ------------------------------------------------------------------------------
+
+    async def _score_next(self) -> None:
+        """Score up to TAKE queued records, one model call per shadow version; emit each once."""
+        taken = [self._queue.popleft() for _ in range(min(TAKE, len(self._queue)))]
+        groups: dict[int, list[Queued]] = {}
+        for item in taken:
+            groups.setdefault(id(item[1]), []).append(item)
+        waiting = list(groups.values())
+        try:
+            while waiting:
+                group = waiting[0]
+                outcomes = await self._score(group[0][1], [record for record, _ in group])
+                waiting.pop(0)
+                for (record, shadow), outcome in zip(group, outcomes, strict=True):
+                    self._settle(record, shadow, outcome)
+        finally:
+            # NOTE: cancelled mid-way (shutdown): what was not emitted goes back, first in line
+            self._queue.extendleft(item for group in reversed(waiting) for item in reversed(group))
+
+    async def _score(self, shadow: LoadedModel, records: list[DecisionRecord]) -> list[float | str]:
+        """A score per record, or why there is none."""
+        outcomes: list[float | str] = []
+        rows: list[npt.NDArray[np.float32]] = []
+        slots: list[int] = []
+        for record in records:
+            layout = self._layout(record.columns, shadow)
+            if isinstance(layout, str):
+                outcomes.append(layout)
+                continue
+            slots.append(len(outcomes))
+            outcomes.append("")
+            rows.append(record.row if layout is None else record.row[layout])
+        if not rows:
+            return outcomes
+        for slot, score in zip(slots, await _scores(shadow, rows), strict=True):
+            outcomes[slot] = score
+        return outcomes
+
+    def _settle(self, record: DecisionRecord, shadow: LoadedModel, outcome: float | str) -> None:
+        tally = self._tally(record.model, shadow.version)
+        if isinstance(outcome, str):
+            tally.failed += 1
+            record.shadow = Shadowed(shadow.version, None, None, outcome)
+            metrics.shadow(record.model, shadow.version, "failed")
+        else:
+            thresholds = shadow.spec.thresholds
+            decision = thresholds.decide(outcome)
+            live = record.decision or _decided(record, thresholds)
+            difference = abs(outcome - record.score)
+            agreed = decision == live
+            tally.scored += 1
+            tally.agreed += agreed
+            tally.difference += difference
+            record.shadow = Shadowed(shadow.version, outcome, decision)
+            metrics.shadow(record.model, shadow.version, "agreed" if agreed else "disagreed", difference)
+        self._pass_on(record)
+
+    def _layout(self, columns: Sequence[str], shadow: LoadedModel) -> Layout | str:
+        """Where the shadow's features sit in the live row: None (the same), indices, or why it cannot score."""
+        key = (id(columns), id(shadow))
+        known = self._layouts.get(key)
+        if known is not None and known[0] is columns and known[1] is shadow:
+            return known[2]
+        wanted = [f.name for f in shadow.spec.features]
+        layout: Layout | str
+        if list(columns) == wanted:
+            layout = None
+        elif missing := [f for f in wanted if f not in columns]:
+            layout = f"the shadow version takes features the live row lacks: {', '.join(missing[:10])}"
+        else:
+            at = {name: i for i, name in enumerate(columns)}
+            layout = np.array([at[f] for f in wanted], dtype=np.intp)
+        if len(self._layouts) > 256:  # NOTE: versions come and go; a few live at a time
+            self._layouts.clear()
+        self._layouts[key] = (columns, shadow, layout)
+        return layout
+
+    def _tally(self, name: str, version: str) -> _Tally:
+        tally = self._tallies.get((name, version))
+        if tally is None:
+            tally = self._tallies[name, version] = _Tally()
+        return tally
+
+    def _pass_on(self, record: DecisionRecord) -> None:
+        if self._emit is None:
+            return
+        try:
+            self._emit(record)
+        except Exception:  # NOTE: the log's bug must not stop shadow scoring nor reach an answer
+            log.exception("emitting a decision record failed")
+
+
+async def _scores(shadow: LoadedModel, rows: list[npt.NDArray[np.float32]]) -> list[float | str]:
+    """One `score_rows` call where the version takes rows, else `score` each (its micro-batches)."""
+    # NOTE: a shadow's failure of any kind (a retired version, a run that fails, a row that does
+    # not fit) is that record's outcome, never an exception out of the job
+    if shadow.takes_rows:
+        try:
+            return [p.score for p in await shadow.score_rows(rows)]
+        except BatcherClosed:
+            pass  # NOTE: being retired: the per-row path says so for each row
+        except Exception as exc:
+            return [_why(exc)] * len(rows)
+    done = await asyncio.gather(*(shadow.score(row) for row in rows), return_exceptions=True)
+    return [_why(d) if isinstance(d, BaseException) else d.value.score for d in done]
+
+
+def _why(exc: BaseException) -> str:
+    detail = getattr(exc, "detail", None) or str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {detail}"[:300]
+
+
+def _decided(record: DecisionRecord, thresholds: Thresholds) -> str:
+    """The live decision where the answer had none (V2 gives scores only): the live thresholds' (or the shadow's)."""
+    if record.thresholds is not None:
+        review, decline = record.thresholds
+        return "decline" if record.score >= decline else "review" if record.score >= review else "approve"
+    return thresholds.decide(record.score)
