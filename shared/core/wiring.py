@@ -168,7 +168,7 @@ def build_rollouts(
             kept.add(record)
 
     shadows = ShadowScorer(settings.rollout, emit if log is not None else None)
-    traffic = Traffic(registry, rollout, control, settings.rollout)
+    traffic = Traffic(registry, rollout, control, settings.rollout, scorer=shadows)
     return log, traffic, shadows, drift
 
 
