@@ -33,7 +33,7 @@ node_modules/.installed: package.json package-lock.json
 
 ## run: serve the app on http://127.0.0.1:$(PORT) from the committed model (no Redis or Azure needed)
 run: $(VENV)/.runtime
-	@PORT=$(PORT) $(PY) -m shared
+	@PORT=$(PORT) PREDICTION_LOG=$${PREDICTION_LOG:-dir} $(PY) -m shared
 
 ## test: lint, then start Redis (unless one answers at REDIS_URL) and Azurite, run every test, stop them
 test: lint test-unit test-infra

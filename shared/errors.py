@@ -77,6 +77,7 @@ __all__ = [
     "RolloutConflict",
     "ScoringError",
     "SettingsError",
+    "SinkError",
     "TooManyItems",
     "Unavailable",
     "UnsupportedMediaType",
@@ -278,3 +279,18 @@ def log_answered(exc: ScoringError, surface: str, **where: object) -> None:
         log.warning("%s %s -> %s %s: %s", surface, place, exc.status, exc.code, exc.detail)
     else:
         rejections.rejected(surface, exc.code, exc.detail, status=exc.status, **where)
+
+
+# -- outside the tree: never answered, caught where raised -------------------------------------
+# A prediction-log sink's failure (shared/stores/prediction_log): the log retries or counts it;
+# no request ever waits for a sink, so none is answered with it.
+
+
+class SinkError(Exception):
+    """A write that did not land whole: `landed` leading bytes did (whole lines); `permanent`: the rest never will."""
+
+    def __init__(self, detail: str, *, landed: int = 0, permanent: bool = False) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.landed = landed
+        self.permanent = permanent

@@ -96,7 +96,7 @@ def _difference(file: str, recorded: dict[str, Any], current: dict[str, Any]) ->
 # -- normalising what changes from run to run -------------------------------------------------------
 
 # NOTE: durations and timestamps, by the key the app writes them under; nothing else is replaced.
-TIMED = frozenset({"loaded_at", "load_ms", "batch_run_ms", "processing_ms", "rtt_ms"})
+TIMED = frozenset({"loaded_at", "load_ms", "batch_run_ms", "processing_ms", "rtt_ms", "set_at", "at"})
 
 
 @dataclasses.dataclass
@@ -358,6 +358,41 @@ async def test_http_routes_with_two_versions_pinned_and_released(settings: Setti
         await call("models: released", "GET", "/api/models")
         await call("health: ready", "GET", "/api/health/ready")
         matches_snapshot("http_pinned", call.cases)
+
+
+async def test_http_routes_of_a_rollout(settings: Settings, tmp_path: Path) -> None:
+    add_model(Path(settings.models_dir), "fraud", "2", make_model(bias=-20.0))
+    async with http_app(settings, tmp_path) as (call, _):
+        await call("rollout: version 2 serves", "GET", "/api/models/fraud/rollout")
+        await call("rollout: unknown model", "GET", "/api/models/nope/rollout")
+        await call("shadow: set version 1", "PUT", "/api/models/fraud/shadow", json={"version": "1"})
+        await call("shadow: the live version", "PUT", "/api/models/fraud/shadow", json={"version": "2"})
+        await call("shadow: a missing version", "PUT", "/api/models/fraud/shadow", json={"version": "9"})
+        await call("shadow: no version", "PUT", "/api/models/fraud/shadow", json={})
+        await call("shadow: remove", "DELETE", "/api/models/fraud/shadow")
+        await call(
+            "canary: of the live version", "PUT", "/api/models/fraud/canary", json={"version": "2", "weight": 0.5}
+        )
+        await call("canary: a weight over 1", "PUT", "/api/models/fraud/canary", json={"version": "2", "weight": 2})
+        await call("promote: no canary", "POST", "/api/models/fraud/canary/promote")
+        await call("activate: pin version 1", "POST", "/api/models/fraud/activate", json={"version": "1"})
+        await call(
+            "canary: version 2 for half", "PUT", "/api/models/fraud/canary", json={"version": "2", "weight": 0.5}
+        )
+        for n in range(6):
+            await call(
+                f"score: user {n} on its arm", "POST", "/api/score", json=event(event_id=f"k{n}", user_id=f"u{n}")
+            )
+        await call("rollout: the arms", "GET", "/api/models/fraud/rollout")
+        await call("score: explained", "POST", "/api/score?explain=1", json=event(event_id="x1", amount=50_000.0))
+        await call("promote", "POST", "/api/models/fraud/canary/promote")
+        await call("canary: abort, none left", "DELETE", "/api/models/fraud/canary")
+        await call(
+            "canary: version 1 for a fifth", "PUT", "/api/models/fraud/canary", json={"version": "1", "weight": 0.2}
+        )
+        await call("canary: abort", "DELETE", "/api/models/fraud/canary")
+        await call("models: after the rollout", "GET", "/api/models")
+        matches_snapshot("http_rollout", call.cases)
 
 
 async def test_http_and_v2_routes_with_ensembles(settings: Settings, tmp_path: Path) -> None:

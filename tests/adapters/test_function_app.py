@@ -115,7 +115,11 @@ def test_function_names() -> None:
         "metrics",
         "model_activate",
         "model_blob",
+        "model_canary",
+        "model_promote",
+        "model_rollout",
         "model_score",
+        "model_shadow",
         "models",
         "openapi",
         "payments",
@@ -515,7 +519,7 @@ def table_routes(routes: tuple[RouteSpec, ...] = ROUTES) -> set[tuple[str, str, 
 
 
 def test_function_app_declares_exactly_the_route_table() -> None:
-    assert len(ROUTES) == 18
+    assert len(ROUTES) == 22
     assert declared_routes(FUNCTIONS) == table_routes()
 
 

@@ -422,7 +422,7 @@ def _api(max_batch_items: int) -> dict[str, Schema]:
                 "model_canary_abort",
                 "Abort the split: every user back to the live version (the abort is kept and shown)",
                 "rollouts",
-                {"200": rollout, **_api_errors(kept)},
+                {"200": rollout, **_api_errors({**kept, 409: ["rollout_conflict"]})},
                 params=["name"],
             ),
         },

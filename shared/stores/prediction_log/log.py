@@ -34,7 +34,8 @@ import orjson
 from shared.domain.answers import PredictionLogStats
 from shared.domain.records import DecisionRecord
 from shared.settings import PredictionLogPolicy
-from shared.stores.prediction_log.sinks import Partition, Sink, SinkError
+from shared.errors import SinkError
+from shared.stores.prediction_log.sinks import Partition, Sink
 from shared.telemetry import metrics
 
 __all__ = ["CHUNK", "SOON", "PredictionLog", "Subscriber"]

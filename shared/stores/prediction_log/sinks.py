@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from shared.errors import SinkError
 from shared.settings import Settings
 
 if TYPE_CHECKING:
@@ -65,16 +66,6 @@ MAX_BLOCKS = 50_000  # committed blocks an append blob holds at most
 # 403 is not among them (a role assignment still propagating, a key being rotated: the operator fixes it),
 # nor 404/409/412, which the sink resolves itself (creates, rolls over, reconciles).
 _REFUSED = frozenset({400, 405, 411, 413, 414})
-
-
-class SinkError(Exception):
-    """A write that did not land whole: `landed` leading bytes did (whole lines); `permanent`: the rest never will."""
-
-    def __init__(self, detail: str, *, landed: int = 0, permanent: bool = False) -> None:
-        super().__init__(detail)
-        self.detail = detail
-        self.landed = landed
-        self.permanent = permanent
 
 
 class Sink(Protocol):

@@ -68,7 +68,7 @@ def get(path: str, status: int = 200, app: str = "ready") -> Case:
 
 
 def post(path: str, body: object, status: int = 200, **kw: Any) -> Case:
-    raw = body if isinstance(body, bytes) else orjson.dumps(body)
+    raw = body if isinstance(body, bytes) or body is None else orjson.dumps(body)
     return Case("POST", path, status, raw, **kw)
 
 
@@ -94,16 +94,26 @@ def binary_infer() -> tuple[bytes, dict[str, str]]:
     return head + rows, {"inference-header-content-length": str(len(head))}
 
 
-def body_cases(path: str, good: object) -> list[Case]:
+def put(path: str, body: object, status: int = 200, **kw: Any) -> Case:
+    return replace(post(path, body, status, **kw), method="PUT")
+
+
+def delete(path: str, status: int = 200, app: str = "ready") -> Case:
+    return Case("DELETE", path, status, content_type=None, app=app)
+
+
+def body_cases(path: str, good: object, method: str = "POST", app: str = "ready") -> list[Case]:
     """The answers every JSON-body route gives to a body it cannot read."""
-    over = MAX_BODY * 16 if path.endswith("batch") else 1024 if path.endswith("activate") else MAX_BODY
-    return [
+    small = path.endswith(("activate", "shadow", "canary"))
+    over = MAX_BODY * 16 if path.endswith("batch") else 1024 if small else MAX_BODY
+    cases = [
         post(path, b"{not json", 400),
         post(path, good, 415, content_type="text/plain"),
         post(path, good, 415, content_type=None),
         post(path, b"{" + b" " * over + b"}", 413),
         post(path, good, 408, stall=True),
     ]
+    return [replace(c, method=method, app=app) for c in cases]
 
 
 BINARY, BINARY_HEADERS = binary_infer()
@@ -142,6 +152,31 @@ CASES: list[Case] = [
     *body_cases("/api/models/fraud/activate", {"version": "1"}),
     Case("DELETE", "/api/models/fraud/activate", 200, content_type=None),
     Case("DELETE", "/api/models/nope/activate", 404, content_type=None),
+    # rollouts, on an app with two versions (2 serves): in this order, each step the state of the next
+    get("/api/models/fraud/rollout", app="versions"),
+    get("/api/models/nope/rollout", 404, app="versions"),
+    put("/api/models/fraud/shadow", {"version": "1"}, app="versions"),
+    put("/api/models/fraud/shadow", {"version": "2"}, 409, app="versions"),  # the live version itself
+    put("/api/models/fraud/shadow", {"version": "9"}, 404, app="versions"),
+    put("/api/models/fraud/shadow", {"version": "x"}, 422, app="versions"),
+    put("/api/models/nope/shadow", {"version": "1"}, 404, app="versions"),
+    *body_cases("/api/models/fraud/shadow", {"version": "1"}, "PUT", "versions"),
+    delete("/api/models/fraud/shadow", app="versions"),
+    delete("/api/models/nope/shadow", 404, app="versions"),
+    put("/api/models/fraud/canary", {"version": "2", "weight": 0.5}, 409, app="versions"),  # not pinned
+    put("/api/models/fraud/canary", {"version": "2", "weight": 1.5}, 422, app="versions"),
+    put("/api/models/fraud/canary", {"version": "9", "weight": 0.5}, 404, app="versions"),
+    *body_cases("/api/models/fraud/canary", {"version": "2", "weight": 0.5}, "PUT", "versions"),
+    post("/api/models/fraud/canary/promote", None, 409, app="versions", content_type=None),  # no canary
+    post("/api/models/fraud/activate", {"version": "1"}, app="versions"),
+    put("/api/models/fraud/canary", {"version": "2", "weight": 0.5}, app="versions"),
+    put("/api/models/nope/canary", {"version": "2", "weight": 0.5}, 404, app="versions"),
+    post("/api/models/fraud/canary/promote", None, app="versions", content_type=None),
+    post("/api/models/nope/canary/promote", None, 404, app="versions", content_type=None),
+    delete("/api/models/fraud/canary", 409, app="versions"),  # promoted: nothing left to abort
+    put("/api/models/fraud/canary", {"version": "1", "weight": 0.2}, app="versions"),  # 2 is pinned now
+    delete("/api/models/fraud/canary", app="versions"),
+    delete("/api/models/nope/canary", 404, app="versions"),
     get("/v2"),
     get("/v2/health/live"),
     get("/v2/health/ready"),
@@ -184,8 +219,14 @@ CASES: list[Case] = [
             "/v2/models/fraud/versions/1",
             "/v2/models/fraud/ready",
             "/v2/models/fraud/versions/1/ready",
+            "/api/models/fraud/rollout",
         )
     ),
+    put("/api/models/fraud/shadow", {"version": "1"}, 503, app="unready"),
+    put("/api/models/fraud/canary", {"version": "1", "weight": 0.5}, 503, app="unready"),
+    post("/api/models/fraud/canary/promote", None, 503, app="unready", content_type=None),
+    delete("/api/models/fraud/shadow", 503, app="unready"),
+    delete("/api/models/fraud/canary", 503, app="unready"),
     *(
         post(path, body, 503, app="unready")
         for path, body in (
@@ -220,6 +261,10 @@ class Apps:
         models = root / "models"
         (models / "fraud" / "1").mkdir(parents=True)
         (models / "fraud" / "1" / "model.onnx").write_bytes(make_model())
+        versions = root / "versions"
+        for version, bias in (("1", 0.0), ("2", -20.0)):
+            (versions / "fraud" / version).mkdir(parents=True)
+            (versions / "fraud" / version / "model.onnx").write_bytes(make_model(bias=bias))
         (root / "empty").mkdir()
         users = root / "users.json"
         users.write_text('{"u1": {"user_avg_amount_30d": 50.0, "user_txn_count_24h": 3}}')
@@ -239,6 +284,7 @@ class Apps:
             "unready": replace(base, models_dir=str(root / "empty")),
             "no_default": replace(base, default_model="nope"),
             "quiet": replace(base, telemetry=False),
+            "versions": replace(base, models_dir=str(versions)),
         }
         self._clients: dict[str, TestClient] = {}
 

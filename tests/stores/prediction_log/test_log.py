@@ -20,7 +20,8 @@ from shared.domain.answers import ReasonCode
 from shared.domain.records import DecisionRecord, hashed_id
 from shared.settings import PredictionLogPolicy
 from shared.stores.prediction_log.log import PredictionLog
-from shared.stores.prediction_log.sinks import BlobSink, DirectorySink, Partition, SinkError
+from shared.errors import SinkError
+from shared.stores.prediction_log.sinks import BlobSink, DirectorySink, Partition
 from shared.telemetry import metrics
 from tests.faults.proxy import Proxy
 from tests.stores.prediction_log import HOUR_10, balanced, decision, eventually, lines_of

@@ -16,12 +16,12 @@ import pytest
 from azure.core.exceptions import ResourceNotFoundError
 from azure.storage.blob import BlobProperties, BlobServiceClient, BlobType
 
+from shared.errors import SinkError
 from shared.settings import PredictionLogPolicy, Settings
 from shared.stores.prediction_log.sinks import (
     BlobSink,
     DirectorySink,
     Partition,
-    SinkError,
     object_name,
     sink_from_settings,
 )
