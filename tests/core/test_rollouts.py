@@ -125,7 +125,7 @@ def test_explain_names_the_features_behind_a_decline(client: TestClient) -> None
     explained = client.post("/api/score?explain=1", json=big).json()
     assert explained["decision"] == plain["decision"] and explained["risk_score"] == plain["risk_score"]
     features = [r["feature"] for r in explained["reasons"]]
-    # z gains 0.1 × log1p(50000) ≈ 1.08 from the amount, 0.5 × (3 - 1) from the count over its default
+    # z gains 0.1 * log1p(50000) ≈ 1.08 from the amount, 0.5 * (3 - 1) from the count over its default
     # of 1, 0.23 from channel=web; u1's average (50) is under its default (60): occluding it raises the score
     assert features == ["log_amount", "user_txn_count_24h", "channel=web"]
     assert all(r["contribution"] > 0 for r in explained["reasons"])

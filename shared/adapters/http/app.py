@@ -78,7 +78,7 @@ class Endpoints:
         settings = self.holder.settings  # NOTE: a bad setting is a 503 naming it, like on every route
         timeout_s = settings.body_timeout_ms / 1000
         body = await read_body(scope, receive, settings.max_body_bytes, timeout_s, self.deadlines)
-        query = scope.get("query_string")
+        query: bytes = scope.get("query_string", b"")
         explain = bool(query) and _explains(query)
         scored = await (await self.core()).score_json(body, model, started=started, explain=explain)
         scope["scoring"] = scored  # NOTE: the telemetry reads its source and stage timings

@@ -33,8 +33,8 @@ import orjson
 
 from shared.domain.answers import PredictionLogStats
 from shared.domain.records import DecisionRecord
-from shared.settings import PredictionLogPolicy
 from shared.errors import SinkError
+from shared.settings import PredictionLogPolicy
 from shared.stores.prediction_log.sinks import Partition, Sink
 from shared.telemetry import metrics
 

@@ -18,9 +18,9 @@ from azure.storage.blob import BlobServiceClient
 
 from shared.domain.answers import ReasonCode
 from shared.domain.records import DecisionRecord, hashed_id
+from shared.errors import SinkError
 from shared.settings import PredictionLogPolicy
 from shared.stores.prediction_log.log import PredictionLog
-from shared.errors import SinkError
 from shared.stores.prediction_log.sinks import BlobSink, DirectorySink, Partition
 from shared.telemetry import metrics
 from tests.faults.proxy import Proxy
