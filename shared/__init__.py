@@ -4,10 +4,10 @@ Layers (folders; imports run one way, down this list; tests/test_layers.py fails
 
     settings, errors, telemetry      configuration · the error tree and its logging policy · metrics, traces, logs
     domain                           the payment event · the model's metadata contract · tensors · decisions · answers
-    runtime, stores                  admission · micro-batching · deadlines · jobs  |  tiered cache · control store
+    runtime, stores                  admission · micro-batching · deadlines · jobs  |  tiered cache · control store · prediction log
     features                         event + user context → the model's row · the online feature stores
     models                           ONNX Runtime · the model repository · a served version · the registry · ensembles
-    fleet, review                    every replica on the same versions · the LLM review of the uncertain tail
+    fleet, review                    every replica on the same versions · shadow, canary, drift · the LLM review of the uncertain tail
     core                             the transport-free service · its wiring, once per process
     adapters, __main__               HTTP (Starlette, local servers, OpenAPI) · V2 REST and gRPC · the queue · Functions
 

@@ -1,1 +1,1 @@
-"""Every replica serving the same versions: pins and model records through the control store."""
+"""Across replicas and versions: pins and model records, shadows and canaries (the control store), drift."""

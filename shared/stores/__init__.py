@@ -1,1 +1,1 @@
-"""What is kept outside the process: the tiered cache (L1 + Redis) and the control store."""
+"""What is kept outside the process: the tiered cache (L1 + Redis), the control store, the prediction log."""
