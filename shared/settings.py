@@ -335,7 +335,8 @@ class PredictionLogPolicy:
     replica: str | None = setting(
         "CONTAINER_APP_REPLICA_NAME",
         None,
-        "this replica's name in the log's object names (Container Apps sets it); unset → the host name",
+        "this replica's name in the log's object names; Container Apps sets it (a replica's host name is the same)",
+        local_only=True,
     )
     hash_key: str | None = setting(
         "PREDICTION_LOG_HASH_KEY",
