@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
+import numpy as np
 from msgspec import UNSET
 
 from shared.domain.answers import (
@@ -753,18 +754,25 @@ class ScoringService:
             self._log.add(record)
 
     def _explain_records(self, records: Sequence[DecisionRecord]) -> None:
-        """The log's writer asks: reason codes for review and decline records that have none."""
-        from shared.models.explain import reason_codes
+        """The log's writer asks: reason codes for review and decline records that have none,
+        one model run per version for the whole batch."""
+        from shared.models.explain import reason_codes_many
 
+        waiting: dict[tuple[str, str], list[DecisionRecord]] = {}
         for record in records:
-            if record.reasons is not None or record.decision not in ("review", "decline"):
-                continue
+            if record.reasons is None and record.decision in ("review", "decline"):
+                waiting.setdefault((record.model, record.version), []).append(record)
+        for (model, version), group in waiting.items():
             try:
-                loaded = self._registry.active(record.model, record.version)
+                loaded = self._registry.active(model, version)
             except ScoringError:
-                continue  # NOTE: an ensemble, or a version retired meanwhile: the record goes without
-            if loaded.inline:  # NOTE: on the loop, as the model runs; a threaded model's records go without
-                record.reasons = reason_codes(loaded, record.row, record.score, self.settings.drift)
+                continue  # NOTE: an ensemble, or a version retired meanwhile: the records go without
+            if not loaded.inline:  # NOTE: on the loop, as the model runs; a threaded model's records go without
+                continue
+            rows = np.stack([r.row for r in group])
+            codes = reason_codes_many(loaded, rows, np.array([r.score for r in group]), self.settings.drift)
+            for record, found in zip(group, codes or (), strict=False):
+                record.reasons = found
 
 
 def _features(served: LoadedModel | Ensemble) -> list[str]:

@@ -101,7 +101,7 @@ class DecisionRecord:
         score: float,
         decision: str,
         reason: str,
-        timings: Mapping[str, float],
+        timings: dict[str, float],
         review: Any = None,
         arm: Arm | None = None,
         thresholds: tuple[float, float] | None = None,
@@ -128,7 +128,7 @@ class DecisionRecord:
 
     def as_json(self, key: bytes = b"") -> dict[str, Any]:
         """The record as the sink holds it (one JSON object per line)."""
-        shadow = self.shadow
+        shadow, defaulted, review, reasons = self.shadow, self.defaulted, self.review, self.reasons
         return {
             "event": hashed_id(self.event_id, key) if self.event_id else "",
             "at": _iso(self.at),
@@ -137,15 +137,16 @@ class DecisionRecord:
             "version": self.version,
             "fingerprint": self.fingerprint,
             "features": dict(zip(self.columns, self.row.tolist(), strict=True)),
-            "defaulted": dict(self.defaulted),
+            # NOTE: the answer's own dicts, never changed after it was built: not copied
+            "defaulted": defaulted if type(defaulted) is dict else dict(defaulted),
             "score": round(self.score, 6),
             "decision": self.decision,
             "reason": self.reason,
-            "review": None if self.review is None else msgspec.to_builtins(self.review),
-            "timings_ms": dict(self.timings),
+            "review": None if review is None else msgspec.to_builtins(review),
+            "timings_ms": self.timings,
             "arm": self.arm,
             "shadow": None if shadow is None else shadow._asdict(),
-            "reasons": None if self.reasons is None else msgspec.to_builtins(self.reasons),
+            "reasons": None if reasons is None else msgspec.to_builtins(reasons),
         }
 
     @property

@@ -3,7 +3,7 @@
     offer(record, shadow)     on the response path: one bounded append (past SHADOW_QUEUE:
                               dropped, counted, and the record passed on unshadowed)
     run()                     the background job: up to 64 queued events at a time, grouped by
-                              shadow version, scored in one `score_rows` call (or `score` each),
+                              shadow version, scored in one model run (past the prediction cache),
                               decided by the shadow version's thresholds, compared, then emitted
 
 A shadow never touches an answer: it runs on rows already scored, after the fact, and its
@@ -25,8 +25,8 @@ import numpy.typing as npt
 from shared.domain.answers import ShadowView
 from shared.domain.records import DecisionRecord, Shadowed
 from shared.domain.spec import Thresholds
-from shared.errors import BatcherClosed
 from shared.models.served import LoadedModel
+from shared.runtime.batching.rows import split_rows, stack_rows
 from shared.settings import RolloutPolicy
 from shared.telemetry import metrics
 
@@ -209,18 +209,21 @@ class ShadowScorer:
 
 
 async def _scores(shadow: LoadedModel, rows: list[npt.NDArray[np.float32]]) -> list[float | str]:
-    """One `score_rows` call where the version takes rows, else `score` each (its micro-batches)."""
+    """The rows scored by one model run, past the prediction cache: a shadow's rows are its
+    own and never asked again (they cost an L1 store each, and pushed the live version's
+    entries out). Inline for a model run inline, else in a worker thread, as the batcher does."""
     # NOTE: a shadow's failure of any kind (a retired version, a run that fails, a row that does
     # not fit) is that record's outcome, never an exception out of the job
-    if shadow.takes_rows:
-        try:
-            return [p.score for p in await shadow.score_rows(rows)]
-        except BatcherClosed:
-            pass  # NOTE: being retired: the per-row path says so for each row
-        except Exception as exc:
-            return [_why(exc)] * len(rows)
-    done = await asyncio.gather(*(shadow.score(row) for row in rows), return_exceptions=True)
-    return [_why(d) if isinstance(d, BaseException) else d.value.score for d in done]
+    if shadow.model.released:
+        return ["BatcherClosed: the shadow version was retired"] * len(rows)
+    matrix = stack_rows(rows)
+    try:
+        scores = (
+            shadow.model.predict(matrix) if shadow.inline else await asyncio.to_thread(shadow.model.predict, matrix)
+        )
+        return [float(s) for s in split_rows(scores, len(rows))]
+    except Exception as exc:
+        return [_why(exc)] * len(rows)
 
 
 def _why(exc: BaseException) -> str:

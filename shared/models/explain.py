@@ -48,7 +48,7 @@ from shared.errors import InferenceFailed
 from shared.models.served import LoadedModel
 from shared.settings import DriftPolicy
 
-__all__ = ["estimated_s", "explain", "reason_codes"]
+__all__ = ["estimated_s", "explain", "reason_codes", "reason_codes_many"]
 
 
 def estimated_s(loaded: LoadedModel, rows: int) -> float | None:
@@ -90,6 +90,38 @@ def _code(
     spec: ModelSpec, j: int, row: npt.NDArray[np.float32], base: npt.NDArray[np.float32], drop: float
 ) -> ReasonCode:
     return ReasonCode(spec.features[j].name, round(float(row[j]), 6), round(float(base[j]), 6), drop)
+
+
+def reason_codes_many(
+    loaded: LoadedModel, rows: npt.NDArray[np.float32], scores: npt.NDArray[np.float64], policy: DriftPolicy
+) -> list[list[ReasonCode]] | None:
+    """`reason_codes` for many rows of one version at once (the prediction log's records): every
+    row's occlusions in one model run and one vectorised ranking, so a record costs a few µs,
+    not a call. The same codes as one call per row (tests/models/test_explain.py holds them
+    equal); None when the run would not fit EXPLAIN_BUDGET_MS, or the session is gone."""
+    count, width = rows.shape
+    base = loaded.mapper.defaults
+    off = rows != base  # (count, width): the columns each row can be explained by
+    where = np.nonzero(off)
+    if not len(where[0]):
+        return [[] for _ in range(count)]
+    estimate = estimated_s(loaded, len(where[0]))
+    if estimate is not None and estimate > policy.explain_budget_ms / 1000.0 * count:
+        return None  # NOTE: the budget is per row here, as for one row
+    occluded = rows[where[0]].astype(np.float32, copy=True)
+    occluded[np.arange(len(where[0])), where[1]] = base[where[1]]
+    try:
+        occluded_scores = loaded.model.predict(occluded)
+    except InferenceFailed:
+        return None
+    drops = np.full((count, width), -np.inf)
+    drops[where] = np.round(scores[where[0]] - occluded_scores, 6)
+    top = np.argsort(-drops, axis=1, kind="stable")[:, : policy.explain_top]
+    spec = loaded.spec
+    return [
+        [_code(spec, int(j), rows[i], base, float(drops[i, j])) for j in top[i] if drops[i, j] > 0]
+        for i in range(count)
+    ]
 
 
 async def explain(
