@@ -1,12 +1,15 @@
 """CPU per request of the ASGI app called in-process: no server, no load generator, no network.
 
-    .venv/bin/python -m bench.inprocess [--profile hit|miss] [--telemetry]
+    .venv/bin/python -m bench.inprocess [--profile hit|miss] [--telemetry] [--rollouts [--profile miss]]
 
 The same app object `make run` serves, driven through its ASGI interface in groups of 8
 concurrent requests; `time.process_time` per request, median of 5 rounds, beside the bare
 Starlette endpoint. This isolates the Python cost of the score path from the machine's noise
 (embedded defaults: no Redis). `--profile` prints the cProfile of one path. `--telemetry`
-compares the app with TELEMETRY=false and true, rounds interleaved, in one run.
+compares the app with TELEMETRY=false and true, rounds interleaved, in one run. `--rollouts`
+compares the miss path with nothing on, with the prediction log (a directory, every decision),
+and with the log and a shadow version; the background jobs run on the same loop, so their CPU
+is in the figures (`--profile miss` then profiles the log and shadow one).
 """
 
 from __future__ import annotations
@@ -91,6 +94,50 @@ async def telemetry_overhead() -> None:
         await holder.aclose()
 
 
+async def rollouts_overhead(profile: bool) -> None:
+    """miss CPU per request: nothing on, the prediction log, the log and a shadow; interleaved rounds."""
+    import dataclasses
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from bench.rollouts import models_dir
+    from shared.settings import PredictionLogPolicy
+
+    work = Path(tempfile.mkdtemp(prefix="inprocess-rollouts-"))
+    base = Settings(gc_gen0_threshold=0, models_dir=str(models_dir(work / "models")), model_poll_s=0)
+    logged = dataclasses.replace(base, prediction_log=PredictionLogPolicy(sink="dir", directory=str(work / "log")))
+    apps = {}
+    for name, settings in (("off", base), ("log", logged), ("log+shadow", logged)):
+        holder = ServiceHolder(lambda settings=settings: settings)  # type: ignore[misc]
+        apps[name] = (holder, create_app(holder))
+        core = await holder.get()
+        if name == "log+shadow":
+            await core.set_shadow("fraud", "1")
+    rounds: dict[str, list[float]] = {}
+    for r in range(5):
+        for i, name in enumerate(apps):
+            misses = [event_body(10_000_000 * (r + 1) + 1_000_000 * i + n) for n in range(4000)]
+            started = time.process_time()
+            await cpu_per_request(apps[name][1], misses)
+            await asyncio.sleep(1.2)  # NOTE: past the writer's flush interval: each round pays for its own records
+            rounds.setdefault(name, []).append((time.process_time() - started) / len(misses) * 1e6)
+    off = statistics.median(rounds["off"])
+    for name, values in rounds.items():
+        cpu = statistics.median(values)
+        print(f"miss, {name}: {cpu:.1f} µs CPU per request, +{cpu - off:.1f} µs ({cpu / off:.3f}x), median of 5")
+    if profile:
+        prof = cProfile.Profile()
+        prof.enable()
+        await cpu_per_request(apps["log+shadow"][1], [event_body(90_000_000 + n) for n in range(4000)])
+        await asyncio.sleep(1.2)
+        prof.disable()
+        pstats.Stats(prof).sort_stats("tottime").print_stats(30)
+    for holder, _ in apps.values():
+        await holder.aclose()
+    shutil.rmtree(work, ignore_errors=True)
+
+
 async def main(profile: str | None) -> None:
     holder = ServiceHolder(lambda: Settings(gc_gen0_threshold=0))
     app = create_app(holder)
@@ -120,5 +167,9 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", choices=["hit", "miss"])
     parser.add_argument("--telemetry", action="store_true", help="TELEMETRY off vs on, in one run")
+    parser.add_argument("--rollouts", action="store_true", help="the prediction log and a shadow off vs on")
     options = parser.parse_args()
-    asyncio.run(telemetry_overhead() if options.telemetry else main(options.profile))
+    if options.rollouts:
+        asyncio.run(rollouts_overhead(options.profile == "miss"))
+    else:
+        asyncio.run(telemetry_overhead() if options.telemetry else main(options.profile))

@@ -62,69 +62,33 @@ class Shadowed(NamedTuple):
     error: str | None = None
 
 
-class DecisionRecord:
-    """One decision; the fields after `arm` are filled off the response path (or stay None)."""
+class DecisionRecord(msgspec.Struct, gc=False):
+    """One decision; `logged`, `shadow` and `reasons` are set off the response path (or stay as they are).
 
-    __slots__ = (
-        "arm",
-        "at",
-        "columns",
-        "decision",
-        "defaulted",
-        "event_id",
-        "fingerprint",
-        "logged",
-        "model",
-        "reason",
-        "reasons",
-        "review",
-        "row",
-        "score",
-        "shadow",
-        "thresholds",
-        "timings",
-        "version",
-        "via",
-    )
+    NOTE: gc=False: thousands wait in the log's buffer at a time, and the collector would walk
+    each of them on every collection; a record refers to arrays, strings, numbers and the
+    answer's dicts and Review, none of which can refer back to it, so it is in no cycle.
+    """
 
-    def __init__(
-        self,
-        at: float,
-        via: Via,
-        event_id: str,
-        model: str,
-        version: str,
-        fingerprint: str,
-        columns: Sequence[str],
-        row: npt.NDArray[np.float32],
-        defaulted: Mapping[str, str],
-        score: float,
-        decision: str,
-        reason: str,
-        timings: dict[str, float],
-        review: Any = None,
-        arm: Arm | None = None,
-        thresholds: tuple[float, float] | None = None,
-    ) -> None:
-        self.at = at  # epoch seconds
-        self.via = via
-        self.event_id = event_id  # raw here, hashed when written
-        self.model = model
-        self.version = version
-        self.fingerprint = fingerprint
-        self.columns = columns  # the model's declared features, in row order (shared, never copied)
-        self.row = row
-        self.defaulted = defaulted  # defaulted feature -> why (missing, null, stale, invalid)
-        self.score = score  # the deciding version's own score (a review's is in `review`)
-        self.decision = decision  # V2 rows (scores only): the decision their score takes
-        self.reason = reason
-        self.timings = timings  # ms per stage, as the answer holds them
-        self.review = review  # the answer's Review (a msgspec Struct), when there is one
-        self.arm = arm  # under a canary split: which arm decided
-        self.thresholds = thresholds  # (review, decline) of the version that decided
-        self.logged = True  # False: sampled out of the log, recorded only for its shadow score
-        self.shadow: Shadowed | None = None
-        self.reasons: list[ReasonCode] | None = None  # review and decline: the features behind the score
+    at: float  # epoch seconds
+    via: Via
+    event_id: str  # raw here, hashed when written
+    model: str
+    version: str
+    fingerprint: str
+    columns: Sequence[str]  # the model's declared features, in row order (shared, never copied)
+    row: npt.NDArray[np.float32]
+    defaulted: Mapping[str, str]  # defaulted feature -> why (missing, null, stale, invalid)
+    score: float  # the deciding version's own score (a review's is in `review`)
+    decision: str  # V2 rows (scores only): the decision their score takes
+    reason: str
+    timings: dict[str, float]  # ms per stage, as the answer holds them
+    review: Any = None  # the answer's Review (a msgspec Struct), when there is one
+    arm: Arm | None = None  # under a canary split: which arm decided
+    thresholds: tuple[float, float] | None = None  # (review, decline) of the version that decided
+    logged: bool = True  # False: sampled out of the log, recorded only for its shadow score
+    shadow: Shadowed | None = None
+    reasons: list[ReasonCode] | None = None  # review and decline: the features behind the score
 
     def as_json(self, key: bytes = b"") -> dict[str, Any]:
         """The record as the sink holds it (one JSON object per line)."""

@@ -47,6 +47,7 @@ One owner: call `observe`, `describe` and `forget` from one thread (the event lo
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -58,7 +59,7 @@ from shared.domain.records import DecisionRecord
 from shared.settings import DriftPolicy
 from shared.telemetry import metrics
 
-__all__ = ["EPSILON", "SCORE", "DriftMonitor", "population_stability"]
+__all__ = ["CATCH_UP", "CATCH_UP_S", "EPSILON", "SCORE", "DriftMonitor", "population_stability"]
 
 EPSILON = 1e-4  # the share an empty bin counts as (see the module docstring)
 SCORE = "score"  # the `feature` the score's PSI is reported under
@@ -212,18 +213,33 @@ class _Version:
         return DriftView(version, self.referenced, self.defaulted.held, psi, shares)
 
 
+CATCH_UP = 1024  # records taken before they are counted (or CATCH_UP_S, whichever comes first)
+CATCH_UP_S = 1.0
+
+
 class DriftMonitor:
     """Drift of every version this replica scores with, from its decision records."""
 
     def __init__(self, policy: DriftPolicy) -> None:
         self.policy = policy
         self._versions: dict[tuple[str, str], _Version] = {}  # in the order first seen
+        self._pending: list[DecisionRecord] = []
+        self._caught_up = 0.0  # monotonic time of the last catch-up
 
     def observe(self, records: Sequence[DecisionRecord]) -> None:
-        """Take a batch of records (any models and versions, in the order decided); recompute the
-        PSI and defaulted shares of each version in it and set their metrics."""
+        """Take a batch of records (any models and versions, in the order decided). They are
+        counted in batches of at least CATCH_UP records, or at least every CATCH_UP_S (and
+        before every `describe`): at the log's batches of 64, a recompute per batch cost twice
+        as much per record as one per 1,000 (1.1 µs)."""
         if not self.policy.reference:
             return  # DRIFT_REFERENCE=0: no drift
+        self._pending.extend(records)
+        if len(self._pending) >= CATCH_UP or time.monotonic() - self._caught_up >= CATCH_UP_S:
+            self.catch_up()
+
+    def catch_up(self) -> None:
+        """Count the records taken so far; recompute each version's PSI and defaulted shares; set their metrics."""
+        records, self._pending, self._caught_up = self._pending, [], time.monotonic()
         batches: dict[tuple[str, str], list[DecisionRecord]] = {}
         for record in records:
             batches.setdefault((record.model, record.version), []).append(record)
@@ -238,10 +254,13 @@ class DriftMonitor:
 
     def describe(self, name: str) -> list[DriftView]:
         """The drift of each version of `name` seen on this replica, newest last."""
+        if self._pending:
+            self.catch_up()
         return [state.view(version) for (model, version), state in self._versions.items() if model == name]
 
     def forget(self, name: str, version: str) -> None:
         """Drop a retired version: its state and its series (a retired version's gauges would alert forever)."""
+        self._pending = [r for r in self._pending if (r.model, r.version) != (name, version)]
         if self._versions.pop((name, version), None) is None:
             return
         metrics.drift_forget(name, version)

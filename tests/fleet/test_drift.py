@@ -261,3 +261,20 @@ def test_no_reference_means_no_drift(model: str) -> None:
     monitor.observe(population(model, 200, np.random.default_rng(RNG_SEED)))
     assert monitor.describe(model) == []
     assert not [k for k in metrics.DRIFT_DEFAULTED.values if k[0] == model]
+
+
+def test_records_in_small_batches_are_counted_together_and_before_a_describe(model: str) -> None:
+    """The log hands over 64 records at a time: they are counted per CATCH_UP, or when asked."""
+    from shared.fleet.drift import CATCH_UP
+    from shared.telemetry import metrics
+
+    rng = np.random.default_rng(RNG_SEED)
+    monitor = DriftMonitor(DriftPolicy(reference=100, window=100))
+    records = population(model, 400, rng)
+    monitor.observe(records[:64])  # the first batch is counted at once (nothing counted before)
+    for start in range(64, 400, 64):
+        monitor.observe(records[start : start + 64])
+    assert len(records) - 64 < CATCH_UP  # so the rest waits: no PSI reported yet
+    assert not [k for k in metrics.DRIFT_PSI.values if k[0] == model]
+    view = only_view(monitor, model)  # counted now
+    assert (view.reference_events, view.window_events) == (100, 100) and view.psi
