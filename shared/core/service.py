@@ -691,7 +691,6 @@ class ScoringService:
         shadow = self._traffic.shadow_of(served.name) if self._traffic is not None else None
         if not logged and shadow is None:
             return
-        thresholds = served.spec.thresholds
         record = DecisionRecord(
             time.time(),
             via,
@@ -708,10 +707,15 @@ class ScoringService:
             timings,
             verdict.review,
             arm,
-            (thresholds.review, thresholds.decline),
+            served.spec.thresholds,
+            logged,
+            None,
+            reasons,
         )
-        record.reasons = reasons
-        self._dispatch(record, logged, shadow, served)
+        if shadow is not None and shadow is not served and self._shadows is not None:
+            self._shadows.offer(record, shadow)  # NOTE: it hands the record on to the log once scored
+        elif logged:
+            log.add(record)  # type: ignore[union-attr]  # NOTE: logged implies a log
 
     def _record_rows(self, served: LoadedModel | Ensemble, rows: Sequence[Row], scores: list[float], via: Via) -> None:
         """Tensor-level rows (V2) leave records too: no event id, the decision their score takes."""
@@ -740,17 +744,15 @@ class ScoringService:
                 _NO_TIMINGS,
                 None,
                 None,
-                (thresholds.review, thresholds.decline),
+                thresholds,
+                logged,
             )
-            self._dispatch(record, logged, shadow, served)
+            self._dispatch(record, shadow, served)
 
-    def _dispatch(
-        self, record: DecisionRecord, logged: bool, shadow: LoadedModel | None, served: LoadedModel | Ensemble
-    ) -> None:
+    def _dispatch(self, record: DecisionRecord, shadow: LoadedModel | None, served: LoadedModel | Ensemble) -> None:
         if shadow is not None and shadow is not served and self._shadows is not None:
-            record.logged = logged
             self._shadows.offer(record, shadow)  # NOTE: it hands the record on to the log once scored
-        elif logged and self._log is not None:
+        elif record.logged and self._log is not None:
             self._log.add(record)
 
     def _explain_records(self, records: Sequence[DecisionRecord]) -> None:

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from shared.domain.answers import ReasonCode
+    from shared.domain.spec import Thresholds
 
 __all__ = ["Arm", "DecisionRecord", "Shadowed", "Via", "hashed_id"]
 
@@ -85,7 +86,7 @@ class DecisionRecord(msgspec.Struct, gc=False):
     timings: dict[str, float]  # ms per stage, as the answer holds them
     review: Any = None  # the answer's Review (a msgspec Struct), when there is one
     arm: Arm | None = None  # under a canary split: which arm decided
-    thresholds: tuple[float, float] | None = None  # (review, decline) of the version that decided
+    thresholds: Thresholds | None = None  # those of the version that decided
     logged: bool = True  # False: sampled out of the log, recorded only for its shadow score
     shadow: Shadowed | None = None
     reasons: list[ReasonCode] | None = None  # review and decline: the features behind the score

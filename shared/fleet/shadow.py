@@ -239,6 +239,5 @@ def _why(exc: BaseException) -> str:
 def _decided(record: DecisionRecord, thresholds: Thresholds) -> str:
     """The live decision where the answer had none (V2 gives scores only): the live thresholds' (or the shadow's)."""
     if record.thresholds is not None:
-        review, decline = record.thresholds
-        return "decline" if record.score >= decline else "review" if record.score >= review else "approve"
+        return record.thresholds.decide(record.score)
     return thresholds.decide(record.score)

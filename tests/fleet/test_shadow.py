@@ -13,7 +13,7 @@ import numpy.typing as npt
 import pytest
 
 from shared.domain.records import DecisionRecord
-from shared.domain.spec import FeatureDef
+from shared.domain.spec import FeatureDef, Thresholds
 from shared.fleet.shadow import ShadowScorer
 from shared.models.onnx import OnnxModel
 from shared.models.served import LoadedModel
@@ -186,7 +186,7 @@ async def test_a_record_without_a_decision_is_compared_under_the_live_thresholds
     shadow, log = scorer
     version = versions("2", bias=1.0)  # 0.731: "review" under the shadow's (0.5, 0.85)
     v2 = record(score=0.75, decision="")  # a V2 answer: scores only
-    v2.thresholds = (0.7, 0.8)  # the live version's: 0.75 is "review" there too
+    v2.thresholds = Thresholds(0.7, 0.8)  # the live version's: 0.75 is "review" there too
     shadow.offer(v2, version)
     await until(lambda: bool(log.records))
     assert shadow.view("fraud", "2").agreed == 1

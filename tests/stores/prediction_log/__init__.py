@@ -20,6 +20,7 @@ import orjson
 
 from shared.domain.answers import PredictionLogStats
 from shared.domain.records import DecisionRecord
+from shared.domain.spec import Thresholds
 
 COLUMNS = ("amount", "user_avg_amount_30d", "user_txn_count_24h", "hour_of_day", "is_foreign", "merchant_risk")
 HOUR_10 = datetime(2026, 12, 1, 10, 15, tzinfo=UTC).timestamp()  # 2026-12-01T10:15Z
@@ -52,7 +53,7 @@ def decision(
         decision="approve" if score < 0.5 else "review" if score < 0.8 else "decline",
         reason="model",
         timings={"parse": 0.02, "features": 0.11, "model": 0.09},
-        thresholds=(0.5, 0.8),
+        thresholds=Thresholds(0.5, 0.8),
     )
 
 
