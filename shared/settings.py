@@ -407,17 +407,22 @@ class RolloutPolicy:
 class DriftPolicy:
     """Drift per model version (shared/fleet/drift.py), from the records the prediction log sees.
 
-    A version's first `reference` records are its reference; the last `window` records are
-    compared with it as a population stability index over `bins` quantile bins of the
-    reference, for the score and for each feature. Reason codes (`?explain=1`) name the
+    Drift counts a share `sample` of the records (every k-th: at 10,000 decisions a second, a
+    window of 2,000 counted records spans two seconds, not a fifth of one). A version's first
+    `reference` counted records are its reference; the last `window` are compared with it as a
+    population stability index over `bins` quantile bins of the reference, for the score and
+    for each feature. Reason codes (`?explain=1`) name the
     `explain_top` features whose return to their defaults lowers the score most, computed
     within `explain_budget_ms` for review and decline answers only.
     """
 
-    reference: int = setting(
-        "DRIFT_REFERENCE", 1000, "records of a version that form its reference distribution; `0` = no drift"
+    sample: float = setting(
+        "DRIFT_SAMPLE", 0.1, "share of a version's decision records drift counts (every k-th: 0.1 is one in ten)"
     )
-    window: int = setting("DRIFT_WINDOW", 1000, "the last records of a version compared with its reference")
+    reference: int = setting(
+        "DRIFT_REFERENCE", 2000, "counted records of a version that form its reference distribution; `0` = no drift"
+    )
+    window: int = setting("DRIFT_WINDOW", 2000, "the last counted records of a version compared with its reference")
     bins: int = setting("DRIFT_BINS", 10, "quantile bins of the population stability index")
     explain_top: int = setting("EXPLAIN_TOP", 3, "features named by reason codes (review and decline answers)")
     explain_budget_ms: float = setting(

@@ -264,8 +264,9 @@ var serviceSettings = [
   { name: 'CANARY_MAX_DECLINE_DELTA', value: '0.05' }
   { name: 'CANARY_MAX_ERROR_DELTA', value: '0.01' }
   // Drift per version (the drift alerts: alerts.bicep) and reason codes.
-  { name: 'DRIFT_REFERENCE', value: '1000' }
-  { name: 'DRIFT_WINDOW', value: '1000' }
+  { name: 'DRIFT_SAMPLE', value: '0.1' }
+  { name: 'DRIFT_REFERENCE', value: '2000' }
+  { name: 'DRIFT_WINDOW', value: '2000' }
   { name: 'DRIFT_BINS', value: '10' }
   { name: 'EXPLAIN_TOP', value: '3' }
   { name: 'EXPLAIN_BUDGET_MS', value: '5' }

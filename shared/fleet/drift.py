@@ -225,6 +225,8 @@ class DriftMonitor:
         self._versions: dict[tuple[str, str], _Version] = {}  # in the order first seen
         self._pending: list[DecisionRecord] = []
         self._caught_up = 0.0  # monotonic time of the last catch-up
+        self._every = max(1, round(1 / policy.sample))  # DRIFT_SAMPLE: every k-th record counts
+        self._next = 0  # where the next batch's first counted record is
 
     def observe(self, records: Sequence[DecisionRecord]) -> None:
         """Take a batch of records (any models and versions, in the order decided). They are
@@ -233,7 +235,12 @@ class DriftMonitor:
         as much per record as one per 1,000 (1.1 µs)."""
         if not self.policy.reference:
             return  # DRIFT_REFERENCE=0: no drift
-        self._pending.extend(records)
+        every = self._every
+        if every == 1:
+            self._pending.extend(records)
+        else:  # NOTE: a slice: the records not counted cost nothing
+            self._pending.extend(records[self._next :: every])
+            self._next = (self._next - len(records)) % every
         if len(self._pending) >= CATCH_UP or time.monotonic() - self._caught_up >= CATCH_UP_S:
             self.catch_up()
 

@@ -149,7 +149,7 @@ def test_the_sink_failing_is_degraded_never_a_failed_request(logged: Settings, t
 def test_drift_is_reported_per_version_once_its_reference_is_full(logged: Settings, log_dir: Path) -> None:
     from shared.settings import DriftPolicy
 
-    fast = dataclasses.replace(logged, drift=DriftPolicy(reference=100, window=100))
+    fast = dataclasses.replace(logged, drift=DriftPolicy(sample=1.0, reference=100, window=100))
     with TestClient(create_app(ServiceHolder(lambda: fast)), raise_server_exceptions=False) as c:
         for n in range(100):
             c.post("/api/score", json=event(event_id=f"r{n}", amount=10.0 + n % 10))

@@ -13,7 +13,7 @@ from shared.fleet.drift import EPSILON, SCORE, DriftMonitor, population_stabilit
 from shared.settings import DriftPolicy
 from shared.telemetry import metrics
 
-POLICY = DriftPolicy(reference=1000, window=1000, bins=10)
+POLICY = DriftPolicy(sample=1.0, reference=1000, window=1000, bins=10)
 COLUMNS = tuple(f"user_f{i}" for i in range(20)) + tuple(f"country=C{i}" for i in range(5))
 RNG_SEED = 26
 
@@ -193,7 +193,7 @@ def test_the_metrics_carry_what_describe_shows(model: str) -> None:
 
 @pytest.mark.parametrize(
     "policy",
-    [POLICY, DriftPolicy(reference=1000, window=300), DriftPolicy(reference=200, window=1000)],
+    [POLICY, DriftPolicy(sample=1.0, reference=1000, window=300), DriftPolicy(sample=1.0, reference=200, window=1000)],
     ids=["window=reference", "window<reference", "window>reference"],
 )
 def test_the_figures_do_not_depend_on_how_the_records_are_batched(model: str, policy: DriftPolicy) -> None:
@@ -257,7 +257,7 @@ def test_a_forgotten_version_loses_its_state_and_its_series(model: str) -> None:
 
 
 def test_no_reference_means_no_drift(model: str) -> None:
-    monitor = DriftMonitor(DriftPolicy(reference=0))
+    monitor = DriftMonitor(DriftPolicy(sample=1.0, reference=0))
     monitor.observe(population(model, 200, np.random.default_rng(RNG_SEED)))
     assert monitor.describe(model) == []
     assert not [k for k in metrics.DRIFT_DEFAULTED.values if k[0] == model]
@@ -269,7 +269,7 @@ def test_records_in_small_batches_are_counted_together_and_before_a_describe(mod
     from shared.telemetry import metrics
 
     rng = np.random.default_rng(RNG_SEED)
-    monitor = DriftMonitor(DriftPolicy(reference=100, window=100))
+    monitor = DriftMonitor(DriftPolicy(sample=1.0, reference=100, window=100))
     records = population(model, 400, rng)
     monitor.observe(records[:64])  # the first batch is counted at once (nothing counted before)
     for start in range(64, 400, 64):
@@ -278,3 +278,14 @@ def test_records_in_small_batches_are_counted_together_and_before_a_describe(mod
     assert not [k for k in metrics.DRIFT_PSI.values if k[0] == model]
     view = only_view(monitor, model)  # counted now
     assert (view.reference_events, view.window_events) == (100, 100) and view.psi
+
+
+def test_a_sample_counts_every_kth_record_across_batches(model: str) -> None:
+    """DRIFT_SAMPLE 0.25: one record in four is counted, wherever the log's batches cut the stream."""
+    rng = np.random.default_rng(RNG_SEED)
+    monitor = DriftMonitor(DriftPolicy(sample=0.25, reference=100, window=100))
+    records = population(model, 300, rng)
+    for start, size in ((0, 7), (7, 64), (71, 1), (72, 228)):
+        monitor.observe(records[start : start + size])
+    view = only_view(monitor, model)
+    assert (view.reference_events, view.window_events) == (75, 75)  # 300 / 4, whatever the cuts
