@@ -22,7 +22,7 @@ from shared.settings import RolloutPolicy
 
 def first_trip(policy: RolloutPolicy, live: float, candidate: float, decisions: int, seed: int) -> int | None:
     """The candidate decision at which the rule aborts, or None."""
-    draw = random.Random(seed)
+    draw = random.Random(seed)  # noqa: S311 a simulation's draws, reproducible by seed
     arms = {"live": _Window(policy.canary_window), "canary": _Window(policy.canary_window)}
     judge = SimpleNamespace(_policy=policy)
     seen = 0
@@ -31,9 +31,9 @@ def first_trip(policy: RolloutPolicy, live: float, candidate: float, decisions: 
         seen += arm == "canary"
         share = candidate if arm == "canary" else live
         arms[arm].add(_DECLINE if draw.random() < share else 0)
-        if min(a.events for a in arms.values()) >= policy.canary_min_events:
-            if Traffic._verdict(judge, arms["live"], arms["canary"]) is not None:  # type: ignore[arg-type]
-                return seen
+        full = min(a.events for a in arms.values()) >= policy.canary_min_events
+        if full and Traffic._verdict(judge, arms["live"], arms["canary"]) is not None:  # type: ignore[arg-type]
+            return seen
     return None
 
 
