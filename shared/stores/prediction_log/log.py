@@ -4,7 +4,7 @@
     writer (run)     every flush_s, or as soon as `soon` records are held:
                        take what is held, CHUNK records at a time (the loop is yielded between):
                          subscribers(chunk)          drift, reason codes (before encoding: they fill fields)
-                         encode                      as_json(key) → orjson line, grouped by partition
+                         encode                      as_line(key) → one encode_lines call per partition
                        write each partition's lines in one call; a sink that fails keeps them pending
                        (retried after flush_s, doubling to 30 s), as new records keep arriving
     aclose           the same, retried until close_s; what is left is dropped and counted
@@ -29,10 +29,8 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 
-import orjson
-
 from shared.domain.answers import PredictionLogStats
-from shared.domain.records import DecisionRecord
+from shared.domain.records import DecisionRecord, encode_lines
 from shared.errors import SinkError
 from shared.settings import PredictionLogPolicy
 from shared.stores.prediction_log.sinks import Partition, Sink
@@ -48,7 +46,6 @@ SOON = 5_000  # records held that wake the writer before flush_s (or half the bu
 BACKOFF_MAX_S = 30.0  # the longest wait between two tries of a failing sink
 CLOSE_RETRY_S = 0.1  # the wait between tries while shutting down
 RECENT_S = 60.0  # a drop this recent shows in readiness
-_OPTION = orjson.OPT_APPEND_NEWLINE
 
 
 class _Pending:
@@ -216,29 +213,39 @@ class PredictionLog:
             log.exception("prediction log: subscriber %s failed (logged once a minute at most)", _name(fn))
 
     def _encode(self, chunk: list[DecisionRecord]) -> None:
-        """Each record as a JSON line, appended to its partition's pending lines."""
-        key, dumps = self._key, orjson.dumps
-        groups: dict[tuple[str, str, int], list[bytes]] = {}
-        names: dict[tuple[str, str, int], Partition] = {}
+        """The chunk as JSON lines, one encoding call per partition, appended to its pending lines."""
+        key = self._key
+        groups: dict[tuple[str, str, int], list[DecisionRecord]] = {}
         for record in chunk:
-            try:
-                line = dumps(record.as_json(key), option=_OPTION)
-            except Exception as exc:  # NOTE: whatever a record holds, it is counted, never lost uncounted
-                self._unwritable(record, exc)
-                continue
             hour = (record.model, record.version, int(record.at // 3600))  # NOTE: epoch hours are UTC hours
             group = groups.get(hour)
             if group is None:
                 group = groups[hour] = []
-                names[hour] = record.partition  # NOTE: its string, once per group
-            group.append(line)
-        for hour, lines in groups.items():
-            pending = self._pending.get(names[hour])
+            group.append(record)
+        for group in groups.values():
+            try:
+                lines, count = encode_lines([r.as_line(key) for r in group]), len(group)
+            except Exception:  # NOTE: one record the encoder refuses: each on its own, that one counted
+                lines, count = self._encode_each(group)
+            if not count:
+                continue
+            partition = group[0].partition
+            pending = self._pending.get(partition)
             if pending is None:
-                pending = self._pending[names[hour]] = _Pending()
-            pending.lines.append(b"".join(lines))
-            pending.count += len(lines)
-            self._pending_count += len(lines)
+                pending = self._pending[partition] = _Pending()
+            pending.lines.append(lines)
+            pending.count += count
+            self._pending_count += count
+
+    def _encode_each(self, group: list[DecisionRecord]) -> tuple[bytes, int]:
+        """The lines of the records that encode; the others counted (whatever a record holds, it is never lost uncounted)."""
+        lines: list[bytes] = []
+        for record in group:
+            try:
+                lines.append(encode_lines([record.as_line(self._key)]))
+            except Exception as exc:
+                self._unwritable(record, exc)
+        return b"".join(lines), len(lines)
 
     def _unwritable(self, record: DecisionRecord, exc: Exception) -> None:
         log.warning("prediction log: a record of %s/%s cannot be encoded: %s", record.model, record.version, exc)
@@ -272,6 +279,7 @@ class PredictionLog:
                 return True
             self._failed(exc)
             return False
+        self._recovered()  # NOTE: first: the moment the records count as written, the sink is well again
         self._landed(partition, lines, len(lines))
         return True
 
