@@ -109,6 +109,12 @@ bench: $(VENV)/.dev
 	@command -v wrk >/dev/null || { echo "installing wrk (apt-get)"; apt-get install -y -qq wrk >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq wrk; }; }
 	$(PY) -m bench.run --out bench-out $(BENCH_ARGS)
 
+## bench-rollouts: the prediction log and a shadow under load (cost vs off), and no record lost (sink healthy, sink cut for 20 s)
+.PHONY: bench-rollouts
+bench-rollouts: $(VENV)/.dev node_modules/.installed
+	@command -v wrk >/dev/null || { echo "installing wrk (apt-get)"; apt-get install -y -qq wrk >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq wrk; }; }
+	@PY=$(PY) scripts/with_services.sh $(PY) -m bench.rollouts --out bench-out $(BENCH_ARGS)
+
 ## fuzz: schemathesis from GET /api/openapi.json at a served app: >= 10,000 requests; 0 5xx, 0 hangs, 4xx all JSON
 .PHONY: fuzz
 FUZZ_EXAMPLES ?= 1000
