@@ -35,6 +35,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from shared.domain.answers import AbortView, ArmView, CanaryView, ShadowView
+from shared.domain.records import Arm
 from shared.errors import BadRequest, ControlStoreDown, ModelInvalid, ModelNotFound, RolloutConflict, ScoringError
 from shared.fleet.rollout import WATCH_S, Rollout
 from shared.fleet.shadow import ShadowScorer
@@ -47,7 +48,6 @@ from shared.telemetry import metrics
 
 __all__ = [
     "AbortReason",
-    "Arm",
     "CanaryRecord",
     "ShadowRecord",
     "Traffic",
@@ -58,7 +58,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-Arm = Literal["live", "canary"]
 AbortReason = Literal["api", "decline_share", "error_rate"]
 RECENT_S = 60.0  # readiness names a record written back this long
 Z = 4.5  # the automatic abort also needs the difference this many standard errors away (Traffic.observe)
