@@ -6,7 +6,7 @@
                          subscribers(chunk)          drift, reason codes (before encoding: they fill fields)
                          encode                      as_line(key) → one encode_lines call per partition
                        write each partition's lines in one call; a sink that fails keeps them pending
-                       (retried after flush_s, doubling to 30 s), as new records keep arriving
+                       (retried after flush_s, doubling to 5 s), as new records keep arriving
     aclose           the same, retried until close_s; what is left is dropped and counted
 
 This object alone owns the deque, the pending lines and the counters; only its writer calls the
@@ -43,7 +43,10 @@ Subscriber = Callable[[Sequence[DecisionRecord]], None]
 CHUNK = 64  # records per batch handed over and encoded at once: ~0.25 ms of the loop at ~4 µs a record
 PAUSE_S = 0.0005  # between chunks: the loop serves requests for at least this long
 SOON = 5_000  # records held that wake the writer before flush_s (or half the buffer, when smaller)
-BACKOFF_MAX_S = 30.0  # the longest wait between two tries of a failing sink
+# the longest wait between two tries of a failing sink: one try in 5 s is nothing to a storage
+# account, and each second waited past its return drops a second of records at capacity (with
+# 30 s, a 20 s outage dropped 33 s of them, the buffer's 5 s aside: bench/rollouts.py)
+BACKOFF_MAX_S = 5.0
 CLOSE_RETRY_S = 0.1  # the wait between tries while shutting down
 RECENT_S = 60.0  # a drop this recent shows in readiness
 
