@@ -213,7 +213,7 @@ class _Version:
         return DriftView(version, self.referenced, self.defaulted.held, psi, shares)
 
 
-CATCH_UP = 1024  # records taken before they are counted (or CATCH_UP_S, whichever comes first)
+CATCH_UP = 256  # records taken before they are counted (or CATCH_UP_S, whichever first): ~0.4 ms of the loop
 CATCH_UP_S = 1.0
 
 
@@ -232,7 +232,8 @@ class DriftMonitor:
         """Take a batch of records (any models and versions, in the order decided). They are
         counted in batches of at least CATCH_UP records, or at least every CATCH_UP_S (and
         before every `describe`): at the log's batches of 64, a recompute per batch cost twice
-        as much per record as one per 1,000 (1.1 µs)."""
+        as much per record as one per 1,000 (1.1 µs); 1,000 at once held the loop 1.1 ms, which
+        the p99 at 16 connections showed (docs/benchmark.md)."""
         if not self.policy.reference:
             return  # DRIFT_REFERENCE=0: no drift
         every = self._every
