@@ -505,7 +505,6 @@ class Traffic:
                         break  # NOTE: readiness says so (`problem`); the next tick retries every name
                     except ScoringError as exc:  # NOTE: a bad record is logged; the next read retries
                         log.warning("traffic records of %s not applied: %s", name, exc.detail)
-                    _honour_cancel()
         finally:
             for task in list(self._tasks):
                 task.cancel()
@@ -703,19 +702,6 @@ def _z(share: float, events: int, live_share: float, live_events: int) -> float:
     pooled = (share * events + live_share * live_events) / (events + live_events)
     variance = pooled * (1.0 - pooled) * (1.0 / events + 1.0 / live_events)
     return (share - live_share) / math.sqrt(variance) if variance > 0 else 0.0
-
-
-def _honour_cancel() -> None:
-    """Raise a cancellation of this task that a call below swallowed.
-
-    NOTE: CPython 3.11's `asyncio.wait_for` returns the result of an awaitable that completes in
-    the same loop turn as a cancel, and drops the cancel (gh-86296; fixed in 3.12); redis-py
-    sends each command through it when a socket timeout is set. A watch cancelled mid-read ran
-    on after its owner stopped waiting (reproduced: about 1 cancel in 10 landing on a read).
-    """
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError
 
 
 def _below(weight: float) -> int:
