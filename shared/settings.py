@@ -368,7 +368,8 @@ class RolloutPolicy:
     `shadow_queue` events (past it they are dropped and counted). A canary's automatic abort
     compares the candidate's last `canary_window` decisions with the live version's: once
     both arms hold `canary_min_events`, a decline share or an error rate that departs from
-    the live one's by more than its bound sets the candidate's weight to 0, fleet-wide.
+    the live one's by more than its bound, and by at least 4.5 standard errors (a pooled
+    two-proportion z test: shared/fleet/traffic.py), sets the candidate's weight to 0, fleet-wide.
     """
 
     shadow_queue: int = setting(
