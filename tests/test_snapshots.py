@@ -95,6 +95,7 @@ def _difference(file: str, recorded: dict[str, Any], current: dict[str, Any]) ->
 
 # -- normalising what changes from run to run -------------------------------------------------------
 
+
 # NOTE: durations and timestamps, by the key the app writes them under; nothing else is replaced.
 @pytest.fixture(autouse=True)
 def no_trace_by_draw(monkeypatch: pytest.MonkeyPatch) -> None:
