@@ -148,7 +148,7 @@ def _answers(url: str) -> bool:
         return False
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def redis_url() -> str:
     url = os.environ.get("REDIS_URL", "")
     if not url or not _answers(url):

@@ -712,10 +712,7 @@ class ScoringService:
             None,
             reasons,
         )
-        if shadow is not None and shadow is not served and self._shadows is not None:
-            self._shadows.offer(record, shadow)  # NOTE: it hands the record on to the log once scored
-        elif logged:
-            log.add(record)  # type: ignore[union-attr]  # NOTE: logged implies a log
+        self._dispatch(record, shadow, served)
 
     def _record_rows(self, served: LoadedModel | Ensemble, rows: Sequence[Row], scores: list[float], via: Via) -> None:
         """Tensor-level rows (V2) leave records too: no event id, the decision their score takes."""

@@ -39,7 +39,7 @@ from shared.models.repository import ModelRef, ModelRepository, check_ref, versi
 from shared.models.served import LoadedModel
 from shared.stores.control import ControlStore
 
-__all__ = ["WATCH_S", "Rollout", "latest_key", "pin_key"]
+__all__ = ["WATCH_S", "Rollout", "WrittenBack", "latest_key", "pin_key"]
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,25 @@ def latest_key(name: str) -> str:
 
 def pin_key(name: str) -> str:
     return f"models:pin:{name}"
+
+
+class WrittenBack:
+    """The last lost record a replica wrote back (pins, shadows, canaries), named in readiness for RECENT_S."""
+
+    def __init__(self) -> None:
+        self._last: tuple[str, float] | None = None  # what was written back, and when
+
+    def note(self, what: str) -> None:
+        log.warning("%s", what)
+        self._last = (what, time.monotonic())
+
+    def problem(self, control: ControlStore | None) -> str | None:
+        """The control store failing, else a record written back lately, else None."""
+        if control is not None and (failing := control.problem()) is not None:
+            return failing
+        if self._last is not None and time.monotonic() - self._last[1] <= RECENT_S:
+            return f"control: {self._last[0]}"
+        return None
 
 
 class Rollout:
@@ -73,7 +92,7 @@ class Rollout:
         self._poll_s = poll_s
         self._watch_s = watch_s
         self.converged_at: dict[str, float] = {}  # name -> when this replica last changed what it serves
-        self._restored: tuple[str, float] | None = None  # the last record written back, and when
+        self._written_back = WrittenBack()
         self._locks: dict[str, asyncio.Lock] = {}  # per model: pins, releases and the watch, one at a time
 
     # -- what the core calls ---------------------------------------------------------
@@ -133,11 +152,7 @@ class Rollout:
 
     def problem(self) -> str | None:
         """What readiness lists: the control store failing, or a lost record written back lately."""
-        if self._control is not None and (failing := self._control.problem()) is not None:
-            return failing
-        if self._restored is not None and time.monotonic() - self._restored[1] <= RECENT_S:
-            return f"control: {self._restored[0]}"
-        return None
+        return self._written_back.problem(self._control)
 
     # -- the background job -------------------------------------------------------------
 
@@ -218,7 +233,7 @@ class Rollout:
         held = self._registry.pins.get(name)
         if pin is None:
             if held is not None and await self._control.write_if_absent(pin_key(name), _pin(held)):
-                self._wrote_back(f"the pin of {name!r} (version {held}) was missing from Redis; written back")
+                self._written_back.note(f"the pin of {name!r} (version {held}) was missing from Redis; written back")
         elif pin.get("version") is None:
             if held is not None:
                 await self._apply({"kind": "unpinned", "name": name, "version": held})
@@ -234,7 +249,7 @@ class Rollout:
             return
         newest = self._registry.active(name, versions[-1])
         # NOTE: logged, not listed in readiness: every replica serves on as it did, and each one's
-        # poll of the source would catch up anyway (a lost pin is listed: `_wrote_back`)
+        # poll of the source would catch up anyway (a lost pin is listed: `WrittenBack`)
         if latest is None:
             if await self._control.write_if_absent(latest_key(name), _latest(newest)):
                 log.warning("the newest-version record of %r was missing from Redis; written back", name)
@@ -243,10 +258,6 @@ class Rollout:
             log.warning(
                 "the newest-version record of %r named an older version; version %s written", name, newest.version
             )
-
-    def _wrote_back(self, what: str) -> None:
-        log.warning("%s", what)
-        self._restored = (what, time.monotonic())
 
     # -- helpers ------------------------------------------------------------------------
 

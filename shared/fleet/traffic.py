@@ -37,7 +37,7 @@ import msgspec
 from shared.domain.answers import AbortView, ArmView, CanaryView, ShadowView
 from shared.domain.records import Arm
 from shared.errors import BadRequest, ControlStoreDown, ModelInvalid, ModelNotFound, RolloutConflict, ScoringError
-from shared.fleet.rollout import WATCH_S, Rollout
+from shared.fleet.rollout import WATCH_S, Rollout, WrittenBack
 from shared.fleet.shadow import ShadowScorer
 from shared.models.registry import ModelRegistry, RegistryEvent
 from shared.models.repository import ModelRef, check_ref, version_key
@@ -59,7 +59,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 AbortReason = Literal["api", "decline_share", "error_rate"]
-RECENT_S = 60.0  # readiness names a record written back this long
 Z = 4.5  # the automatic abort also needs the difference this many standard errors away (Traffic.observe)
 _SPAN = 1 << 64  # buckets are 8-byte hashes: a user's bucket is its hash / _SPAN, in [0, 1)
 _DECLINE, _ERROR = 1, 2  # a decision's code in an arm's window (0: approve or review)
@@ -247,7 +246,7 @@ class Traffic:
         self._applied = _Applied()
         self._pending: dict[str, _Pending] = {}
         self._failed: dict[tuple[str, str], str] = {}  # (name, version) -> why it is not loaded here (logged once)
-        self._restored: tuple[str, float] | None = None
+        self._written_back = WrittenBack()
         self._locks: dict[str, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         registry.on("activated", self._follow)
@@ -466,11 +465,7 @@ class Traffic:
                 f"control: the abort of the canary {name}/{pending.tripped.version} ({pending.reason}) is not "
                 "kept in Redis yet: this replica routes no user to it, the others may"
             )
-        if self._control is not None and (failing := self._control.problem()) is not None:
-            return failing
-        if self._restored is not None and time.monotonic() - self._restored[1] <= RECENT_S:
-            return f"control: {self._restored[0]}"
-        return None
+        return self._written_back.problem(self._control)
 
     # -- start and the background job -----------------------------------------------------------
 
@@ -523,12 +518,16 @@ class Traffic:
         held_shadow, held_canary = self._applied.shadow.get(name), self._applied.canary.get(name)
         if shadow is None and held_shadow is not None and held_shadow.version is not None:
             if await self._control.write_if_absent(shadow_key(name), msgspec.json.encode(held_shadow)):
-                self._wrote_back(f"the shadow of {name!r} (version {held_shadow.version}) was missing; written back")
+                self._written_back.note(
+                    f"the shadow of {name!r} (version {held_shadow.version}) was missing; written back"
+                )
         elif shadow is not None:
             self._applied.shadow[name] = shadow
         if canary is None and held_canary is not None and held_canary.version is not None:
             if await self._control.write_if_absent(canary_key(name), msgspec.json.encode(held_canary)):
-                self._wrote_back(f"the canary of {name!r} (version {held_canary.version}) was missing; written back")
+                self._written_back.note(
+                    f"the canary of {name!r} (version {held_canary.version}) was missing; written back"
+                )
         elif canary is not None:
             self._applied.canary[name] = canary
         await self._hold(name)
@@ -682,10 +681,6 @@ class Traffic:
             await self._write(key, record)
         except ControlStoreDown as exc:  # NOTE: the load error is the one to report; the watch reapplies
             log.error("the record %s could not be put back: %s", key, exc.detail)
-
-    def _wrote_back(self, what: str) -> None:
-        log.warning("%s", what)
-        self._restored = (what, time.monotonic())
 
     def _spawn(self, job: Coroutine[Any, Any, None]) -> None:
         try:

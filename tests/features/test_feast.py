@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
@@ -37,7 +36,7 @@ from shared.features.feast import (
 )
 from shared.features.mapping import Absent
 from shared.settings import CachePolicy, Settings
-from tests.conftest import _answers, _unavailable, event
+from tests.conftest import event
 from tests.feast import harness
 from tests.onnx_models import make_model
 
@@ -73,15 +72,6 @@ def materialised(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> It
         yield {"project": project, **data, **answer}
     finally:
         asyncio.run(clean(redis_url, project))
-
-
-@pytest.fixture(scope="module")
-def redis_url() -> str:
-    """The tests' Redis, for the module (Feast materialises once per module)."""
-    url = os.environ.get("REDIS_URL", "")
-    if not url or not _answers(url):
-        _unavailable("Redis (REDIS_URL)")
-    return url
 
 
 @pytest.fixture
