@@ -1,6 +1,7 @@
 """The prediction log and a shadow version under load: what they cost, and that no record is lost.
 
     python -m bench.rollouts [--rounds 3] [--seconds 10] [--loss-seconds 60] [--outage-seconds 20]
+    python -m bench.rollouts --variants [--rounds 3] [--seconds 5]   # which part costs what
 
 1. Cost: two app servers side by side, one with nothing (PREDICTION_LOG=off, no shadow), one
    with the log at PREDICTION_LOG_SAMPLE=1 and a shadow version set; `/api/score` miss at 16
@@ -11,6 +12,9 @@
    app scored vs records it counted written vs lines found in the blobs.
 3. Loss, sink down: the same with Azurite cut off (a TCP proxy resetting every connection) for
    `--outage-seconds` mid-run: failed requests, and the drop count vs what is missing.
+
+`--variants` instead runs five servers side by side: nothing on, the log, the log without drift,
+a shadow alone, the log and a shadow; each one's req/s ratio to "nothing on", p99 and CPU per request.
 
 Both versions are the demo model's file (live `2`, shadow `1`): the shadow does the same work
 a real candidate does. Needs wrk, and Azurite at AZURITE_BLOB_ENDPOINT for 2 and 3 (run it
@@ -111,6 +115,45 @@ def cost(args: argparse.Namespace, env: dict[str, str], out: Path) -> dict[str, 
     }
 
 
+def variants(args: argparse.Namespace, env: dict[str, str], work: Path) -> dict[str, Any]:
+    """Which part costs what: each server beside the one with nothing on, in interleaved rounds."""
+    log = {"PREDICTION_LOG": "dir"}
+    kinds = {
+        "off": ({"PREDICTION_LOG": "off"}, False),
+        "log": (log, False),
+        "log_no_drift": ({**log, "DRIFT_REFERENCE": "0"}, False),
+        "shadow": ({"PREDICTION_LOG": "off"}, True),
+        "log_and_shadow": (log, True),
+    }
+    servers: dict[str, Server] = {}
+    try:
+        for name, (extra, shadowed) in kinds.items():
+            extra = {**extra, "PREDICTION_LOG_DIR": str(work / f"predictions-{name}")}
+            servers[name] = start_server(f"rollouts-{name}", APP, {**env, **extra}, server="uvicorn")
+            if shadowed:
+                call(servers[name].port, "PUT", "/api/models/fraud/shadow", {"version": "1"})
+        runs: dict[str, list[dict[str, float]]] = {name: [] for name in kinds}
+        for round_no in range(1, args.rounds + 1):
+            for name, server in servers.items():
+                say(f"variants round {round_no}/{args.rounds}: {name}")
+                before = cpu_s(server.process.pid)
+                run = wrk(server.port, args.seconds, args.connections, "miss")
+                run["cpu_us_per_req"] = (cpu_s(server.process.pid) - before) / max(run["requests"], 1) * 1e6
+                runs[name].append(run)
+    finally:
+        for server in servers.values():
+            server.stop()
+    return {
+        name: {
+            **_medians(found),
+            "rps_ratio_median": round(
+                statistics.median(r["rps"] / o["rps"] for r, o in zip(found, runs["off"], strict=True)), 3
+            ),
+        }
+        for name, found in runs.items()
+    }
+
+
 def loss(args: argparse.Namespace, env: dict[str, str], endpoint: str, *, outage_s: float, name: str) -> dict[str, Any]:
     """A run at capacity against the blob sink through a proxy that can cut it off."""
     from tests.conftest import AZURITE_ACCOUNT, AZURITE_KEY
@@ -194,6 +237,7 @@ def main() -> None:
     parser.add_argument("--outage-seconds", type=float, default=20.0)
     parser.add_argument("--skip-cost", action="store_true")
     parser.add_argument("--skip-loss", action="store_true")
+    parser.add_argument("--variants", action="store_true", help="which part costs what (no cost or loss runs)")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("wrk is not installed (apt-get install wrk)")
@@ -212,6 +256,12 @@ def main() -> None:
     }
     results: dict[str, Any] = {"config": vars(args) | {"out": str(args.out)}, "cores": os.cpu_count()}
     try:
+        if args.variants:
+            results["variants"] = variants(args, env, work)
+            for name, found in results["variants"].items():
+                print(f"{name:15s} {found['rps']:9.0f} req/s  ratio {found['rps_ratio_median']:.3f}  "
+                      f"p99 {found['p99_ms']:.2f} ms  {found['cpu_us_per_req']:.1f} µs CPU/req", flush=True)  # fmt: skip
+            args.skip_cost = args.skip_loss = True
         if not args.skip_cost:
             results["cost"] = cost(args, env, work)
             print(json.dumps(results["cost"], indent=2), flush=True)
