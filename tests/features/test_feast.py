@@ -142,6 +142,18 @@ async def test_single_reads_coalesce_and_equal_the_batch_read(store: FeastStore,
     assert list(one_by_one) == await store.contexts(spec, events)
 
 
+async def test_concurrent_batch_reads_share_round_trips_and_each_gets_its_own_rows(
+    store: FeastStore, materialised: dict[str, Any]
+) -> None:
+    spec = model_spec(harness.serving_feast({}))
+    events = [payment(r["user_id"], r["merchant_id"]) for r in materialised["entity_rows"][:128]]
+    batches = [events[i : i + 8] for i in range(0, len(events), 8)]
+    together = await asyncio.gather(*(store.contexts(spec, b) for b in batches))
+    assert store.counts["round_trips"] <= 4  # 16 callers: the first alone, the rest share what follows
+    alone = [await store.contexts(spec, b) for b in batches]
+    assert list(together) == alone
+
+
 async def test_an_event_value_feast_could_not_key_is_missing_without_a_read(
     store: FeastStore, materialised: dict[str, Any]
 ) -> None:
