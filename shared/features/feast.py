@@ -37,7 +37,7 @@ from redis.exceptions import RedisError
 
 from shared.domain.answers import FeatureStats, FeatureViewStats
 from shared.domain.events import PaymentEvent
-from shared.domain.feast_spec import FeastEntity, FeastSpec, FeastView
+from shared.domain.feast_spec import FROM_SERVING_FEAST, FeastEntity, FeastSpec, FeastView
 from shared.domain.spec import ModelSpec
 from shared.features.mapping import Absent, Context
 from shared.runtime.batching.batcher import Batcher
@@ -344,8 +344,9 @@ class FeastStore:
     # -- the seam --------------------------------------------------------------------
 
     async def catalogue(self) -> frozenset[str] | None:
-        """None: a Feast registry is not read at request time, so the columns go unchecked at load."""
-        return None
+        """Each model's own `serving.feast`: the columns its `view:feature`s fill are the user columns
+        it may read (the registry checks them at load); Feast's registry is never read here."""
+        return FROM_SERVING_FEAST
 
     def stats(self) -> FeatureStats:
         views = {p.view.name: FeatureViewStats(*p.counts[:4]) for plan in self._plans.values() for p in plan.views}
