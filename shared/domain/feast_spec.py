@@ -9,11 +9,16 @@
 `views`: each Feast feature view the model reads (its name as Feast stores it: with
 `_v{N}` when Feast's online versioning is on), its entities' join keys with the Feast
 value type of each (`string` or `int64`, as the Feast `Entity` declares it) and the event
-field that carries the value (the join key's own name by default), and optionally
+field that carries the value (the join key's own name by default; a text field every event
+carries: an id, the currency, country or channel), and optionally
 `max_age_s`: past that age a view's values take the model defaults (`stale`); absent or
 0 means no limit (Feast's `ttl=0`). `features`: each model column (a name of
 `serving.features`) and the `view:feature` it reads; a list of `view:feature` names
 instead means the columns are named so.
+
+Under the Feast store (FEATURE_STORE=feast) `serving.feast` is the only source of a model's
+user columns: the store's catalogue is `FROM_SERVING_FEAST`, and the registry rejects at load
+a model with a user column no `view:feature` here fills (shared/models/registry.py).
 """
 
 from __future__ import annotations
@@ -23,14 +28,57 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import msgspec
+
 from shared.domain.events import PaymentEvent
 from shared.errors import ModelInvalid
 
-__all__ = ["EntityType", "FeastEntity", "FeastSpec", "FeastView", "parse_feast"]
+__all__ = [
+    "FROM_SERVING_FEAST",
+    "EntityType",
+    "FeastEntity",
+    "FeastSpec",
+    "FeastView",
+    "FromServingFeast",
+    "parse_feast",
+]
 
 EntityType = Literal["string", "int64"]
 _TYPES: tuple[EntityType, ...] = ("string", "int64")
-_EVENT_FIELDS = frozenset(PaymentEvent.__struct_fields__)
+
+
+def _text_fields() -> frozenset[str]:
+    """The event fields every event carries as text: the only values an entity key is built from.
+
+    NOTE: `amount` (a float), `timestamp` and the optional `note` cannot key a Feast entity: a
+    join key over one would fail at request time, so a model declaring it is refused at load."""
+    info = msgspec.inspect.type_info(PaymentEvent)
+    assert isinstance(info, msgspec.inspect.StructType)  # noqa: S101 narrows the type for mypy
+    return frozenset(
+        f.name
+        for f in info.fields
+        if f.required
+        and (
+            isinstance(f.type, msgspec.inspect.StrType)
+            or (isinstance(f.type, msgspec.inspect.LiteralType) and all(isinstance(v, str) for v in f.type.values))
+        )
+    )
+
+
+_KEY_FIELDS = _text_fields()
+
+
+class FromServingFeast(frozenset[str]):
+    """A feature store's catalogue that is each model's own `serving.feast` (the Feast store's): the
+    user columns a model may read are the ones its `view:feature`s fill, none without one.
+
+    NOTE: a frozenset (the store seam's catalogue type), empty: anything that does not know the
+    marker reads it as "serves nothing" and so rejects, never lets a column through unchecked."""
+
+    __slots__ = ()
+
+
+FROM_SERVING_FEAST = FromServingFeast()
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +105,11 @@ class FeastSpec:
 
     views: tuple[FeastView, ...]
     features: tuple[tuple[str, str, str], ...]  # (column, view, feature)
+
+    @property
+    def columns(self) -> frozenset[str]:
+        """The model columns a `view:feature` fills."""
+        return frozenset(column for column, _, _ in self.features)
 
     def to_json(self) -> dict[str, Any]:
         views = {
@@ -134,6 +187,9 @@ def _entity(view: str, join_key: str, body: Any) -> FeastEntity:
     kind, field = declared.get("type"), declared.get("field", join_key)
     if kind not in _TYPES:
         raise ModelInvalid(f"serving.feast: view {view!r}: join key {join_key!r} needs a type, string or int64")
-    if field not in _EVENT_FIELDS:
-        raise ModelInvalid(f"serving.feast: view {view!r}: join key {join_key!r} reads {field!r}, no event field")
+    if field not in _KEY_FIELDS:
+        raise ModelInvalid(
+            f"serving.feast: view {view!r}: join key {join_key!r} reads {field!r}, which is no text field every "
+            f"event carries (one of {', '.join(sorted(_KEY_FIELDS))})"
+        )
     return FeastEntity(join_key, kind, field)

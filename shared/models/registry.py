@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from shared.domain.answers import LoadError, ModelView
+from shared.domain.feast_spec import FromServingFeast
 from shared.errors import ModelInvalid, ModelNotFound, NotReady
 from shared.models.onnx import OnnxModel
 from shared.models.repository import ModelRef, ModelRepository, check_ref, version_key
@@ -198,11 +199,17 @@ class ModelRegistry:
     async def _validate(self, loaded: LoadedModel) -> None:
         """A model must be servable: every feature it names resolves to something."""
         known = await self._catalogue() if self._catalogue is not None else None
+        feast = loaded.spec.feast
+        if isinstance(known, FromServingFeast):  # NOTE: the Feast store: each model's own serving.feast
+            known = feast.columns if feast is not None else frozenset()
+            source = "user feature: no 'view:feature' of serving.feast fills it (FEATURE_STORE=feast)"
+        else:
+            source = "user feature"
         unknown = loaded.mapper.unresolved(known)
         if unknown:
             loaded.model.release()
             shown = ", ".join(unknown[:10]) + (f" (+{len(unknown) - 10} more)" if len(unknown) > 10 else "")
-            raise ModelInvalid(f"features resolve to nothing (no event field, indicator or user feature): {shown}")
+            raise ModelInvalid(f"features resolve to nothing (no event field, indicator or {source}): {shown}")
         if known is None and loaded.mapper.uses_user_features:
             log.warning(
                 "%s/%s: the feature store does not publish its names; user features unchecked",

@@ -1,25 +1,30 @@
 """Feast itself, in its own venv (.venv-feast): apply a feature repo, materialise it into Redis, read it back.
 
 Run by tests/features/test_feast.py and bench/feast.py as `.venv-feast/bin/python tests/feast/feast_child.py`,
-with one JSON object on stdin:
+with one JSON object as the first line of stdin:
 
     {"redis": "127.0.0.1:6379,db=0", "project": "t1a2b3", "workdir": "/tmp/...",
      "rows": {"user_stats": [{"user_id": "u1", "event_timestamp": 1.7e9, "txn_count_24h": 3, ...}], ...},
      "entity_rows": [{"user_id": "u1", "merchant_id": 7}, ...],
      "features": ["user_stats:txn_count_24h", ...],
-     "bench": {"rounds": 7, "batches": [1, 8], "repeat": 200}}   (optional: time get_online_features)
+     "serve": true}   (optional: stay up and measure get_online_features on request)
 
 and writes one JSON object to {workdir}/answer.json (Feast prints its progress on stdout):
-{"ttl_s": {view: seconds}, "online": {feature: [values]}, "bench": {...}}.
+{"ttl_s": {view: seconds}, "online": {feature: [values]}}.
 The repo (entities, file sources, three feature views, one with a TTL) is `repo()` below.
+
+With "serve", it then prints "@@ready" and answers each further stdin line, one measurement asked
+as JSON (`measure()`), with one stdout line "@@" + JSON: bench/feast.py interleaves them with its
+own rounds, so both sides see the same machine (tests/feast/harness.py `FeastProcess`).
 """
 
 from __future__ import annotations
 
 import json
-import statistics
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -88,7 +93,7 @@ def repo(workdir: Path, rows: dict[str, list[dict[str, Any]]]) -> list[Any]:
 
 
 def main() -> None:
-    spec = json.load(sys.stdin)
+    spec = json.loads(sys.stdin.readline())
     workdir = Path(spec["workdir"])
     workdir.mkdir(parents=True, exist_ok=True)
     config = RepoConfig(
@@ -106,26 +111,49 @@ def main() -> None:
     if spec.get("entity_rows"):
         online = store.get_online_features(features=spec["features"], entity_rows=spec["entity_rows"])
         answer["online"] = online.to_dict()
-    if spec.get("bench"):
-        answer["bench"] = bench(store, spec["features"], spec["entity_rows"], **spec["bench"])
     (workdir / "answer.json").write_text(json.dumps(answer, default=str))
+    if spec.get("serve"):
+        serve(store, spec["features"], spec["entity_rows"])
 
 
-def bench(store: FeatureStore, features: list[str], rows: list[dict[str, Any]], *, rounds: int,
-          batches: list[int], repeat: int) -> dict[str, float]:  # fmt: skip
-    """Median seconds per `get_online_features` call of each batch size of entity rows (to_dict included)."""
-    found = {}
-    for batch in batches:
-        store.get_online_features(features=features, entity_rows=rows[:batch]).to_dict()  # warm
-        medians = []
-        for r in range(rounds):
-            started = time.perf_counter()
-            for i in range(repeat):
-                start = (r * repeat + i) * batch % max(1, len(rows) - batch)
-                store.get_online_features(features=features, entity_rows=rows[start : start + batch]).to_dict()
-            medians.append((time.perf_counter() - started) / repeat)
-        found[str(batch)] = statistics.median(medians)
-    return found
+def serve(store: FeatureStore, features: list[str], rows: list[dict[str, Any]]) -> None:
+    print("@@ready", flush=True)
+    for line in sys.stdin:
+        print("@@" + json.dumps(measure(store, features, rows, **json.loads(line))), flush=True)
+
+
+def measure(store: FeatureStore, features: list[str], rows: list[dict[str, Any]], *, batch: int, calls: int = 0,
+            seconds: float = 0.0, threads: int = 0, offset: int = 0) -> dict[str, float]:  # fmt: skip
+    """`get_online_features(...).to_dict()` of `batch` entity rows per call, the documented online
+    pattern (one call per request): `calls` calls in a row, or as many as fit in `seconds`, from
+    this thread or from a pool of `threads` each calling in a loop. Wall and CPU seconds of the
+    process (every thread), and the lookups (entity rows) read."""
+
+    def call(i: int) -> None:
+        start = (offset + i) * batch % max(1, len(rows) - batch)
+        store.get_online_features(features=features, entity_rows=rows[start : start + batch]).to_dict()
+
+    call(0)  # warm
+    lookups = [0]
+    lock = threading.Lock()
+
+    def loop(first: int, step: int, deadline: float) -> None:
+        i, done = first, 0
+        while (i < calls) if calls else (time.perf_counter() < deadline):
+            call(i)
+            i, done = i + step, done + 1
+        with lock:
+            lookups[0] += done * batch
+
+    cpu, wall = time.process_time(), time.perf_counter()
+    deadline = wall + seconds
+    if threads:
+        with ThreadPoolExecutor(threads) as pool:
+            for future in [pool.submit(loop, k, threads, deadline) for k in range(threads)]:
+                future.result()
+    else:
+        loop(0, 1, deadline)
+    return {"lookups": lookups[0], "wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu}
 
 
 if __name__ == "__main__":

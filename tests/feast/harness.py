@@ -66,6 +66,52 @@ def run_feast(spec: dict[str, Any], workdir: Path, timeout_s: float = 240) -> di
     return answer
 
 
+class FeastProcess:
+    """Feast kept up in its own process after apply + materialize, measuring `get_online_features`
+    on request (feast_child.py `measure`): bench/feast.py interleaves these with its own rounds."""
+
+    def __init__(self, spec: dict[str, Any], workdir: Path) -> None:
+        self._log = (workdir / "feast.log").open("w")  # NOTE: Feast's progress, never a pipe left unread
+        self._child = subprocess.Popen(
+            [str(feast_python()), str(CHILD)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+        )
+        self._send({**spec, "workdir": str(workdir), "serve": True})
+        assert self._receive() == "ready", f"feast failed: see {workdir / 'feast.log'}"
+        self.answer: dict[str, Any] = json.loads((workdir / "answer.json").read_text())
+
+    def measure(self, **request: Any) -> dict[str, float]:
+        """One measurement (`feast_child.measure`'s arguments): lookups, wall_s, cpu_s."""
+        self._send(request)
+        found: dict[str, float] = json.loads(self._receive())
+        return found
+
+    def close(self) -> None:
+        if self._child.stdin is not None:
+            self._child.stdin.close()
+        try:
+            self._child.wait(30)
+        except subprocess.TimeoutExpired:
+            self._child.kill()
+        self._log.close()
+
+    def _send(self, message: dict[str, Any]) -> None:
+        assert self._child.stdin is not None
+        self._child.stdin.write(json.dumps(message) + "\n")
+        self._child.stdin.flush()
+
+    def _receive(self) -> str:
+        """The next "@@" line of the child (Feast's own lines skipped); "" if it exited."""
+        assert self._child.stdout is not None
+        for line in self._child.stdout:
+            if line.startswith("@@"):
+                return line[2:].strip()
+        return ""
+
+
 def dataset(seed: int, now: float, users: int = 240, merchants: int = 40) -> dict[str, Any]:
     """Rows for the three views: nulls, negative and huge ints, unicode ids, stale and fresh merchants,
     and entities requested that were never written."""

@@ -13,6 +13,7 @@ import asyncio
 import json
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -25,6 +26,7 @@ from shared.core.service import ScoringService
 from shared.domain.events import PaymentEvent
 from shared.domain.feast_spec import parse_feast
 from shared.domain.spec import FeatureDef, ModelSpec, Thresholds
+from shared.errors import ModelInvalid
 from shared.features.feast import (
     FeastStore,
     decode_timestamp,
@@ -35,7 +37,10 @@ from shared.features.feast import (
     murmur3_32,
 )
 from shared.features.mapping import Absent
-from shared.settings import CachePolicy, Settings
+from shared.models.registry import ModelRegistry
+from shared.models.repository import DirectoryRepository
+from shared.models.served import LoadedModel
+from shared.settings import BatchPolicy, CachePolicy, OrtOptions, Settings
 from tests.conftest import event
 from tests.feast import harness
 from tests.onnx_models import make_model
@@ -142,6 +147,18 @@ async def test_single_reads_coalesce_and_equal_the_batch_read(store: FeastStore,
     assert list(one_by_one) == await store.contexts(spec, events)
 
 
+async def test_concurrent_batch_reads_share_round_trips_and_each_gets_its_own_rows(
+    store: FeastStore, materialised: dict[str, Any]
+) -> None:
+    spec = model_spec(harness.serving_feast({}))
+    events = [payment(r["user_id"], r["merchant_id"]) for r in materialised["entity_rows"][:128]]
+    batches = [events[i : i + 8] for i in range(0, len(events), 8)]
+    together = await asyncio.gather(*(store.contexts(spec, b) for b in batches))
+    assert store.counts["round_trips"] <= 4  # 16 callers: the first alone, the rest share what follows
+    alone = [await store.contexts(spec, b) for b in batches]
+    assert list(together) == alone
+
+
 async def test_an_event_value_feast_could_not_key_is_missing_without_a_read(
     store: FeastStore, materialised: dict[str, Any]
 ) -> None:
@@ -192,8 +209,6 @@ def test_value_types_no_model_takes_are_neither_numbers_nor_errors() -> None:
 
 
 def test_metadata_that_cannot_be_read_is_refused_at_load() -> None:
-    from shared.errors import ModelInvalid
-
     good = harness.serving_feast({})
     for broken in (
         {**good, "features": ["nope:x"]},
@@ -204,6 +219,61 @@ def test_metadata_that_cannot_be_read_is_refused_at_load() -> None:
     ):
         with pytest.raises(ModelInvalid):
             parse_feast(broken, harness.FEATURES)
+
+
+# -- the load check: under the Feast store, serving.feast is where user columns come from ---
+
+USER_COLUMNS = {"user_avg": "user_stats:avg_amount_30d", "merchant_rate": "merchant_risk:fraud_rate_30d",
+                "pair_count": "user_merchant:txn_count_90d"}  # fmt: skip
+EVENT_COLUMNS = (FeatureDef("log_amount", 0.0), FeatureDef("channel=web", 0.0))
+
+
+async def install_under_feast(features: tuple[FeatureDef, ...], feast: dict[str, Any] | None,
+                              root: Path) -> LoadedModel:  # fmt: skip
+    """Install a model with `features` (and `serving.feast` when given) in a registry whose catalogue is
+    the Feast store's (its Redis is never read at load)."""
+    store = FeastStore.from_url("redis://127.0.0.1:1/0", project="p", timeout_s=0.1, l1_size=0, l1_ttl_s=1.0)
+    registry = ModelRegistry(DirectoryRepository(root), OrtOptions(), BatchPolicy(window_ms=5, max_size=8),
+                             catalogue=store.catalogue)  # fmt: skip
+    extra = {"serving.feast": json.dumps(feast)} if feast is not None else {}
+    try:
+        return await registry.install("fraud", "1", make_model(features=features, extra=extra))
+    finally:
+        await registry.aclose()
+        await store.aclose()
+
+
+async def test_a_model_whose_every_user_column_a_view_feature_fills_loads(tmp_path: Path) -> None:
+    features = (*EVENT_COLUMNS, *(FeatureDef(c, 0.5) for c in USER_COLUMNS))
+    loaded = await install_under_feast(features, harness.serving_feast({}, columns=USER_COLUMNS), tmp_path)
+    assert loaded.spec.feast is not None and loaded.spec.feast.columns == set(USER_COLUMNS)
+
+
+@pytest.mark.parametrize("unmapped", sorted(USER_COLUMNS))
+async def test_a_user_column_no_view_feature_fills_is_refused_at_load(unmapped: str, tmp_path: Path) -> None:
+    """The mutation: the good metadata with one column's mapping taken out must be refused, by name."""
+    features = (*EVENT_COLUMNS, *(FeatureDef(c, 0.5) for c in USER_COLUMNS))
+    columns = {c: ref for c, ref in USER_COLUMNS.items() if c != unmapped}
+    with pytest.raises(ModelInvalid, match=rf"no 'view:feature' of serving.feast fills it .*: {unmapped}$"):
+        await install_under_feast(features, harness.serving_feast({}, columns=columns), tmp_path)
+
+
+async def test_a_model_with_user_columns_and_no_serving_feast_is_refused_under_the_feast_store(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(ModelInvalid, match=r"serving.feast .*: user_avg, merchant_rate$"):
+        await install_under_feast((*EVENT_COLUMNS, FeatureDef("user_avg", 0.5), FeatureDef("merchant_rate", 0.5)),
+                                  None, tmp_path)  # fmt: skip
+    loaded = await install_under_feast(EVENT_COLUMNS, None, tmp_path)  # event columns only: nothing to read
+    assert loaded.spec.feast is None
+
+
+async def test_a_join_key_no_event_carries_as_text_is_refused_at_load(tmp_path: Path) -> None:
+    features = (*EVENT_COLUMNS, FeatureDef("user_avg", 0.5))
+    feast = {"views": {"user_stats": {"entities": {"user_id": {"type": "string", "field": "amount"}}}},
+             "features": {"user_avg": "user_stats:avg_amount_30d"}}  # fmt: skip
+    with pytest.raises(ModelInvalid, match=r"join key 'user_id' reads 'amount', which is no text field"):
+        await install_under_feast(features, feast, tmp_path)
 
 
 # -- the core scoring from Feast: answers, readiness, metrics ----------------------------
