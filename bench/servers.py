@@ -128,13 +128,16 @@ def start_server(
     server: str = "granian",
     workers: int = 1,
     ready_path: str = "/api/health/ready",
+    cwd: Path | None = None,
 ) -> Server:
-    """`server` with `workers` processes on a free loopback port; timed from spawn to a 200 on `ready_path`."""
+    """`server` with `workers` processes on a free loopback port; timed from spawn to a 200 on `ready_path`.
+
+    `cwd`: the checkout whose code it serves (`python -m` imports from there first; bench/versus.py)."""
     port = free_port()
     started = time.perf_counter()
     command = server_command(server, target, port, workers)
     with open(Path(tempfile.gettempdir()) / f"bench-{name}.log", "wb") as log:  # the child keeps its own handle
-        process = subprocess.Popen(command, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(command, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT, cwd=cwd)
     wait_http(f"http://127.0.0.1:{port}{ready_path}")
     return Server(name, port, process, time.perf_counter() - started)
 

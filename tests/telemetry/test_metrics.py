@@ -62,7 +62,7 @@ def test_record_many_is_record_one_at_a_time(values: list[float]) -> None:
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(timings_ms, min_size=1, max_size=2 * metrics.FOLD_AT + 7))
+@given(st.lists(timings_ms, min_size=1, max_size=2 * metrics.FOLD_EVENTS + 7))
 def test_stages_folded_equal_stages_recorded_one_at_a_time(events: list[dict[str, float]]) -> None:
     before = snapshot()
     for each in events:
@@ -90,14 +90,18 @@ def test_a_reviews_wait_is_recorded_once_beside_the_six() -> None:
     assert all(found[stage][1] == 3 for stage in ROW_STAGES)
 
 
-def test_timings_missing_a_stage_are_recorded_one_at_a_time() -> None:
+def test_timings_other_than_the_usual_six_are_recorded_one_at_a_time() -> None:
     partial = {"parse": 1.0, "total": 2.0}
+    six_others = {**dict.fromkeys(ROW_STAGES[:5], 1.0), "llm": 4.0}  # six keys, "total" not among them
     before = snapshot()
     metrics.stages(dict.fromkeys(ROW_STAGES, 1.0))
     metrics.stages(partial)
+    metrics.stages(six_others)
     found = added(before)
-    assert found["parse"][1] == found["total"][1] == 2
-    assert found["features"][1] == 1
+    assert found["parse"][1] == 3
+    assert found["total"][1] == 2
+    assert found["features"][1] == 2
+    assert found["llm"][1] == 1
 
 
 def test_a_batch_of_shared_timings_counts_each_event() -> None:
