@@ -243,4 +243,3 @@ def encode_records(records: Sequence[DecisionRecord], key: bytes = b"") -> bytes
             )
         )
     return encode_lines(lines)
-
