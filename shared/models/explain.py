@@ -107,10 +107,11 @@ def reason_codes_many(
     estimate = estimated_s(loaded, len(at))
     if estimate is not None and estimate > policy.explain_budget_ms / 1000.0 * count:
         return None  # NOTE: the budget is per row here, as for one row
+    defaults = base[columns]
     occluded = rows[at]  # NOTE: a fancy index is a copy already
     if occluded.dtype != np.float32:
         occluded = occluded.astype(np.float32)
-    occluded[np.arange(len(at)), columns] = base[columns]
+    occluded[np.arange(len(at)), columns] = defaults
     try:
         occluded_scores = loaded.model.predict(occluded)
     except InferenceFailed:
@@ -119,7 +120,8 @@ def reason_codes_many(
     # NOTE: only the occluded columns are ranked (not a row * width matrix): by row, then the
     # largest drop first, ties to the lower column, as a stable sort of each row's drops would
     order = np.lexsort((columns, -drops, at)).tolist()
-    return _ranked(loaded.spec, order, at, columns, drops, rows, base, count, policy.explain_top)
+    values = rows[at, columns]
+    return _ranked(loaded.spec, order, at, columns, drops, values, defaults, count, policy.explain_top)
 
 
 def _ranked(
@@ -128,14 +130,15 @@ def _ranked(
     at: npt.NDArray[np.intp],
     columns: npt.NDArray[np.intp],
     drops: npt.NDArray[np.float64],
-    rows: npt.NDArray[np.float32],
-    base: npt.NDArray[np.float32],
+    values: npt.NDArray[np.float32],
+    defaults: npt.NDArray[np.float32],
     count: int,
     top: int,
 ) -> list[list[ReasonCode]]:
-    """Each row's first `top` positive drops in `order` (a row's drops fall along it, NaN last)."""
+    """Each row's first `top` positive drops in `order` (a row's drops fall along it, NaN last);
+    the arrays hold one entry per occluded (row, column), as `order` indexes them."""
     row_of, column_of, drop_of = at.tolist(), columns.tolist(), drops.tolist()
-    value_of, default_of = rows[at, columns].tolist(), base[columns].tolist()
+    value_of, default_of = values.tolist(), defaults.tolist()
     names = [f.name for f in spec.features]
     codes: list[list[ReasonCode]] = [[] for _ in range(count)]
     for k in order:
