@@ -1,6 +1,6 @@
 """CPU per request of the ASGI app called in-process: no server, no load generator, no network.
 
-    .venv/bin/python -m bench.inprocess [--profile hit|miss] [--telemetry] [--rollouts [--profile miss]]
+    .venv/bin/python -m bench.inprocess [--profile hit|miss] [--telemetry] [--rollouts [--rounds 7] [--profile miss]]
 
 The same app object `make run` serves, driven through its ASGI interface in groups of 8
 concurrent requests; `time.process_time` per request, median of 5 rounds, beside the bare
@@ -8,8 +8,9 @@ Starlette endpoint. This isolates the Python cost of the score path from the mac
 (embedded defaults: no Redis). `--profile` prints the cProfile of one path. `--telemetry`
 compares the app with TELEMETRY=false and true, rounds interleaved, in one run. `--rollouts`
 compares the miss path with nothing on, with the prediction log (a directory, every decision),
-and with the log and a shadow version; the background jobs run on the same loop, so their CPU
-is in the figures (`--profile miss` then profiles the log and shadow one).
+and with the log and a shadow version, on wrk's events (bench/wrk/score.lua: ~10% review and
+decline, whose records the writer explains); the background jobs run on the same loop, so their
+CPU is in the figures (`--profile miss` then profiles the log and shadow one).
 """
 
 from __future__ import annotations
@@ -94,7 +95,26 @@ async def telemetry_overhead() -> None:
         await holder.aclose()
 
 
-async def rollouts_overhead(profile: bool) -> None:
+def wrk_event(n: int, users: int = 2000) -> bytes:
+    """Event `n` as bench/wrk/score.lua writes it: its amounts, countries and channels give the
+    review and decline share wrk's runs have (~10%: the records the log's writer explains)."""
+    cents = n % 500_000
+    return orjson.dumps(
+        {
+            "event_id": f"e-{n}",
+            "user_id": f"u{n % users:05d}",
+            "amount": 1 + cents // 100 + (cents % 100) / 100,
+            "currency": "USD",
+            "merchant_id": f"m-{n % 97}",
+            "merchant_category": "5411",
+            "country": ("US", "GB", "DE", "NG")[n % 4],
+            "channel": ("web", "app", "pos")[n % 3],
+            "timestamp": f"2026-11-29T{n % 24:02d}:15:00Z",
+        }
+    )
+
+
+async def rollouts_overhead(profile: bool, rounds: int) -> None:
     """miss CPU per request: nothing on, the prediction log, the log and a shadow; interleaved rounds."""
     import dataclasses
     import shutil
@@ -114,22 +134,29 @@ async def rollouts_overhead(profile: bool) -> None:
         core = await holder.get()
         if name == "log+shadow":
             await core.set_shadow("fraud", "1")
-    rounds: dict[str, list[float]] = {}
-    for r in range(5):
-        for i, name in enumerate(apps):
-            misses = [event_body(10_000_000 * (r + 1) + 1_000_000 * i + n) for n in range(4000)]
+    per_round = 4000
+    values: dict[str, list[float]] = {}
+    for r in range(rounds):
+        names = list(apps) if r % 2 == 0 else list(reversed(apps))
+        for name in names:
+            # NOTE: wrk's numbering (16 a step): amounts unique within an app for 31,250 events, so every one a miss
+            misses = [wrk_event(16 * (r * per_round + n)) for n in range(per_round)]
             started = time.process_time()
             await cpu_per_request(apps[name][1], misses)
             await asyncio.sleep(1.2)  # NOTE: past the writer's flush interval: each round pays for its own records
-            rounds.setdefault(name, []).append((time.process_time() - started) / len(misses) * 1e6)
-    off = statistics.median(rounds["off"])
-    for name, values in rounds.items():
-        cpu = statistics.median(values)
-        print(f"miss, {name}: {cpu:.1f} µs CPU per request, +{cpu - off:.1f} µs ({cpu / off:.3f}x), median of 5")
+            values.setdefault(name, []).append((time.process_time() - started) / per_round * 1e6)
+    off = statistics.median(values["off"])
+    for name, found in values.items():
+        cpu = statistics.median(found)
+        ratios = [v / o for v, o in zip(found, values["off"], strict=True)]
+        print(
+            f"miss, {name}: {cpu:.1f} µs CPU per request, +{cpu - off:.1f} µs ({cpu / off:.3f}x; per round "
+            f"{statistics.median(ratios):.3f}x median), median of {rounds}"
+        )
     if profile:
         prof = cProfile.Profile()
         prof.enable()
-        await cpu_per_request(apps["log+shadow"][1], [event_body(90_000_000 + n) for n in range(4000)])
+        await cpu_per_request(apps["log+shadow"][1], [wrk_event(16 * (40_000 + n)) for n in range(4000)])
         await asyncio.sleep(1.2)
         prof.disable()
         pstats.Stats(prof).sort_stats("tottime").print_stats(30)
@@ -168,8 +195,9 @@ if __name__ == "__main__":
     parser.add_argument("--profile", choices=["hit", "miss"])
     parser.add_argument("--telemetry", action="store_true", help="TELEMETRY off vs on, in one run")
     parser.add_argument("--rollouts", action="store_true", help="the prediction log and a shadow off vs on")
+    parser.add_argument("--rounds", type=int, default=7, help="--rollouts: interleaved rounds (default 7)")
     options = parser.parse_args()
     if options.rollouts:
-        asyncio.run(rollouts_overhead(options.profile == "miss"))
+        asyncio.run(rollouts_overhead(options.profile == "miss", options.rounds))
     else:
         asyncio.run(telemetry_overhead() if options.telemetry else main(options.profile))

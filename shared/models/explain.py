@@ -99,29 +99,53 @@ def reason_codes_many(
     row's occlusions in one model run and one vectorised ranking, so a record costs a few µs,
     not a call. The same codes as one call per row (tests/models/test_explain.py holds them
     equal); None when the run would not fit EXPLAIN_BUDGET_MS, or the session is gone."""
-    count, width = rows.shape
+    count = len(rows)
     base = loaded.mapper.defaults
-    off = rows != base  # (count, width): the columns each row can be explained by
-    where = np.nonzero(off)
-    if not len(where[0]):
+    at, columns = np.nonzero(rows != base)  # NOTE: a column on its default: occluding it changes nothing
+    if not len(at):
         return [[] for _ in range(count)]
-    estimate = estimated_s(loaded, len(where[0]))
+    estimate = estimated_s(loaded, len(at))
     if estimate is not None and estimate > policy.explain_budget_ms / 1000.0 * count:
         return None  # NOTE: the budget is per row here, as for one row
-    occluded = rows[where[0]].astype(np.float32, copy=True)
-    occluded[np.arange(len(where[0])), where[1]] = base[where[1]]
+    defaults = base[columns]
+    occluded = rows[at]  # NOTE: a fancy index is a copy already
+    if occluded.dtype != np.float32:
+        occluded = occluded.astype(np.float32)
+    occluded[np.arange(len(at)), columns] = defaults
     try:
         occluded_scores = loaded.model.predict(occluded)
     except InferenceFailed:
         return None
-    drops = np.full((count, width), -np.inf)
-    drops[where] = np.round(scores[where[0]] - occluded_scores, 6)
-    top = np.argsort(-drops, axis=1, kind="stable")[:, : policy.explain_top]
-    spec = loaded.spec
-    return [
-        [_code(spec, int(j), rows[i], base, float(drops[i, j])) for j in top[i] if drops[i, j] > 0]
-        for i in range(count)
-    ]
+    drops = np.round(scores[at] - occluded_scores, 6)
+    # NOTE: only the occluded columns are ranked (not a row * width matrix): by row, then the
+    # largest drop first, ties to the lower column, as a stable sort of each row's drops would
+    order = np.lexsort((columns, -drops, at)).tolist()
+    values = rows[at, columns]
+    return _ranked(loaded.spec, order, at, columns, drops, values, defaults, count, policy.explain_top)
+
+
+def _ranked(
+    spec: ModelSpec,
+    order: list[int],
+    at: npt.NDArray[np.intp],
+    columns: npt.NDArray[np.intp],
+    drops: npt.NDArray[np.float64],
+    values: npt.NDArray[np.float32],
+    defaults: npt.NDArray[np.float32],
+    count: int,
+    top: int,
+) -> list[list[ReasonCode]]:
+    """Each row's first `top` positive drops in `order` (a row's drops fall along it, NaN last);
+    the arrays hold one entry per occluded (row, column), as `order` indexes them."""
+    row_of, column_of, drop_of = at.tolist(), columns.tolist(), drops.tolist()
+    value_of, default_of = values.tolist(), defaults.tolist()
+    names = [f.name for f in spec.features]
+    codes: list[list[ReasonCode]] = [[] for _ in range(count)]
+    for k in order:
+        drop, found = drop_of[k], codes[row_of[k]]
+        if drop > 0 and len(found) < top:
+            found.append(ReasonCode(names[column_of[k]], round(value_of[k], 6), round(default_of[k], 6), drop))
+    return codes
 
 
 async def explain(

@@ -4,7 +4,7 @@
     writer (run)     every flush_s, or as soon as `soon` records are held:
                        take what is held, CHUNK records at a time (the loop is yielded between):
                          subscribers(chunk)          drift, reason codes (before encoding: they fill fields)
-                         encode                      as_line(key) → one encode_lines call per partition
+                         encode                      encode_records: one encoding call per partition
                        write each partition's lines in one call; a sink that fails keeps them pending
                        (retried after flush_s, doubling to 5 s), as new records keep arriving
     aclose           the same, retried until close_s; what is left is dropped and counted
@@ -30,7 +30,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 
 from shared.domain.answers import PredictionLogStats
-from shared.domain.records import DecisionRecord, encode_lines
+from shared.domain.records import DecisionRecord, encode_records
 from shared.errors import SinkError
 from shared.settings import PredictionLogPolicy
 from shared.stores.prediction_log.sinks import Partition, Sink
@@ -229,7 +229,7 @@ class PredictionLog:
             group.append(record)
         for group in groups.values():
             try:
-                lines, count = encode_lines([r.as_line(key) for r in group]), len(group)
+                lines, count = encode_records(group, key), len(group)
             except Exception:  # NOTE: one record the encoder refuses: each on its own, that one counted
                 lines, count = self._encode_each(group)
             if not count:
@@ -247,7 +247,7 @@ class PredictionLog:
         lines: list[bytes] = []
         for record in group:
             try:
-                lines.append(encode_lines([record.as_line(self._key)]))
+                lines.append(encode_records([record], self._key))
             except Exception as exc:
                 self._unwritable(record, exc)
         return b"".join(lines), len(lines)
