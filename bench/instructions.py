@@ -1,0 +1,83 @@
+"""Instructions per request, counted by valgrind: a measure this noisy shared machine cannot move.
+
+    .venv/bin/python -m bench.instructions [--path hit|miss] [--telemetry on|off|both] [--tree DIR]
+
+The app (`create_app`, embedded defaults, TRACE_SAMPLE_RATIO=0) is built, warmed, and sent N
+requests through its ASGI interface in groups of 8, under `valgrind --tool=cachegrind`, which
+counts the instructions the CPU executes whatever else runs (identical runs agree to ~1-3%).
+The figure is (I(N=10,000) - I(N=2,000)) / 8,000: the start-up and warm-up cancel. `--tree`
+counts another checkout's code (a git worktree of the commit to compare) on this venv.
+PYTHONHASHSEED is fixed. The hit path is deterministic; the miss path goes through the
+micro-batcher, whose batches depend on timing, so its counts move more. ~3 min per figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+COUNTS = (2_000, 10_000)
+
+
+async def drive(telemetry: bool, path: str, count: int) -> None:
+    from bench.inprocess import call
+    from bench.loadgen import event_body
+    from shared.adapters.http.app import create_app
+    from shared.core.holder import ServiceHolder
+    from shared.settings import Settings
+
+    holder = ServiceHolder(lambda: Settings(gc_gen0_threshold=0, telemetry=telemetry, trace_sample_ratio=0.0))
+    app = create_app(holder)
+    await holder.get()
+    hits = [event_body(n) for n in range(200)]
+    for body in hits:
+        await call(app, body)
+    bodies = hits * (count // 200) if path == "hit" else [event_body(1_000_000 + n) for n in range(count)]
+    for i in range(0, len(bodies), 8):
+        await asyncio.gather(*(call(app, b) for b in bodies[i : i + 8]))
+    os._exit(0)  # NOTE: no teardown counted
+
+
+def counted(tree: Path, telemetry: bool, path: str, count: int) -> int:
+    """Instructions of one child run under cachegrind."""
+    command = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+               sys.executable, "-m", "bench.instructions", "--child", str(count), "--path", path,
+               "--telemetry", "on" if telemetry else "off"]  # fmt: skip
+    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(tree)}
+    done = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, check=False)
+    found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
+    if found is None:
+        raise RuntimeError(f"valgrind printed no count:\n{done.stderr[-2000:]}")
+    return int(found[1].replace(",", ""))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--path", choices=["hit", "miss"], default="hit")
+    parser.add_argument("--telemetry", choices=["on", "off", "both"], default="both")
+    parser.add_argument("--tree", type=Path, default=ROOT, help="the checkout whose code is counted")
+    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child is not None:
+        asyncio.run(drive(args.telemetry == "on", args.path, args.child))
+        return
+    if shutil.which("valgrind") is None:
+        sys.exit("valgrind is not installed (apt-get install valgrind)")
+    figures = {}
+    for mode in ("off", "on") if args.telemetry == "both" else (args.telemetry,):
+        low, high = (counted(args.tree.resolve(), mode == "on", args.path, n) for n in COUNTS)
+        figures[mode] = (high - low) / (COUNTS[1] - COUNTS[0])
+        print(f"{args.path}, telemetry {mode}: {figures[mode]:,.0f} instructions per request ({args.tree})", flush=True)
+    if len(figures) == 2:
+        print(f"telemetry's cost: +{figures['on'] - figures['off']:,.0f} ({figures['on'] / figures['off'] - 1:.1%})")
+
+
+if __name__ == "__main__":
+    main()
