@@ -179,3 +179,27 @@ async def test_the_feast_layout_target_serves_the_demo_users_through_a_model_tha
     finally:
         await store.aclose()
         await feast.clean(redis_url, "never-used:", project)
+
+
+def test_the_instruction_counter_drives_the_app_it_counts() -> None:
+    """bench.instructions' child (what valgrind runs): the app built, warmed and sent its requests."""
+    import subprocess
+    import sys
+
+    for path in ("hit", "miss"):
+        done = subprocess.run(
+            [sys.executable, "-m", "bench.instructions", "--child", "16", "--path", path, "--telemetry", "on"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_the_side_by_side_comparison_names_its_checkout() -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "bench.versus", "--help"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and "before" in done.stdout

@@ -12,7 +12,7 @@ that: they are packed as six doubles onto a buffer, and `fold` puts the buffer i
 histograms in bulk (numpy's `searchsorted` and `bincount`, every 512 events and whenever a
 reader collects). A reader sees what recording one event at a time would have given it
 (tests/telemetry/test_metrics.py holds the two to each other), at a fraction of the
-instructions (docs/benchmark.md, "Performance III").
+instructions (docs/benchmark.md, "Telemetry recorded in bulk").
 
 Everything here is the standard library; the recording functions are what other layers call:
 
