@@ -15,8 +15,8 @@ import argparse
 import statistics
 import urllib.request
 
-from bench.run import wrk
 from bench.servers import start_server
+from bench.versus import interleaved
 from shared.settings import Settings
 
 VARIANTS = {"off": {"TELEMETRY": "false"}, "on": {"TELEMETRY": "true"}}
@@ -35,19 +35,13 @@ def main() -> None:
         )
         for name, env in VARIANTS.items()
     }
-    results: dict[tuple[str, str], list[dict[str, float]]] = {}
+
+    def scrape() -> None:  # NOTE: once a round, as a Prometheus would
+        with urllib.request.urlopen(f"http://127.0.0.1:{servers['on'].port}/api/metrics", timeout=5) as scraped:
+            assert scraped.status == 200
+
     try:
-        for mode in ("miss", "hit"):
-            for server in servers.values():  # warm-up: models, caches, first-call imports
-                wrk(server.port, 2, args.connections, mode)
-            for r in range(args.rounds):
-                order = list(servers) if r % 2 == 0 else list(reversed(servers))
-                for name in order:
-                    results.setdefault((mode, name), []).append(
-                        wrk(servers[name].port, args.seconds, args.connections, mode)
-                    )
-                with urllib.request.urlopen(f"http://127.0.0.1:{servers['on'].port}/api/metrics", timeout=5) as scrape:
-                    assert scrape.status == 200
+        results = interleaved(servers, args.rounds, args.seconds, args.connections, after_round=scrape)
     finally:
         for server in servers.values():
             server.stop()

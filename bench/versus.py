@@ -15,13 +15,39 @@ from __future__ import annotations
 
 import argparse
 import statistics
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from bench.run import ROOT, wrk
-from bench.servers import cpu_s, start_server
+from bench.servers import Server, cpu_s, start_server
 from shared.settings import Settings
 
 FIGURES = ("rps", "p50_ms", "p99_ms", "cpu_us")
+
+
+def interleaved(
+    servers: Mapping[str, Server],
+    rounds: int,
+    seconds: float,
+    connections: int,
+    after_round: Callable[[], None] | None = None,
+) -> dict[tuple[str, str], list[dict[str, float]]]:
+    """wrk on each server in turn, misses then hits, the order reversed every other round (a warm-up
+    run first): each run's figures and the server's CPU per request, by (mode, server name)."""
+    results: dict[tuple[str, str], list[dict[str, float]]] = {}
+    for mode in ("miss", "hit"):
+        for server in servers.values():  # warm-up: models, caches, first-call imports
+            wrk(server.port, 2, connections, mode)
+        for r in range(rounds):
+            for name in list(servers) if r % 2 == 0 else list(servers)[::-1]:
+                server = servers[name]
+                cpu = cpu_s(server.process.pid)
+                run = wrk(server.port, seconds, connections, mode)
+                run["cpu_us"] = (cpu_s(server.process.pid) - cpu) / max(run["requests"], 1) * 1e6
+                results.setdefault((mode, name), []).append(run)
+            if after_round is not None:
+                after_round()
+    return results
 
 
 def main() -> None:
@@ -41,18 +67,8 @@ def main() -> None:
         )
         for name, tree in trees.items()
     }
-    results: dict[tuple[str, str], list[dict[str, float]]] = {}
     try:
-        for mode in ("miss", "hit"):
-            for server in servers.values():  # warm-up: models, caches, first-call imports
-                wrk(server.port, 2, args.connections, mode)
-            for r in range(args.rounds):
-                for name in list(servers) if r % 2 == 0 else list(reversed(servers)):
-                    server = servers[name]
-                    cpu = cpu_s(server.process.pid)
-                    run = wrk(server.port, args.seconds, args.connections, mode)
-                    run["cpu_us"] = (cpu_s(server.process.pid) - cpu) / max(run["requests"], 1) * 1e6
-                    results.setdefault((mode, name), []).append(run)
+        results = interleaved(servers, args.rounds, args.seconds, args.connections)
     finally:
         for server in servers.values():
             server.stop()
