@@ -27,7 +27,7 @@ COUNTS = (2_000, 10_000)
 
 
 async def drive(telemetry: bool, path: str, count: int) -> None:
-    from bench.inprocess import call
+    from bench.inprocess import call, cpu_per_request
     from bench.loadgen import event_body
     from shared.adapters.http.app import create_app
     from shared.core.holder import ServiceHolder
@@ -39,9 +39,12 @@ async def drive(telemetry: bool, path: str, count: int) -> None:
     hits = [event_body(n) for n in range(200)]
     for body in hits:
         await call(app, body)
-    bodies = hits * (count // 200) if path == "hit" else [event_body(1_000_000 + n) for n in range(count)]
-    for i in range(0, len(bodies), 8):
-        await asyncio.gather(*(call(app, b) for b in bodies[i : i + 8]))
+    bodies = (
+        [hits[n % len(hits)] for n in range(count)]
+        if path == "hit"
+        else [event_body(1_000_000 + n) for n in range(count)]
+    )
+    await cpu_per_request(app, bodies)
     os._exit(0)  # NOTE: no teardown counted
 
 
