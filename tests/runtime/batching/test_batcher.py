@@ -186,3 +186,53 @@ async def test_drain_returns_when_the_last_queued_request_was_cancelled() -> Non
     run.gate.set()
     await asyncio.wait_for(drained, 2.0)
     assert (await first).value == 0
+
+
+async def test_a_lone_request_runs_in_its_own_task_without_the_dispatcher() -> None:
+    run = Recorder()
+    batcher = Batcher(run, BatchPolicy(window_ms=1000, max_size=8))
+    assert (await batcher.submit(4)).value == 40
+    assert batcher._dispatcher is None  # the lone path woke no dispatcher
+    assert run.sizes == [1]
+
+
+async def test_a_leader_cancelled_before_its_run_leaves_the_batcher_serving() -> None:
+    run = Recorder()
+    batcher = Batcher(run, BatchPolicy(window_ms=5, max_size=8))
+    leader = asyncio.ensure_future(batcher.submit(0))
+    await asyncio.sleep(0)  # the leader is in its one-tick wait
+    leader.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await leader
+    assert (await asyncio.wait_for(batcher.submit(1), 2.0)).value == 10
+    assert run.sizes == [1]  # the cancelled leader's item never ran
+
+
+async def test_cancelling_a_joined_leader_never_fails_the_requests_that_joined_it() -> None:
+    run = Recorder()
+    run.gate = asyncio.Event()
+    batcher = Batcher(run, BatchPolicy(window_ms=5, max_size=8))
+    leader = asyncio.ensure_future(batcher.submit(0))
+    joined = [asyncio.ensure_future(batcher.submit(i)) for i in (1, 2)]
+    await asyncio.sleep(0.01)  # one batch of three is running, held at the gate
+    assert run.sizes == [3]
+    leader.cancel()
+    await asyncio.sleep(0)
+    run.gate.set()
+    assert [(await j).value for j in joined] == [10, 20]
+    with pytest.raises(asyncio.CancelledError):
+        await leader
+
+
+async def test_requests_queued_behind_a_lone_run_are_dispatched_after_it() -> None:
+    run = Recorder()
+    run.gate = asyncio.Event()
+    batcher = Batcher(run, BatchPolicy(window_ms=1000, max_size=8))
+    leader = asyncio.ensure_future(batcher.submit(0))
+    await asyncio.sleep(0.01)  # running alone, held at the gate
+    later = [asyncio.ensure_future(batcher.submit(i)) for i in (1, 2, 3)]
+    await asyncio.sleep(0.01)
+    run.gate.set()
+    assert (await leader).value == 0
+    assert [(await asyncio.wait_for(j, 2.0)).value for j in later] == [10, 20, 30]
+    assert run.sizes == [1, 3]  # they waited as one batch, not for the 1 s window
