@@ -1,6 +1,6 @@
 """CPU per request of the ASGI app called in-process: no server, no load generator, no network.
 
-    .venv/bin/python -m bench.inprocess [--profile hit|miss] [--telemetry] [--rollouts [--rounds 7] [--profile miss]]
+    .venv/bin/python -m bench.inprocess [--profile hit|miss|batch] [--telemetry] [--rollouts [--rounds 7] [--profile miss]]
 
 The same app object `make run` serves, driven through its ASGI interface in groups of 8
 concurrent requests; `time.process_time` per request, median of 5 rounds, beside the bare
@@ -32,15 +32,15 @@ from shared.core.holder import ServiceHolder
 from shared.settings import Settings
 
 
-async def call(app: Any, body: bytes) -> None:
+async def call(app: Any, body: bytes, path: str = "/api/score") -> None:
     scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
         "method": "POST",
         "scheme": "http",
-        "path": "/api/score",
-        "raw_path": b"/api/score",
+        "path": path,
+        "raw_path": path.encode(),
         "query_string": b"",
         "root_path": "",
         "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
@@ -60,10 +60,10 @@ async def call(app: Any, body: bytes) -> None:
         raise RuntimeError(orjson.loads(sent[-1]["body"]))
 
 
-async def cpu_per_request(app: Any, bodies: list[bytes]) -> float:
+async def cpu_per_request(app: Any, bodies: list[bytes], path: str = "/api/score") -> float:
     started = time.process_time()
     for i in range(0, len(bodies), 8):
-        await asyncio.gather(*(call(app, b) for b in bodies[i : i + 8]))
+        await asyncio.gather(*(call(app, b, path) for b in bodies[i : i + 8]))
     return (time.process_time() - started) / len(bodies) * 1e6
 
 
@@ -93,6 +93,11 @@ async def telemetry_overhead() -> None:
         )
     for holder, _ in apps.values():
         await holder.aclose()
+
+
+def batch_body(first: int, size: int = 64) -> bytes:
+    """One `/api/score/batch` body of `size` events of unique rows, as `make bench` sends."""
+    return b'{"events":[' + b",".join(event_body(first + i) for i in range(size)) + b"]}"
 
 
 def wrk_event(n: int, users: int = 2000) -> bytes:
@@ -173,18 +178,20 @@ async def main(profile: str | None) -> None:
     for body in hits[:200]:
         await call(app, body)
     paths = {
-        "ceiling": (starlette_app, lambda r: hits),
-        "hit": (app, lambda r: hits),
-        "miss": (app, lambda r: [event_body(1_000_000 * (r + 1) + n) for n in range(4000)]),
+        "ceiling": (starlette_app, lambda r: hits, "/api/score"),
+        "hit": (app, lambda r: hits, "/api/score"),
+        "miss": (app, lambda r: [event_body(1_000_000 * (r + 1) + n) for n in range(4000)], "/api/score"),
+        "batch": (app, lambda r: [batch_body(1_000_000 * (r + 1) + 64 * n) for n in range(60)], "/api/score/batch"),
     }
-    for name, (target, bodies) in paths.items():
-        rounds = [await cpu_per_request(target, bodies(r)) for r in range(5)]
-        print(f"{name}: {statistics.median(rounds):.1f} µs CPU per request (median of 5 rounds)")
+    for name, (target, bodies, path) in paths.items():
+        rounds = [await cpu_per_request(target, bodies(r), path) for r in range(5)]
+        per = f" (64 events; per event: {statistics.median(rounds) / 64:.1f} µs)" if name == "batch" else ""
+        print(f"{name}: {statistics.median(rounds):.1f} µs CPU per request (median of 5 rounds){per}")
     if profile:
-        target, bodies = paths[profile]
+        target, bodies, path = paths[profile]
         prof = cProfile.Profile()
         prof.enable()
-        await cpu_per_request(target, bodies(9))
+        await cpu_per_request(target, bodies(9), path)
         prof.disable()
         pstats.Stats(prof).sort_stats("tottime").print_stats(25)
     await holder.aclose()
@@ -192,7 +199,7 @@ async def main(profile: str | None) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--profile", choices=["hit", "miss"])
+    parser.add_argument("--profile", choices=["hit", "miss", "batch"])
     parser.add_argument("--telemetry", action="store_true", help="TELEMETRY off vs on, in one run")
     parser.add_argument("--rollouts", action="store_true", help="the prediction log and a shadow off vs on")
     parser.add_argument("--rounds", type=int, default=7, help="--rollouts: interleaved rounds (default 7)")

@@ -456,7 +456,7 @@ class ScoringService:
         valid = [e for e in events if not isinstance(e, ScoringError)]
         users = await self._features.contexts(loaded.spec, valid) if loaded.mapper.uses_user_features else None
         t1 = time.perf_counter()
-        rows = [loaded.mapper.row(e, users[i] if users else None) for i, e in enumerate(valid)]
+        rows = loaded.mapper.rows(valid, users)
         predictions = await loaded.score_rows([row.values for row in rows])
         thresholds = loaded.spec.thresholds
         decide = self._decider.decide

@@ -136,3 +136,19 @@ def test_orjson_reads_stored_numbers_as_the_store_writes_them() -> None:
 
 def _event() -> PaymentEvent:
     return decode_event(orjson.dumps(event_body()))
+
+
+@given(st.data(), specs(), st.lists(events(), min_size=1, max_size=6))
+def test_a_batchs_matrix_rows_equal_each_events_own_row(
+    data: st.DataObject, spec: ModelSpec, batch: list[PaymentEvent]
+) -> None:
+    mapper = FeatureMapper(spec)
+    users = data.draw(st.none() | st.lists(contexts(spec), min_size=len(batch), max_size=len(batch)))
+    together = mapper.rows(batch, users)
+    assert len(together) == len(batch)
+    for k, event in enumerate(batch):
+        alone = mapper.row(event, None if users is None else users[k])
+        got = together[k]
+        assert got.values.tobytes() == alone.values.tobytes(), (got.values, alone.values)
+        assert got.values.dtype == np.float32 and got.values.shape == (spec.width,)
+        assert got.defaulted == alone.defaulted and dict(got.why) == dict(alone.why)
