@@ -224,6 +224,48 @@ def test_any_batch_is_items_or_a_4xx(value: Any, max_items: int) -> None:
             assert_admissible(item)
 
 
+def each_on_its_own(body: bytes, max_items: int) -> list[Any]:
+    """The reference: every item decoded alone, as `decode_event` decodes one body."""
+    items: list[Any] = []
+    for raw in decode_batch(body, max_items):
+        try:
+            items.append(decode_event(bytes(raw)))
+        except ScoringError as exc:
+            items.append(exc)
+    return items
+
+
+def outcome(decode: Any, body: bytes, max_items: int) -> Any:
+    try:
+        items = decode(body, max_items)
+    except BadRequest as exc:
+        return (type(exc), exc.detail)
+    return [(type(i), i.detail) if isinstance(i, ScoringError) else i for i in items]
+
+
+valid_event_dicts = events().map(event_dict)
+batch_items = st.lists(
+    valid_event_dicts | json_values | valid_event_dicts.map(lambda d: {**d, "amount": -1}), max_size=9
+)
+
+
+@given(
+    batch_items.map(lambda items: json.dumps({"events": items}).encode())
+    | st.lists(valid_event_dicts, min_size=1, max_size=9).map(lambda items: json.dumps({"events": items}).encode())
+    | st.lists(events(), min_size=1, max_size=9).map(
+        lambda items: (
+            b'{"events":[' + b",".join(json.dumps(event_dict(e), ensure_ascii=False).encode() for e in items) + b"]}"
+        )
+    )
+    | json_bytes(),
+    st.integers(1, 8),
+)
+@example(b'{"events": [' + VALID + b', {"bad": 1}]}', 8)
+@example(b'{"events": [' + VALID + b"," + VALID.replace(b'"m-42"', b'"m-4\\u00072"') + b"]}", 8)
+def test_a_batch_decoded_in_one_call_equals_each_item_decoded_alone(body: bytes, max_items: int) -> None:
+    assert outcome(decode_events, body, max_items) == outcome(each_on_its_own, body, max_items)
+
+
 @given(st.binary(max_size=500) | json_bytes())
 def test_any_batch_bytes_are_items_or_a_4xx(body: bytes) -> None:
     try:
