@@ -1,6 +1,6 @@
 """Instructions per request, counted by valgrind: a measure this noisy shared machine cannot move.
 
-    .venv/bin/python -m bench.instructions [--path hit|miss] [--telemetry on|off|both] [--tree DIR]
+    .venv/bin/python -m bench.instructions [--path hit|miss|batch] [--telemetry on|off|both] [--tree DIR]
 
 The app (`create_app`, embedded defaults, TRACE_SAMPLE_RATIO=0) is built, warmed, and sent N
 requests through its ASGI interface in groups of 8, under `valgrind --tool=cachegrind`, which
@@ -8,7 +8,8 @@ counts the instructions the CPU executes whatever else runs (identical runs agre
 The figure is (I(N=10,000) - I(N=2,000)) / 8,000: the start-up and warm-up cancel. `--tree`
 counts another checkout's code (a git worktree of the commit to compare) on this venv.
 PYTHONHASHSEED is fixed. The hit path is deterministic; the miss path goes through the
-micro-batcher, whose batches depend on timing, so its counts move more. ~3 min per figure.
+micro-batcher, whose batches depend on timing, so its counts move more. `--path batch` sends
+`/api/score/batch` requests of 64 unique events (N events) and counts per event. ~3 min per figure.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ COUNTS = (2_000, 10_000)
 
 
 async def drive(telemetry: bool, path: str, count: int) -> None:
-    from bench.inprocess import call, cpu_per_request
+    from bench.inprocess import batch_body, call, cpu_per_request
     from bench.loadgen import event_body
     from shared.adapters.http.app import create_app
     from shared.core.holder import ServiceHolder
@@ -39,6 +40,9 @@ async def drive(telemetry: bool, path: str, count: int) -> None:
     hits = [event_body(n) for n in range(200)]
     for body in hits:
         await call(app, body)
+    if path == "batch":  # NOTE: `count` events, 64 a request
+        await cpu_per_request(app, [batch_body(1_000_000 + n) for n in range(0, count, 64)], "/api/score/batch")
+        os._exit(0)
     bodies = (
         [hits[n % len(hits)] for n in range(count)]
         if path == "hit"
@@ -63,7 +67,7 @@ def counted(tree: Path, telemetry: bool, path: str, count: int) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--path", choices=["hit", "miss"], default="hit")
+    parser.add_argument("--path", choices=["hit", "miss", "batch"], default="hit")
     parser.add_argument("--telemetry", choices=["on", "off", "both"], default="both")
     parser.add_argument("--tree", type=Path, default=ROOT, help="the checkout whose code is counted")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
@@ -74,10 +78,11 @@ def main() -> None:
     if shutil.which("valgrind") is None:
         sys.exit("valgrind is not installed (apt-get install valgrind)")
     figures = {}
+    unit = "event" if args.path == "batch" else "request"
     for mode in ("off", "on") if args.telemetry == "both" else (args.telemetry,):
         low, high = (counted(args.tree.resolve(), mode == "on", args.path, n) for n in COUNTS)
         figures[mode] = (high - low) / (COUNTS[1] - COUNTS[0])
-        print(f"{args.path}, telemetry {mode}: {figures[mode]:,.0f} instructions per request ({args.tree})", flush=True)
+        print(f"{args.path}, telemetry {mode}: {figures[mode]:,.0f} instructions per {unit} ({args.tree})", flush=True)
     if len(figures) == 2:
         print(f"telemetry's cost: +{figures['on'] - figures['off']:,.0f} ({figures['on'] / figures['off'] - 1:.1%})")
 

@@ -186,9 +186,19 @@ def test_the_instruction_counter_drives_the_app_it_counts() -> None:
     import subprocess
     import sys
 
-    for path in ("hit", "miss"):
+    for path in ("hit", "miss", "batch"):
         done = subprocess.run(
-            [sys.executable, "-m", "bench.instructions", "--child", "16", "--path", path, "--telemetry", "on"],
+            [
+                sys.executable,
+                "-m",
+                "bench.instructions",
+                "--child",
+                "128" if path == "batch" else "16",
+                "--path",
+                path,
+                "--telemetry",
+                "on",
+            ],
             capture_output=True,
             text=True,
             timeout=120,
