@@ -236,3 +236,15 @@ async def test_requests_queued_behind_a_lone_run_are_dispatched_after_it() -> No
     assert (await leader).value == 0
     assert [(await asyncio.wait_for(j, 2.0)).value for j in later] == [10, 20, 30]
     assert run.sizes == [1, 3]  # they waited as one batch, not for the 1 s window
+
+
+async def test_under_load_requests_take_the_dispatchers_path_and_lone_ones_lead_again() -> None:
+    run = Recorder()
+    batcher = Batcher(run, BatchPolicy(window_ms=5, max_size=8))
+    await asyncio.gather(*(batcher.submit(i) for i in range(3)))  # led, joined: one batch of three
+    assert batcher._dispatcher is None
+    assert (await batcher.submit(5)).value == 50  # the last batch held three: the dispatcher's path
+    assert batcher._dispatcher is not None
+    dispatcher = batcher._dispatcher
+    assert (await batcher.submit(6)).value == 60  # the last ran alone: this one leads
+    assert batcher._dispatcher is dispatcher and run.sizes == [3, 1, 1]
