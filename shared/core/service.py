@@ -40,6 +40,7 @@ from shared.domain.answers import (
     ModelView,
     Readiness,
     ReasonCode,
+    Review,
     ReviewRecord,
     RolloutView,
     Scored,
@@ -87,6 +88,8 @@ __all__ = ["Inferred", "ScoringService"]
 
 _NO_WHY: dict[str, str] = {}
 _NO_TIMINGS: dict[str, float] = {}
+_NO_ROW = np.zeros(0, dtype=np.float32)  # a review's outcome line: no features (they are its decision's)
+MAX_AWAITING = 100_000  # logged decisions whose pending review's outcome is still owed to the log
 DEGRADED_SHARE = 0.5  # readiness lists the features as degraded past this recent defaulted share
 WINDOW = 100  # events per window of the recent defaulted share
 
@@ -146,6 +149,10 @@ class ScoringService:
         self._drift = drift
         # NOTE: one test on the hot path: does anything want a decision's record?
         self._recording = log is not None or (traffic is not None and shadows is not None)
+        # logged decisions answered "pending", by event id: their review's outcome follows them
+        self._awaiting: dict[str, DecisionRecord] = {}
+        if log is not None and reviewer is not None:
+            reviewer.settled = self._review_settled
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -174,12 +181,12 @@ class ScoringService:
 
     async def aclose(self) -> None:
         await self.background.aclose()
+        if self._reviewer is not None:
+            await self._reviewer.aclose()  # NOTE: first: the outcomes of pending reviews go on to the log
         if self._shadows is not None:
             await self._shadows.aclose()  # NOTE: first: what it holds goes on to the log
         if self._log is not None:
             await self._log.aclose()  # NOTE: sends what it holds, within PREDICTION_LOG_CLOSE_S
-        if self._reviewer is not None:
-            await self._reviewer.aclose()
         await self._registry.aclose()
         if self._ensembles is not None:
             self._ensembles.release()
@@ -713,6 +720,35 @@ class ScoringService:
             reasons,
         )
         self._dispatch(record, shadow, served)
+        review = verdict.review
+        if logged and review is not None and review.status == "pending" and len(self._awaiting) < MAX_AWAITING:
+            self._awaiting[event.event_id] = record
+
+    def _review_settled(self, event_id: str, review: Review, verdict: Verdict | None) -> None:
+        """A review answered "pending" ended: its outcome, as one more line of the log (`via="review"`),
+        under the decision's hashed event id, model and version (the reader joins the two)."""
+        decided = self._awaiting.pop(event_id, None)
+        if decided is None or self._log is None:
+            return  # NOTE: not logged (sampled out, or past MAX_AWAITING)
+        done = verdict is not None
+        self._log.add_outcome(
+            DecisionRecord(
+                time.time(),
+                "review",
+                event_id,
+                decided.model,
+                decided.version,
+                decided.fingerprint,
+                (),
+                _NO_ROW,
+                _NO_WHY,
+                review.risk_score if done and isinstance(review.risk_score, float) else decided.score,
+                verdict.decision if verdict is not None else decided.decision,
+                verdict.reason if verdict is not None else decided.reason,
+                _NO_TIMINGS,
+                review,
+            )
+        )
 
     def _record_rows(self, served: LoadedModel | Ensemble, rows: Sequence[Row], scores: list[float], via: Via) -> None:
         """Tensor-level rows (V2) leave records too: no event id, the decision their score takes."""

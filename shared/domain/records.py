@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Arm", "DecisionRecord", "Line", "Shadowed", "Via", "encode_lines", "encode_records", "hashed_id"]
 
-Via = Literal["http", "batch", "v2", "queue"]  # V2 is REST and gRPC alike
+Via = Literal["http", "batch", "v2", "queue", "review"]  # V2 is REST and gRPC alike; "review": a review's later outcome
 Arm = Literal["live", "canary"]
 
 
@@ -154,8 +154,9 @@ class DecisionRecord(msgspec.Struct, gc=False):
     def as_line(self, key: bytes = b"") -> Line:
         """The record as the sink holds it (`encode_lines` writes a chunk of them)."""
         defaulted = self.defaulted
+        event = hashed_id(self.event_id, key) if self.event_id else ""
         return Line(
-            hashed_id(self.event_id, key) if self.event_id else "",
+            event,
             _iso(self.at),
             self.via,
             self.model,
@@ -166,7 +167,7 @@ class DecisionRecord(msgspec.Struct, gc=False):
             round(self.score, 6),
             self.decision,
             self.reason,
-            self.review,
+            self.review if self.review is None else _hashed_review(self.review, event),
             self.timings,
             self.arm,
             self.shadow,
@@ -182,6 +183,11 @@ class DecisionRecord(msgspec.Struct, gc=False):
     def partition(self) -> tuple[str, str, str]:
         """(model, version, UTC hour `YYYY-MM-DDTHH`): the sink's object a record lands in."""
         return self.model, self.version, datetime.fromtimestamp(self.at, UTC).strftime("%Y-%m-%dT%H")
+
+
+def _hashed_review(review: Any, event: str) -> Any:
+    """The answer's Review as a line holds it: its `id` (the raw event id) is the line's hashed `event`."""
+    return msgspec.structs.replace(review, id=event) if getattr(review, "id", "") else review
 
 
 def _plain(defaulted: Mapping[str, str]) -> dict[str, str]:
@@ -235,7 +241,7 @@ def encode_records(records: Sequence[DecisionRecord], key: bytes = b"") -> bytes
                 round(record.score, 6),
                 record.decision,
                 record.reason,
-                record.review,
+                record.review if record.review is None else _hashed_review(record.review, event),
                 record.timings,
                 record.arm,
                 record.shadow,

@@ -73,6 +73,10 @@ class Reviewer:
         self._tasks: set[asyncio.Task[Opinion]] = set()
         self._pending: set[str] = set()  # events answered "pending": their final record is owed
         self.stats = ReviewStats()
+        # a review whose caller was told "pending" ended: (event id, its review, the verdict it
+        # gave when done, else None: the local decision stands); the core appends it to the
+        # prediction log as that decision's outcome
+        self.settled: Callable[[str, Review, Verdict | None], None] | None = None
 
     async def decide(
         self, event: PaymentEvent, score: float, thresholds: Thresholds, wait_s: float | None = None
@@ -140,11 +144,15 @@ class Reviewer:
             failure = ReviewFailed(f"no review: {type(exc).__name__}")
             self._ended(event, local, failure)
             raise failure from exc
+        told = event.event_id in self._pending
         self._pending.discard(event.event_id)
         self.stats.done += 1
         if tier is not None:
             self.stats.cached += 1
-        self._store.put(event.event_id, self._record(event, self._verdict(event, local, opinion), None))
+        verdict = self._verdict(event, local, opinion)
+        self._store.put(event.event_id, self._record(event, verdict, None))
+        if told and self.settled is not None and verdict.review is not None:
+            self.settled(event.event_id, verdict.review, verdict)
         return opinion
 
     def _ended(self, event: PaymentEvent, local: Verdict, exc: ReviewFailed) -> None:
@@ -160,6 +168,8 @@ class Reviewer:
             self.stats.failed += 1
             review = Review("failed", event.event_id, exc.detail)
         self._store.put(event.event_id, self._record(event, local, review))
+        if told and self.settled is not None:
+            self.settled(event.event_id, review, None)
 
     async def _ask(self, fields: dict[str, object]) -> Opinion:
         """One call to Azure OpenAI, if the bounds allow it now."""
@@ -258,6 +268,8 @@ class Reviewer:
         await asyncio.gather(*cancelled, return_exceptions=True)
         for event_id in self._pending:
             self._store.put(event_id, ReviewRecord(event_id, "failed", event_id, "shutdown"))
+            if self.settled is not None:  # NOTE: the local decision stands, and the log says why
+                self.settled(event_id, Review("failed", event_id, "shutdown"), None)
         self._pending.clear()
         await self._store.drain()
         await self._client.aclose()

@@ -74,6 +74,7 @@ class PredictionLog:
         self._sample = policy.sample
         self._every = policy.sample >= 1.0
         self._records: deque[DecisionRecord] = deque()
+        self._outcomes_held = False  # a review's outcome waits among the records (`add_outcome`)
         self._pending: dict[Partition, _Pending] = {}
         self._pending_count = 0
         self._subscribers: list[Subscriber] = []
@@ -111,6 +112,12 @@ class PredictionLog:
         self._records.append(record)
         if held + 1 == self._soon and self._wake is not None:
             self._wake.set()
+
+    def add_outcome(self, record: DecisionRecord) -> None:
+        """Hold a review's later outcome (`via="review"`): written like a decision's record, never
+        handed to subscribers (it is no decision: no reason codes, no drift)."""
+        self._outcomes_held = True
+        self.add(record)
 
     def subscribe(self, fn: Subscriber) -> None:
         """Hand every batch the writer takes to `fn`, before it is encoded (its exceptions are logged)."""
@@ -191,10 +198,11 @@ class PredictionLog:
     async def _take(self) -> None:
         """Hand over and encode what is held now (not what arrives meanwhile), yielding between chunks."""
         records, left = self._records, len(self._records)
+        outcomes, self._outcomes_held = self._outcomes_held, False  # NOTE: one arriving meanwhile sets it again
         while left:
             chunk = [records.popleft() for _ in range(min(left, CHUNK))]
             left -= len(chunk)
-            self._hand_over(chunk)
+            self._hand_over([r for r in chunk if r.via != "review"] if outcomes else chunk)
             if self._sink is None:
                 self._stats.written += len(chunk)  # NOTE: no sink: the subscribers were its destination
             else:

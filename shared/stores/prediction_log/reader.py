@@ -1,7 +1,8 @@
 """The prediction log read back: a time range, pruned by the hour each object's path names.
 
     load(source, since=, until=, model=, version=)     the records as dicts (the lines `as_json` wrote)
-    to_pandas(source, ...)                             the same as a pandas DataFrame (features.* columns)
+    to_pandas(source, ...)                             the decisions as a pandas DataFrame (features.*, outcome.*)
+    joined(records)                                    the decisions, a pending review's later outcome on each
     summarize(records) → Summary, render(summary)      what a look at a range wants, without pandas
 
 `source` is the log's directory or a (sync) blob ContainerClient: the names are the same
@@ -34,6 +35,7 @@ __all__ = [
     "ShadowAgreement",
     "Summary",
     "blob_container",
+    "joined",
     "load",
     "parse_time",
     "render",
@@ -99,12 +101,41 @@ def to_pandas(
     model: str | None = None,
     version: str | None = None,
 ) -> pandas.DataFrame:
-    """What `load` reads, as a DataFrame with nested fields flattened (`features.amount`, `shadow.score`, ...)."""
+    """What `load` reads, as a DataFrame of decisions with nested fields flattened (`features.amount`,
+    `shadow.score`, ...), a pending review's outcome joined on (`outcome.status`, `outcome.decision`, ...)."""
     try:
         import pandas
     except ImportError as exc:
         raise ImportError("to_pandas needs pandas, which is not a runtime dependency: pip install pandas") from exc
-    return pandas.json_normalize(load(source, since=since, until=until, model=model, version=version))
+    return pandas.json_normalize(joined(load(source, since=since, until=until, model=model, version=version)))
+
+
+def joined(records: Sequence[Record]) -> list[Record]:
+    """The decisions, each pending one with its review's later outcome under `outcome` (status,
+    decision, reason, risk_score, at), the outcome lines themselves folded in (`via="review"`).
+
+    NOTE: an outcome whose decision lies outside the range read stays out; a decision whose
+    outcome is not (yet) in it has no `outcome`."""
+    outcomes = {r["event"]: r for r in records if r.get("via") == "review"}
+    decisions: list[Record] = []
+    for r in records:
+        if r.get("via") == "review":
+            continue
+        found = outcomes.get(r["event"]) if (r.get("review") or {}).get("status") == "pending" else None
+        if found is not None:
+            review = found.get("review") or {}
+            r = {
+                **r,
+                "outcome": {
+                    "status": review.get("status"),
+                    "decision": found.get("decision"),
+                    "reason": review.get("reason") or found.get("reason"),
+                    "risk_score": review.get("risk_score"),
+                    "at": found["at"],
+                },
+            }
+        decisions.append(r)
+    return decisions
 
 
 def _objects(source: Path | ContainerClient, wanted: Range) -> Iterator[tuple[str, datetime]]:
@@ -202,15 +233,20 @@ class Summary:
     defaulted: dict[str, float] = field(default_factory=dict)  # feature -> share of records it defaulted in
     shadow: dict[str, ShadowAgreement] = field(default_factory=dict)  # "model/shadow version" -> agreement
     reasons: dict[str, int] = field(default_factory=dict)  # feature -> times a reason code named it
+    outcomes: dict[str, int] = field(default_factory=dict)  # pending reviews' later outcomes: status -> count
 
     def share(self, decision: str) -> float:
         return self.decisions.get(decision, 0) / self.records if self.records else 0.0
 
 
 def summarize(records: Sequence[Mapping[str, Any]]) -> Summary:
-    """Counts, shares, score quantiles, defaulted shares, shadow agreement and reason-code features."""
+    """Counts, shares, score quantiles, defaulted shares, shadow agreement and reason-code features
+    of the decisions; the pending reviews' outcomes (`via="review"` lines) counted apart."""
+    outcomes = Counter((r.get("review") or {}).get("status", "") for r in records if r.get("via") == "review")
+    if outcomes:
+        records = [r for r in records if r.get("via") != "review"]
     if not records:
-        return Summary(records=0)
+        return Summary(records=0, outcomes=dict(outcomes.most_common()))
     n = len(records)
     defaulted: Counter[str] = Counter(f for r in records for f in r.get("defaulted") or ())
     reasons: Counter[str] = Counter(c["feature"] for r in records for c in r.get("reasons") or ())
@@ -225,6 +261,7 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> Summary:
         defaulted={f: c / n for f, c in defaulted.most_common()},
         shadow=_shadows(records),
         reasons=dict(reasons.most_common()),
+        outcomes=dict(outcomes.most_common()),
     )
 
 
@@ -271,6 +308,8 @@ def render(summary: Summary) -> str:
         rows.append(("shadow", f"{key}: {s.compared:,} compared, {s.share:.1%} agree{diff}, {s.failed:,} failed"))
     if summary.reasons:
         rows.append(("reason codes", _join(f"{k} {v:,}" for k, v in summary.reasons.items())))
+    if summary.outcomes:
+        rows.append(("review outcomes", _join(f"{k} {v:,}" for k, v in summary.outcomes.items())))
     return "".join(f"{label:<18} {text}\n" for label, text in rows)
 
 
