@@ -120,6 +120,8 @@ async def build_service(settings: Settings) -> ScoringService:
         shadows=shadows,
         drift=drift,
     )
+    if drift is not None and control is not None:
+        service.background.add("drift", drift.run)  # NOTE: the fleet's references, exchanged off the writer
     if settings.telemetry:
         from shared.telemetry.setup import configure
 
@@ -150,17 +152,17 @@ def build_rollouts(
     from shared.fleet.traffic import Traffic
 
     log = None
+    replica = replica_name(settings.prediction_log.replica)
     if settings.prediction_log.enabled:
         from shared.stores.prediction_log.log import PredictionLog
         from shared.stores.prediction_log.sinks import sink_from_settings
 
-        replica = replica_name(settings.prediction_log.replica)
         log = PredictionLog(settings.prediction_log, sink_from_settings(settings, replica), replica=replica)
     drift = None
     if log is not None and settings.drift.reference:
         from shared.fleet.drift import DriftMonitor
 
-        drift = DriftMonitor(settings.drift)
+        drift = DriftMonitor(settings.drift, control, replica=replica)  # NOTE: one reference per fleet, via Redis
     kept = log
 
     def emit(record: DecisionRecord) -> None:

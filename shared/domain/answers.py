@@ -476,6 +476,10 @@ class DriftView(Answer, frozen=True):
     window_events: int
     psi: Annotated[dict[str, float], Meta(description="population stability index by feature; `score` too")]
     defaulted: Annotated[dict[str, float], Meta(description="share of the window on the model default, by feature")]
+    reference: Annotated[
+        str,
+        Meta(description="where the reference is from: `fleet` (the control store's), `local`, or `local: <why>`"),
+    ]
 
 
 class RolloutView(Answer, frozen=True):

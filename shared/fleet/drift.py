@@ -3,8 +3,8 @@
 A background job hands `DriftMonitor.observe` the decision records in batches (never the
 response path). Per (model, version):
 
-    reference    the version's first DRIFT_REFERENCE records on this replica (rows and scores);
-                 frozen once full, and only then is any PSI reported
+    reference    the version's first DRIFT_REFERENCE records (rows and scores), frozen once
+                 full, and only then is any PSI reported; one for the whole fleet (below)
     window       the last DRIFT_WINDOW records, whichever they are (right after the reference
                  fills, the two overlap and the PSI starts near 0)
 
@@ -41,31 +41,90 @@ pace; the metrics are set then). Assigning bins is one vectorised comparison per
 per record observed in batches of 1000 (1.6 in batches of 100, 6 in batches of 10), the
 recompute included; the recompute alone (26 PSIs, 51 gauges set) 17 µs.
 
-One owner: call `observe`, `describe` and `forget` from one thread (the event loop's); an
-`observe` of a batch of 1000 records holds it for about 1.3 ms.
+One reference per fleet. With a control store (Redis), a version's frozen reference (its
+bins and its counts per bin, a few KB: `SharedReference`) is shared under
+`drift:reference:{model}:{version}:{fingerprint}`:
+
+    first sight of a version    read the key: a reference found is adopted at once (a restart,
+                                or a replica that scaled out later), before this one builds its own
+    this replica's fills        set-if-absent (SET NX): the first replica to publish wins; one
+                                that loses reads the winner's and adopts it
+    adopting                    the published bins and counts replace this replica's; the rows it
+                                had collected for its own become its window (or, once frozen, its
+                                window starts again: its bins were this replica's)
+
+so every replica's PSI is against the same reference. A published value over MAX_SHARED_BYTES is
+neither written nor read, and one that does not describe the version (its columns, its shape) is
+ignored: the replica keeps its own. With the control store unreachable the replica keeps its own
+reference, logs a warning once per version, says so in `describe` (`reference`: "local: control
+store down") and tries again every RETRY_S; drift never fails a record, nor scoring. The
+exchange with the store runs in `run` (a background job), never inside `observe`.
+
+One owner: call `observe`, `describe`, `forget` and `exchange` from one thread (the event
+loop's); an `observe` of a batch of 1000 records holds it for about 1.3 ms.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
 from shared.domain.answers import DriftView
 from shared.domain.records import DecisionRecord
+from shared.errors import ControlStoreDown
 from shared.settings import DriftPolicy
+from shared.stores.control import ControlStore
 from shared.telemetry import metrics
 
-__all__ = ["CATCH_UP", "CATCH_UP_S", "EPSILON", "SCORE", "DriftMonitor", "population_stability"]
+__all__ = [
+    "CATCH_UP",
+    "CATCH_UP_S",
+    "EPSILON",
+    "MAX_SHARED_BYTES",
+    "RETRY_S",
+    "SCORE",
+    "DriftMonitor",
+    "SharedReference",
+    "population_stability",
+    "reference_key",
+]
+
+log = logging.getLogger(__name__)
 
 EPSILON = 1e-4  # the share an empty bin counts as (see the module docstring)
 SCORE = "score"  # the `feature` the score's PSI is reported under
 
+MAX_SHARED_BYTES = 256 * 1024  # a shared reference larger than this is kept local (the defaults: ~5 KB)
+RETRY_S = 60.0  # a replica on its own reference because the store was down asks again this often
+
 Counts = npt.NDArray[np.int64]
 Rows = npt.NDArray[Any]  # a ring's rows: bins (uint8) or defaulted flags (bool)
+
+
+class SharedReference(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
+    """A version's frozen reference as the fleet shares it: bins and counts, never rows."""
+
+    columns: list[str]  # the version's columns, then `score`
+    bins: int  # DRIFT_BINS of the replica that built it
+    records: int  # the records it was built from
+    cuts: list[list[float]]  # per column, its cut points ([] for a discrete column)
+    values: list[list[float] | None]  # per column, its distinct values (None for a continuous one)
+    counts: list[list[int]]  # per column, reference records per bin (bins + 1 of them)
+    replica: str = ""  # who built it
+    at: float = 0.0  # when (epoch seconds)
+
+
+def reference_key(model: str, version: str, fingerprint: str) -> str:
+    """The control store's key of a version's shared reference (the fingerprint: the bytes it scores with)."""
+    return f"drift:reference:{model}:{version}:{fingerprint}"
 
 
 def population_stability(reference: Counts, window: Counts) -> npt.NDArray[np.float64]:
@@ -79,23 +138,57 @@ def population_stability(reference: Counts, window: Counts) -> npt.NDArray[np.fl
 class _Bins:
     """Each column's bins, drawn from the reference: by value when few, else by its quantiles."""
 
-    def __init__(self, reference: npt.NDArray[np.float64], bins: int) -> None:
-        width = reference.shape[1]
+    def __init__(self, width: int, bins: int) -> None:
+        self.bins = bins
         self.slots = bins + 1  # B quantile bins, or up to B values and `other`
         self.cuts = np.full((width, bins - 1), np.inf)  # continuous columns; +inf pads: nothing is above it
         self.values = np.full((width, bins), np.nan)  # discrete columns; NaN pads: nothing equals it
-        discrete = np.zeros(width, dtype=bool)
-        for j in range(width):  # NOTE: once per version, when its reference fills
+        self.is_discrete = np.zeros(width, dtype=bool)
+        self.offsets = np.arange(width) * self.slots
+        self._index()
+
+    def _index(self) -> None:
+        self.discrete = np.flatnonzero(self.is_discrete)
+        self.continuous = np.flatnonzero(~self.is_discrete)
+
+    @classmethod
+    def drawn(cls, reference: npt.NDArray[np.float64], bins: int) -> _Bins:
+        """The bins of `reference`'s columns."""
+        self = cls(reference.shape[1], bins)
+        for j in range(reference.shape[1]):  # NOTE: once per version, when its reference fills
             distinct = np.unique(reference[:, j])
             if len(distinct) <= bins:
-                discrete[j] = True
+                self.is_discrete[j] = True
                 self.values[j, : len(distinct)] = distinct
             else:
                 cuts = np.unique(np.quantile(reference[:, j], np.linspace(0.0, 1.0, bins + 1)[1:-1]))
                 self.cuts[j, : len(cuts)] = cuts
-        self.discrete = np.flatnonzero(discrete)
-        self.continuous = np.flatnonzero(~discrete)
-        self.offsets = np.arange(width) * self.slots
+        self._index()
+        return self
+
+    @classmethod
+    def shared(cls, reference: SharedReference) -> _Bins:
+        """The bins a shared reference describes; ValueError when it describes none."""
+        self = cls(len(reference.columns), reference.bins)
+        for j, (cuts, values) in enumerate(zip(reference.cuts, reference.values, strict=True)):
+            if values is not None:
+                self.is_discrete[j] = True
+                self.values[j, : len(values)] = values  # NOTE: more than `bins` raises here
+            else:
+                self.cuts[j, : len(cuts)] = cuts
+        self._index()
+        return self
+
+    def parts(self) -> tuple[list[list[float]], list[list[float] | None]]:
+        """Each column's cut points and distinct values, as `SharedReference` holds them."""
+        cuts: list[list[float]] = []
+        values: list[list[float] | None] = []
+        for j, discrete in enumerate(self.is_discrete.tolist()):
+            row = self.values[j] if discrete else self.cuts[j]
+            held = row[np.isfinite(row)].tolist()  # NOTE: the padding (NaN, +inf) dropped
+            cuts.append([] if discrete else held)
+            values.append(held if discrete else None)
+        return cuts, values
 
     def assign(self, values: npt.NDArray[np.float64]) -> npt.NDArray[np.uint8]:
         """The bin of each value (rows: records, columns: the version's columns)."""
@@ -160,12 +253,16 @@ class _Version:
         self.defaulted = _Ring(policy.window, len(columns), np.bool_, _column_sums)
         self.psi: npt.NDArray[np.float64] | None = None
         self.policy = policy
+        self.fingerprint = ""  # the first record's: with model and version, the shared reference's key
+        self.origin = "local"  # where the reference is from: `local`, `fleet`, or `local: <why not the fleet's>`
+        self._shared: SharedReference | None = None  # the frozen reference as shared (built once, or adopted)
 
     def takes(self, record: DecisionRecord) -> bool:
         return record.columns is self.columns or tuple(record.columns) == tuple(self.columns)
 
-    def add(self, records: list[DecisionRecord]) -> None:
-        """Take a batch of this version's records, then recompute its figures."""
+    def add(self, records: list[DecisionRecord]) -> bool:
+        """Take a batch of this version's records, then recompute its figures; whether the
+        reference froze with it (it can then be shared)."""
         values = np.empty((len(records), len(self.names)), dtype=np.float64)
         # NOTE: np.array, not np.stack (Python around each row: three times the cost); rows of
         # unequal width raise here as they did there
@@ -178,26 +275,52 @@ class _Version:
                 if j is not None:
                     defaulted[i, j] = True
         self.defaulted.push(defaulted)
+        froze = False
         if self.frozen is None:
             taken = min(len(values), len(self.reference) - self.referenced)
             self.reference[self.referenced : self.referenced + taken] = values[:taken]
             self.referenced += taken
             if self.referenced < len(self.reference):
-                return
-            self.frozen = self._freeze()
+                return False
+            self.frozen, froze = self._freeze(), True
             values = values[taken:]
         bins, baseline, window = self.frozen
         window.push(bins.assign(values))
         self.psi = population_stability(baseline, window.total)
+        return froze
 
     def _freeze(self) -> tuple[_Bins, Counts, _Ring]:
         """The reference is full: its bins, its counts, and the window in its bins (its latest records)."""
-        bins = _Bins(self.reference, self.policy.bins)
+        bins = _Bins.drawn(self.reference, self.policy.bins)
         assigned = bins.assign(self.reference)
         window = _Ring(self.policy.window, len(self.names), np.uint8, bins.count)
         window.push(assigned[-self.policy.window :])
         self.reference = self.reference[:0]  # NOTE: the counts are all that is needed from here on
         return bins, bins.count(assigned), window
+
+    def shared(self, replica: str) -> SharedReference | None:
+        """The frozen reference as the fleet shares it (None until it is frozen): the adopted one
+        as it was published, or this replica's own, described once."""
+        if self._shared is None and self.frozen is not None:
+            bins, baseline, _ = self.frozen
+            cuts, values = bins.parts()
+            self._shared = SharedReference(
+                list(self.names), bins.bins, self.referenced, cuts, values, baseline.tolist(), replica, time.time()
+            )
+        return self._shared
+
+    def adopt(self, reference: SharedReference) -> None:
+        """Take the fleet's reference instead of this replica's; ValueError (nothing changed) when
+        it does not describe this version."""
+        bins, baseline = _Bins.shared(_checked(reference, self.names)), np.array(reference.counts, dtype=np.int64)
+        window = _Ring(self.policy.window, len(self.names), np.uint8, bins.count)
+        if self.frozen is None and self.referenced:  # NOTE: the rows collected for its own become its window
+            window.push(bins.assign(self.reference[: self.referenced][-self.policy.window :]))
+        self.frozen = (bins, baseline, window)
+        self.reference = self.reference[:0]
+        self.referenced = reference.records
+        self.psi = population_stability(baseline, window.total) if window.held else None
+        self.origin, self._shared = "fleet", reference
 
     def shares(self) -> npt.NDArray[np.float64]:
         return self.defaulted.total / max(self.defaulted.held, 1)
@@ -212,7 +335,26 @@ class _Version:
     def view(self, version: str) -> DriftView:
         psi = {} if self.psi is None else {n: round(p, 4) for n, p in zip(self.names, self.psi.tolist(), strict=True)}
         shares = {n: round(s, 4) for n, s in zip(self.columns, self.shares().tolist(), strict=True)}
-        return DriftView(version, self.referenced, self.defaulted.held, psi, shares)
+        return DriftView(version, self.referenced, self.defaulted.held, psi, shares, self.origin)
+
+
+def _checked(reference: SharedReference, names: Sequence[str]) -> SharedReference:
+    """`reference`, if it describes a version of these columns (its shape whole); else ValueError."""
+    width, slots = len(names), reference.bins + 1
+    if tuple(reference.columns) != tuple(names):
+        raise ValueError("its columns are not this version's")
+    if not 2 <= reference.bins <= 100 or reference.records < 1:
+        raise ValueError(f"bins {reference.bins} or records {reference.records} out of range")
+    if not len(reference.cuts) == len(reference.values) == len(reference.counts) == width:
+        raise ValueError("not one entry per column")
+    for cuts, values, counts in zip(reference.cuts, reference.values, reference.counts, strict=True):
+        if len(counts) != slots or min(counts) < 0 or len(cuts) > reference.bins - 1:
+            raise ValueError("a column's counts or cut points do not fit its bins")
+        if values is not None and len(values) > reference.bins:
+            raise ValueError("a column holds more values than bins")
+        if not all(np.isfinite(cuts)) or (values is not None and not all(np.isfinite(values))):
+            raise ValueError("a column's bins are not finite numbers")
+    return reference
 
 
 CATCH_UP = 256  # records taken before they are counted (or CATCH_UP_S, whichever first): ~0.4 ms of the loop
@@ -220,10 +362,15 @@ CATCH_UP_S = 1.0
 
 
 class DriftMonitor:
-    """Drift of every version this replica scores with, from its decision records."""
+    """Drift of every version this replica scores with, from its decision records, against the
+    fleet's reference of each (shared through `control`; None: this replica's own)."""
 
-    def __init__(self, policy: DriftPolicy) -> None:
+    def __init__(self, policy: DriftPolicy, control: ControlStore | None = None, *, replica: str = "") -> None:
         self.policy = policy
+        self._control = control
+        self._replica = replica
+        self._asks: deque[tuple[str, str]] = deque()  # versions whose reference to look up or publish
+        self._wake: asyncio.Event | None = None
         self._versions: dict[tuple[str, str], _Version] = {}  # in the order first seen
         self._pending: list[DecisionRecord] = []
         self._caught_up = 0.0  # monotonic time of the last catch-up
@@ -257,10 +404,99 @@ class DriftMonitor:
             state = self._versions.get(key)
             if state is None:
                 state = self._versions[key] = _Version(batch[0].columns, self.policy)
+                state.fingerprint = batch[0].fingerprint
+                self._ask(key)  # NOTE: the fleet may hold its reference already
             taken = [r for r in batch if state.takes(r)]  # NOTE: a version's columns never change
             if taken:
-                state.add(taken)
+                if state.add(taken) and state.origin != "fleet":
+                    self._ask(key)  # NOTE: its own is full: publish it, or adopt the winner's
                 state.report(*key)
+
+    # -- the fleet's reference (a background job: never inside `observe`) ----------------------
+
+    def _ask(self, key: tuple[str, str]) -> None:
+        if self._control is not None:
+            self._asks.append(key)
+            if self._wake is not None:
+                self._wake.set()
+
+    async def run(self) -> None:
+        """The background job: exchange references with the control store as versions come and
+        fill; every RETRY_S, ask again for the versions it could not reach the store for."""
+        wake = self._wake = asyncio.Event()  # NOTE: made inside the running loop
+        while True:
+            if not self._asks:  # NOTE: asks made before this job started are not waited for
+                try:
+                    async with asyncio.timeout(RETRY_S):
+                        await wake.wait()
+                except TimeoutError:
+                    self._asks.extend(k for k, s in self._versions.items() if s.origin.startswith("local: control"))
+            wake.clear()
+            await self.exchange()
+
+    async def exchange(self) -> None:
+        """Look up or publish the reference of each version asked for; adopt the fleet's when it has one."""
+        while self._asks and self._control is not None:
+            key = self._asks.popleft()
+            state = self._versions.get(key)
+            if state is None or state.origin == "fleet":
+                continue  # NOTE: forgotten meanwhile, or settled by an earlier ask
+            try:
+                await self._exchange(self._control, key, state)
+            except ControlStoreDown as exc:
+                self._unreachable(key, state, exc)
+
+    async def _exchange(self, control: ControlStore, key: tuple[str, str], state: _Version) -> None:
+        name = reference_key(*key, state.fingerprint)
+        own = state.shared(self._replica)
+        if own is not None:
+            payload = msgspec.json.encode(own)
+            if len(payload) > MAX_SHARED_BYTES:
+                return self._kept(key, state, f"local: {len(payload):,} bytes, too large to share")
+            if await control.write_if_absent(name, payload):
+                state.origin = "fleet"
+                log.info("drift: %s/%s: this replica's reference is the fleet's (%s)", *key, name)
+                return None
+        found = (await control.read([name]))[0]
+        if found is None:
+            state.origin = "local"  # NOTE: none published yet: this replica's, published once it fills
+            return None
+        return self._adopt(key, state, found)
+
+    def _adopt(self, key: tuple[str, str], state: _Version, found: bytes) -> None:
+        try:
+            if len(found) > MAX_SHARED_BYTES:
+                raise ValueError(f"{len(found):,} bytes")
+            state.adopt(msgspec.json.decode(found, type=SharedReference))
+        except (ValueError, msgspec.DecodeError) as exc:  # NOTE: msgspec.ValidationError is a ValueError
+            return self._kept(key, state, f"local: the fleet's reference is unreadable ({exc})")
+        log.info("drift: %s/%s adopts the fleet's reference", *key)
+        state.report(*key)
+        return None
+
+    def _kept(self, key: tuple[str, str], state: _Version, why: str) -> None:
+        if state.origin != why:
+            log.warning("drift: %s/%s keeps this replica's own reference (%s)", *key, why)
+        state.origin = why
+
+    def _unreachable(self, key: tuple[str, str], state: _Version, exc: ControlStoreDown) -> None:
+        """The store is down: this replica's own reference, said once per version, asked again later."""
+        why = "local: control store down"
+        if state.origin != why:
+            log.warning(
+                "drift: %s/%s keeps this replica's own reference: its PSI may differ from other replicas' "
+                "until the control store answers (%s)",
+                *key,
+                exc.detail,
+            )
+        state.origin = why
+
+    def reference(self, name: str, version: str) -> SharedReference | None:
+        """The reference `version` of `name` is measured against, as the fleet shares it (None until frozen)."""
+        if self._pending:
+            self.catch_up()
+        state = self._versions.get((name, version))
+        return None if state is None else state.shared(self._replica)
 
     def describe(self, name: str) -> list[DriftView]:
         """The drift of each version of `name` seen on this replica, newest last."""

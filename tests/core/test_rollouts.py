@@ -158,3 +158,36 @@ def test_drift_is_reported_per_version_once_its_reference_is_full(logged: Settin
         drift = wait_for(lambda: [d for d in c.get("/api/models/fraud/rollout").json()["drift"] if d["psi"]])
         assert drift[0]["version"] == "2" and drift[0]["psi"]["log_amount"] > 0.25
         assert drift[0]["psi"]["user_avg_amount_30d"] < 0.1  # a feature that did not move
+
+
+def test_replicas_on_one_redis_measure_drift_against_one_reference(
+    logged: Settings, redis_url: str, redis_prefix: str, redis_client: object, tmp_path: Path
+) -> None:
+    from shared.settings import DriftPolicy
+
+    fleet = dataclasses.replace(
+        logged, redis_url=redis_url, redis_prefix=redis_prefix, drift=DriftPolicy(sample=1.0, reference=100, window=100)
+    )
+    other = dataclasses.replace(
+        fleet, prediction_log=dataclasses.replace(fleet.prediction_log, directory=str(tmp_path / "b"))
+    )
+
+    def drift(c: TestClient) -> dict[str, Any]:
+        (version,) = [d for d in c.get("/api/models/fraud/rollout").json()["drift"] if d["version"] == "2"]
+        return dict(version)
+
+    with (
+        TestClient(create_app(ServiceHolder(lambda: fleet)), raise_server_exceptions=False) as a,
+        TestClient(create_app(ServiceHolder(lambda: other)), raise_server_exceptions=False) as b,
+    ):
+        for n in range(100):
+            a.post("/api/score", json=event(event_id=f"a{n}", amount=10.0 + n % 10))
+        wait_for(lambda: drift(a)["reference"] == "fleet")  # a filled it first and published it
+        for n in range(100):
+            b.post("/api/score", json=event(event_id=f"b{n}", amount=10.0 + n % 10))
+        found = wait_for(lambda: (d := drift(b))["reference"] == "fleet" and d["psi"] and d)
+        assert found["reference_events"] == 100 and found["psi"]["log_amount"] < 0.1  # a's population, a's reference
+        for n in range(100):
+            b.post("/api/score", json=event(event_id=f"w{n}", amount=5000.0 + n % 10))
+        moved = wait_for(lambda: (d := drift(b))["psi"].get("log_amount", 0) > 0.25 and d)
+        assert moved["psi"]["user_avg_amount_30d"] < 0.1
