@@ -10,8 +10,8 @@ response path). Per (model, version):
 
 NOTE: the reference is the version's own first traffic, not its golden rows: those are a
 handful of hand-picked rows that prove the file scores as its author expected, not a sample
-of the population it will see. The first records are that population, as this replica sees
-it, at the moment the version went live.
+of the population it will see. The first records are that population, as the first replica
+to fill the reference saw it, at the moment the version went live.
 
 Binning, per column (every feature, and the score), from the reference alone:
 
