@@ -41,24 +41,22 @@ pace; the metrics are set then). Assigning bins is one vectorised comparison per
 per record observed in batches of 1000 (1.6 in batches of 100, 6 in batches of 10), the
 recompute included; the recompute alone (26 PSIs, 51 gauges set) 17 µs.
 
-One reference per fleet. With a control store (Redis), a version's frozen reference (its
-bins and its counts per bin, a few KB: `SharedReference`) is shared under
-`drift:reference:{model}:{version}:{fingerprint}`:
+One reference per fleet. With a control store (Redis), a version's frozen reference is shared
+(shared/fleet/references.py: the key, the shape, first writer wins):
 
-    first sight of a version    read the key: a reference found is adopted at once (a restart,
+    first sight of a version    look it up: a reference found is adopted at once (a restart,
                                 or a replica that scaled out later), before this one builds its own
-    this replica's fills        set-if-absent (SET NX): the first replica to publish wins; one
-                                that loses reads the winner's and adopts it
+    this replica's fills        publish it; one that loses the race adopts the winner's
     adopting                    the published bins and counts replace this replica's; the rows it
                                 had collected for its own become its window (or, once frozen, its
                                 window starts again: its bins were this replica's)
 
-so every replica's PSI is against the same reference. A published value over MAX_SHARED_BYTES is
-neither written nor read, and one that does not describe the version (its columns, its shape) is
-ignored: the replica keeps its own. With the control store unreachable the replica keeps its own
-reference, logs a warning once per version, says so in `describe` (`reference`: "local: control
-store down") and tries again every RETRY_S; drift never fails a record, nor scoring. The
-exchange with the store runs in `run` (a background job), never inside `observe`.
+so every replica's PSI is against the same reference. One that cannot be shared or used (too
+large, not describing the version) leaves the replica on its own. With the control store
+unreachable the replica keeps its own reference, logs a warning once per version, says so in
+`describe` (`reference`: "local: control store down") and asks again every RETRY_S; drift never
+fails a record, nor scoring. The exchange with the store runs in `run` (a background job),
+never inside `observe`.
 
 One owner: call `observe`, `describe`, `forget` and `exchange` from one thread (the event
 loop's); an `observe` of a batch of 1000 records holds it for about 1.3 ms.
@@ -73,13 +71,13 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import msgspec
 import numpy as np
 import numpy.typing as npt
 
 from shared.domain.answers import DriftView
 from shared.domain.records import DecisionRecord
 from shared.errors import ControlStoreDown
+from shared.fleet.references import SharedReference, Unshareable, checked, reference_key, settle
 from shared.settings import DriftPolicy
 from shared.stores.control import ControlStore
 from shared.telemetry import metrics
@@ -88,13 +86,10 @@ __all__ = [
     "CATCH_UP",
     "CATCH_UP_S",
     "EPSILON",
-    "MAX_SHARED_BYTES",
     "RETRY_S",
     "SCORE",
     "DriftMonitor",
-    "SharedReference",
     "population_stability",
-    "reference_key",
 ]
 
 log = logging.getLogger(__name__)
@@ -102,29 +97,10 @@ log = logging.getLogger(__name__)
 EPSILON = 1e-4  # the share an empty bin counts as (see the module docstring)
 SCORE = "score"  # the `feature` the score's PSI is reported under
 
-MAX_SHARED_BYTES = 256 * 1024  # a shared reference larger than this is kept local (the defaults: ~5 KB)
 RETRY_S = 60.0  # a replica on its own reference because the store was down asks again this often
 
 Counts = npt.NDArray[np.int64]
 Rows = npt.NDArray[Any]  # a ring's rows: bins (uint8) or defaulted flags (bool)
-
-
-class SharedReference(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
-    """A version's frozen reference as the fleet shares it: bins and counts, never rows."""
-
-    columns: list[str]  # the version's columns, then `score`
-    bins: int  # DRIFT_BINS of the replica that built it
-    records: int  # the records it was built from
-    cuts: list[list[float]]  # per column, its cut points ([] for a discrete column)
-    values: list[list[float] | None]  # per column, its distinct values (None for a continuous one)
-    counts: list[list[int]]  # per column, reference records per bin (bins + 1 of them)
-    replica: str = ""  # who built it
-    at: float = 0.0  # when (epoch seconds)
-
-
-def reference_key(model: str, version: str, fingerprint: str) -> str:
-    """The control store's key of a version's shared reference (the fingerprint: the bytes it scores with)."""
-    return f"drift:reference:{model}:{version}:{fingerprint}"
 
 
 def population_stability(reference: Counts, window: Counts) -> npt.NDArray[np.float64]:
@@ -310,9 +286,9 @@ class _Version:
         return self._shared
 
     def adopt(self, reference: SharedReference) -> None:
-        """Take the fleet's reference instead of this replica's; ValueError (nothing changed) when
-        it does not describe this version."""
-        bins, baseline = _Bins.shared(_checked(reference, self.names)), np.array(reference.counts, dtype=np.int64)
+        """Take the fleet's reference instead of this replica's; `Unshareable` (nothing changed)
+        when it does not describe this version."""
+        bins, baseline = _Bins.shared(checked(reference, self.names)), np.array(reference.counts, dtype=np.int64)
         window = _Ring(self.policy.window, len(self.names), np.uint8, bins.count)
         if self.frozen is None and self.referenced:  # NOTE: the rows collected for its own become its window
             window.push(bins.assign(self.reference[: self.referenced][-self.policy.window :]))
@@ -336,25 +312,6 @@ class _Version:
         psi = {} if self.psi is None else {n: round(p, 4) for n, p in zip(self.names, self.psi.tolist(), strict=True)}
         shares = {n: round(s, 4) for n, s in zip(self.columns, self.shares().tolist(), strict=True)}
         return DriftView(version, self.referenced, self.defaulted.held, psi, shares, self.origin)
-
-
-def _checked(reference: SharedReference, names: Sequence[str]) -> SharedReference:
-    """`reference`, if it describes a version of these columns (its shape whole); else ValueError."""
-    width, slots = len(names), reference.bins + 1
-    if tuple(reference.columns) != tuple(names):
-        raise ValueError("its columns are not this version's")
-    if not 2 <= reference.bins <= 100 or reference.records < 1:
-        raise ValueError(f"bins {reference.bins} or records {reference.records} out of range")
-    if not len(reference.cuts) == len(reference.values) == len(reference.counts) == width:
-        raise ValueError("not one entry per column")
-    for cuts, values, counts in zip(reference.cuts, reference.values, reference.counts, strict=True):
-        if len(counts) != slots or min(counts) < 0 or len(cuts) > reference.bins - 1:
-            raise ValueError("a column's counts or cut points do not fit its bins")
-        if values is not None and len(values) > reference.bins:
-            raise ValueError("a column holds more values than bins")
-        if not all(np.isfinite(cuts)) or (values is not None and not all(np.isfinite(values))):
-            raise ValueError("a column's bins are not finite numbers")
-    return reference
 
 
 CATCH_UP = 256  # records taken before they are counted (or CATCH_UP_S, whichever first): ~0.4 ms of the loop
@@ -447,32 +404,20 @@ class DriftMonitor:
                 self._unreachable(key, state, exc)
 
     async def _exchange(self, control: ControlStore, key: tuple[str, str], state: _Version) -> None:
-        name = reference_key(*key, state.fingerprint)
         own = state.shared(self._replica)
-        if own is not None:
-            payload = msgspec.json.encode(own)
-            if len(payload) > MAX_SHARED_BYTES:
-                return self._kept(key, state, f"local: {len(payload):,} bytes, too large to share")
-            if await control.write_if_absent(name, payload):
-                state.origin = "fleet"
-                log.info("drift: %s/%s: this replica's reference is the fleet's (%s)", *key, name)
-                return None
-        found = (await control.read([name]))[0]
-        if found is None:
-            state.origin = "local"  # NOTE: none published yet: this replica's, published once it fills
-            return None
-        return self._adopt(key, state, found)
-
-    def _adopt(self, key: tuple[str, str], state: _Version, found: bytes) -> None:
         try:
-            if len(found) > MAX_SHARED_BYTES:
-                raise ValueError(f"{len(found):,} bytes")
-            state.adopt(msgspec.json.decode(found, type=SharedReference))
-        except (ValueError, msgspec.DecodeError) as exc:  # NOTE: msgspec.ValidationError is a ValueError
-            return self._kept(key, state, f"local: the fleet's reference is unreadable ({exc})")
-        log.info("drift: %s/%s adopts the fleet's reference", *key)
-        state.report(*key)
-        return None
+            fleet = await settle(control, reference_key(*key, state.fingerprint), own)
+            if fleet is None:
+                state.origin = "local"  # NOTE: none published yet: this replica's, published once it fills
+            elif fleet is own:
+                state.origin = "fleet"
+                log.info("drift: %s/%s: this replica's reference is the fleet's", *key)
+            else:
+                state.adopt(fleet)
+                log.info("drift: %s/%s adopts the fleet's reference (built by %s)", *key, fleet.replica or "?")
+                state.report(*key)
+        except Unshareable as exc:
+            self._kept(key, state, f"local: {exc}")
 
     def _kept(self, key: tuple[str, str], state: _Version, why: str) -> None:
         if state.origin != why:

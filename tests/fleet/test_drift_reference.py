@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 from redis.asyncio import Redis
 
-from shared.fleet.drift import DriftMonitor, SharedReference, reference_key
+from shared.fleet.drift import DriftMonitor
+from shared.fleet.references import SharedReference, reference_key
 from shared.stores.control import RedisControlStore
 from shared.telemetry import metrics
 from tests.conftest import closed_port
