@@ -80,6 +80,7 @@ __all__ = [
     "SinkError",
     "TooManyItems",
     "Unavailable",
+    "Unshareable",
     "UnsupportedMediaType",
     "log_answered",
     "retry_after",
@@ -294,3 +295,11 @@ class SinkError(Exception):
         self.detail = detail
         self.landed = landed
         self.permanent = permanent
+
+
+# A drift reference one replica cannot share with the fleet, or the fleet's one it cannot use
+# (shared/fleet/references.py): drift keeps this replica's own; nothing is answered with it.
+
+
+class Unshareable(ValueError):
+    """This replica's reference cannot be shared, or the fleet's cannot be used (the message says which)."""

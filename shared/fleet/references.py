@@ -22,15 +22,12 @@ from collections.abc import Sequence
 import msgspec
 import numpy as np
 
+from shared.errors import Unshareable
 from shared.stores.control import ControlStore
 
 __all__ = ["MAX_SHARED_BYTES", "SharedReference", "Unshareable", "checked", "reference_key", "settle"]
 
 MAX_SHARED_BYTES = 256 * 1024  # a reference larger than this is kept local (the defaults: ~5 KB)
-
-
-class Unshareable(ValueError):
-    """This replica's reference cannot be shared, or the fleet's cannot be used (the message says which)."""
 
 
 class SharedReference(msgspec.Struct, frozen=True):
