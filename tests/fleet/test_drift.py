@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pytest
@@ -16,16 +16,6 @@ from shared.telemetry import metrics
 POLICY = DriftPolicy(sample=1.0, reference=1000, window=1000, bins=10)
 COLUMNS = tuple(f"user_f{i}" for i in range(20)) + tuple(f"country=C{i}" for i in range(5))
 RNG_SEED = 26
-
-
-@pytest.fixture
-def model(request: pytest.FixtureRequest) -> Iterator[str]:
-    """A model name of this test's own: the drift gauges are process-wide."""
-    name = f"drift-{request.node.name}"
-    yield name
-    for gauge in (metrics.DRIFT_PSI, metrics.DRIFT_DEFAULTED):
-        for key in [k for k in gauge.values if k[0] == name]:
-            del gauge.values[key]
 
 
 def record(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -19,21 +19,10 @@ from redis.asyncio import Redis
 from shared.fleet.drift import DriftMonitor
 from shared.fleet.references import SharedReference, reference_key
 from shared.stores.control import RedisControlStore
-from shared.telemetry import metrics
 from tests.conftest import closed_port
 from tests.fleet.test_drift import COLUMNS, POLICY, RNG_SEED, only_view, population
 
 Replica = Callable[..., DriftMonitor]
-
-
-@pytest.fixture
-def model(request: pytest.FixtureRequest) -> Iterator[str]:
-    """A model name of this test's own: the drift gauges are process-wide."""
-    name = f"drift-{request.node.name}"
-    yield name
-    for gauge in (metrics.DRIFT_PSI, metrics.DRIFT_DEFAULTED):
-        for key in [k for k in gauge.values if k[0] == name]:
-            del gauge.values[key]
 
 
 @pytest.fixture
