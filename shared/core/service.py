@@ -730,7 +730,10 @@ class ScoringService:
         decided = self._awaiting.pop(event_id, None)
         if decided is None or self._log is None:
             return  # NOTE: not logged (sampled out, or past MAX_AWAITING)
-        done = verdict is not None
+        score, decision, reason = decided.score, decided.decision, decided.reason  # NOTE: the local decision stands
+        if verdict is not None:
+            score = review.risk_score if isinstance(review.risk_score, float) else score
+            decision, reason = verdict.decision, verdict.reason
         self._log.add_outcome(
             DecisionRecord(
                 time.time(),
@@ -742,9 +745,9 @@ class ScoringService:
                 (),
                 _NO_ROW,
                 _NO_WHY,
-                review.risk_score if done and isinstance(review.risk_score, float) else decided.score,
-                verdict.decision if verdict is not None else decided.decision,
-                verdict.reason if verdict is not None else decided.reason,
+                score,
+                decision,
+                reason,
                 _NO_TIMINGS,
                 review,
             )
