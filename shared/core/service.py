@@ -90,6 +90,7 @@ _NO_WHY: dict[str, str] = {}
 _NO_TIMINGS: dict[str, float] = {}
 _NO_ROW = np.zeros(0, dtype=np.float32)  # a review's outcome line: no features (they are its decision's)
 MAX_AWAITING = 100_000  # logged decisions whose pending review's outcome is still owed to the log
+MAX_EARLY = 10_000  # outcomes that ended before their decision's record (a sampled-out one is never claimed)
 DEGRADED_SHARE = 0.5  # readiness lists the features as degraded past this recent defaulted share
 WINDOW = 100  # events per window of the recent defaulted share
 
@@ -151,6 +152,8 @@ class ScoringService:
         self._recording = log is not None or (traffic is not None and shadows is not None)
         # logged decisions answered "pending", by event id: their review's outcome follows them
         self._awaiting: dict[str, DecisionRecord] = {}
+        # outcomes of reviews that ended before their decision was recorded (inside ?explain=1's awaits)
+        self._early: dict[str, tuple[Review, Verdict | None]] = {}
         if log is not None and reviewer is not None:
             reviewer.settled = self._review_settled
 
@@ -721,15 +724,29 @@ class ScoringService:
         )
         self._dispatch(record, shadow, served)
         review = verdict.review
-        if logged and review is not None and review.status == "pending" and len(self._awaiting) < MAX_AWAITING:
-            self._awaiting[event.event_id] = record
+        if logged and review is not None and review.status == "pending":
+            ended = self._early.pop(event.event_id, None) if self._early else None
+            if ended is not None:
+                self._outcome(record, *ended)  # NOTE: the review ended first: its line follows its decision's
+            elif len(self._awaiting) < MAX_AWAITING:
+                self._awaiting[event.event_id] = record
 
     def _review_settled(self, event_id: str, review: Review, verdict: Verdict | None) -> None:
-        """A review answered "pending" ended: its outcome, as one more line of the log (`via="review"`),
-        under the decision's hashed event id, model and version (the reader joins the two)."""
+        """A review answered "pending" ended: its outcome goes to the log after its decision's record,
+        now, or when that record is made (a review can end inside an `?explain=1` answer's awaits)."""
         decided = self._awaiting.pop(event_id, None)
-        if decided is None or self._log is None:
-            return  # NOTE: not logged (sampled out, or past MAX_AWAITING)
+        if decided is not None:
+            self._outcome(decided, review, verdict)
+        elif self._log is not None:  # NOTE: not recorded yet, or never (sampled out): kept, bounded, oldest out
+            if len(self._early) >= MAX_EARLY:
+                del self._early[next(iter(self._early))]
+            self._early[event_id] = (review, verdict)
+
+    def _outcome(self, decided: DecisionRecord, review: Review, verdict: Verdict | None) -> None:
+        """A settled review's outcome, as one more line of the log (`via="review"`), under the decision's
+        hashed event id, model and version (the reader joins the two)."""
+        if self._log is None:
+            return
         score, decision, reason = decided.score, decided.decision, decided.reason  # NOTE: the local decision stands
         if verdict is not None:
             score = review.risk_score if isinstance(review.risk_score, float) else score
@@ -738,7 +755,7 @@ class ScoringService:
             DecisionRecord(
                 time.time(),
                 "review",
-                event_id,
+                decided.event_id,
                 decided.model,
                 decided.version,
                 decided.fingerprint,

@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import pytest
 from starlette.testclient import TestClient
 
 from bench.llm_server import LlmServer
@@ -74,3 +77,33 @@ def test_a_failed_review_and_one_cut_by_shutdown_leave_failed_outcomes(
         assert row["outcome"]["decision"] == row["decision"]  # the local decision stands
         if reason is not None:
             assert row["outcome"]["reason"] == reason
+
+
+def test_a_review_that_ends_inside_an_explained_answer_still_follows_its_decision(
+    reviewing: Callable[..., Settings], llm: LlmServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """?explain=1 awaits its reason codes after the verdict: a review told "pending" can end in that
+    await, before the decision's record exists. Its outcome is kept and written when the record is."""
+    import shared.models.explain as explaining
+
+    real = explaining.explain
+    holder = ServiceHolder(lambda: logging_to(reviewing(**ALL, timeout_ms=20.0), tmp_path))
+
+    async def slow_explain(*args: Any) -> Any:
+        found = await real(*args)
+        service = await holder.start()
+        for _ in range(200):  # NOTE: until the review has ended (its record is kept before `settled` runs)
+            if (await service.review("o-4")).status == "done":
+                break
+            await asyncio.sleep(0.02)
+        return found
+
+    monkeypatch.setattr(explaining, "explain", slow_explain)
+    llm.behaviour.delay_s = 0.2  # past the HTTP wait, well inside the slow explanation
+    with TestClient(create_app(holder), raise_server_exceptions=False) as client:
+        scored = client.post("/api/score?explain=1", json=event(event_id="o-4", amount=9000.0)).json()
+        assert scored["review"] == {"status": "pending", "id": "o-4"} and scored["decision"] != "approve"
+    lines = load(tmp_path)
+    assert [r["via"] for r in lines] == ["http", "review"]  # NOTE: the decision's line first, then its outcome
+    (row,) = joined(lines)
+    assert row["outcome"]["status"] == "done" and row["outcome"]["decision"] == lines[1]["decision"]
