@@ -1,6 +1,7 @@
 """Instructions per request, counted by valgrind: a measure this noisy shared machine cannot move.
 
     .venv/bin/python -m bench.instructions [--path hit|miss|batch] [--telemetry on|off|both] [--tree DIR]
+    .venv/bin/python -m bench.instructions --rollouts [off,log,shadow] [--tree DIR]
 
 The app (`create_app`, embedded defaults, TRACE_SAMPLE_RATIO=0) is built, warmed, and sent N
 requests through its ASGI interface in groups of 8, under `valgrind --tool=cachegrind`, which
@@ -10,6 +11,12 @@ counts another checkout's code (a git worktree of the commit to compare) on this
 PYTHONHASHSEED is fixed. The hit path is deterministic; the miss path goes through the
 micro-batcher, whose batches depend on timing, so its counts move more. `--path batch` sends
 `/api/score/batch` requests of 64 unique events (N events) and counts per event. ~3 min per figure.
+
+`--rollouts` counts the miss path on wrk's events (bench/wrk/score.lua's amounts, countries and
+channels: ~10% review and decline, whose records the log's writer explains) with nothing on
+(`off`), with the prediction log (a directory, every decision: `log`), and with the log and a
+shadow version (`shadow`); the writer runs on the same loop, so its work is in the count (each
+child waits past the flush interval before it exits). Telemetry stays on, as `make run` has it.
 """
 
 from __future__ import annotations
@@ -27,13 +34,16 @@ ROOT = Path(__file__).resolve().parent.parent
 COUNTS = (2_000, 10_000)
 
 
-async def drive(telemetry: bool, path: str, count: int) -> None:
+async def drive(telemetry: bool, path: str, count: int, rollouts: str | None = None) -> None:
     from bench.inprocess import batch_body, call, cpu_per_request
     from bench.loadgen import event_body
     from shared.adapters.http.app import create_app
     from shared.core.holder import ServiceHolder
     from shared.settings import Settings
 
+    if rollouts is not None:
+        await drive_rollouts(rollouts, count)
+        os._exit(0)
     holder = ServiceHolder(lambda: Settings(gc_gen0_threshold=0, telemetry=telemetry, trace_sample_ratio=0.0))
     app = create_app(holder)
     await holder.get()
@@ -52,11 +62,41 @@ async def drive(telemetry: bool, path: str, count: int) -> None:
     os._exit(0)  # NOTE: no teardown counted
 
 
-def counted(tree: Path, telemetry: bool, path: str, count: int) -> int:
+async def drive_rollouts(variant: str, count: int) -> None:
+    """The miss path on wrk's events with nothing on, the log, or the log and a shadow version."""
+    import dataclasses
+    import tempfile
+
+    from bench.inprocess import call, cpu_per_request, wrk_event
+    from bench.rollouts import models_dir
+    from shared.adapters.http.app import create_app
+    from shared.core.holder import ServiceHolder
+    from shared.settings import PredictionLogPolicy, Settings
+
+    work = Path(tempfile.mkdtemp(prefix="instructions-rollouts-"))
+    settings = Settings(gc_gen0_threshold=0, trace_sample_ratio=0.0, models_dir=str(models_dir(work / "models")))
+    if variant != "off":
+        policy = PredictionLogPolicy(sink="dir", directory=str(work / "log"))
+        settings = dataclasses.replace(settings, prediction_log=policy)
+    holder = ServiceHolder(lambda: settings)
+    app = create_app(holder)
+    core = await holder.get()
+    if variant == "shadow":
+        await core.set_shadow("fraud", "1")
+    for n in range(200):  # NOTE: warm-up, on numbers the counted events never take
+        await call(app, wrk_event(16 * (1_000_000 + n)))
+    await asyncio.sleep(1.2)
+    await cpu_per_request(app, [wrk_event(16 * n) for n in range(count)])
+    await asyncio.sleep(1.2)  # NOTE: past the writer's flush interval: the records written are counted
+
+
+def counted(tree: Path, telemetry: bool, path: str, count: int, rollouts: str | None = None) -> int:
     """Instructions of one child run under cachegrind."""
     command = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
                sys.executable, "-m", "bench.instructions", "--child", str(count), "--path", path,
                "--telemetry", "on" if telemetry else "off"]  # fmt: skip
+    if rollouts is not None:
+        command += ["--rollouts", rollouts]
     env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(tree)}
     done = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, check=False)
     found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
@@ -70,13 +110,17 @@ def main() -> None:
     parser.add_argument("--path", choices=["hit", "miss", "batch"], default="hit")
     parser.add_argument("--telemetry", choices=["on", "off", "both"], default="both")
     parser.add_argument("--tree", type=Path, default=ROOT, help="the checkout whose code is counted")
+    parser.add_argument("--rollouts", nargs="?", const="off,log,shadow", help="off, log, shadow (comma-separated)")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
-        asyncio.run(drive(args.telemetry == "on", args.path, args.child))
+        asyncio.run(drive(args.telemetry == "on", args.path, args.child, args.rollouts))
         return
     if shutil.which("valgrind") is None:
         sys.exit("valgrind is not installed (apt-get install valgrind)")
+    if args.rollouts is not None:
+        rollouts(args.tree.resolve(), args.rollouts.split(","))
+        return
     figures = {}
     unit = "event" if args.path == "batch" else "request"
     for mode in ("off", "on") if args.telemetry == "both" else (args.telemetry,):
@@ -85,6 +129,19 @@ def main() -> None:
         print(f"{args.path}, telemetry {mode}: {figures[mode]:,.0f} instructions per {unit} ({args.tree})", flush=True)
     if len(figures) == 2:
         print(f"telemetry's cost: +{figures['on'] - figures['off']:,.0f} ({figures['on'] / figures['off'] - 1:.1%})")
+
+
+def rollouts(tree: Path, variants: list[str]) -> None:
+    figures: dict[str, float] = {}
+    for variant in variants:
+        if variant not in ("off", "log", "shadow"):
+            sys.exit(f"--rollouts: {variant!r} is none of off, log, shadow")
+        low, high = (counted(tree, True, "miss", n, variant) for n in COUNTS)
+        figures[variant] = (high - low) / (COUNTS[1] - COUNTS[0])
+        cost = (
+            f" (+{figures[variant] / figures['off'] - 1:.1%} on off)" if "off" in figures and variant != "off" else ""
+        )
+        print(f"miss, rollouts {variant}: {figures[variant]:,.0f} instructions per request{cost} ({tree})", flush=True)
 
 
 if __name__ == "__main__":
