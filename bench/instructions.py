@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.instructions [--path hit|miss|batch] [--telemetry on|off|both] [--tree DIR]
     .venv/bin/python -m bench.instructions --rollouts [off,log,shadow] [--tree DIR]
+    .venv/bin/python -m bench.instructions --served [echo,hit-off,hit-on,miss-off,miss-on] [--tree DIR]
 
 The app (`create_app`, embedded defaults, TRACE_SAMPLE_RATIO=0) is built, warmed, and sent N
 requests through its ASGI interface in groups of 8, under `valgrind --tool=cachegrind`, which
@@ -17,6 +18,14 @@ channels: ~10% review and decline, whose records the log's writer explains) with
 (`off`), with the prediction log (a directory, every decision: `log`), and with the log and a
 shadow version (`shadow`); the writer runs on the same loop, so its work is in the count (each
 child waits past the flush interval before it exits). Telemetry stays on, as `make run` has it.
+
+`--served` counts the whole server process instead: uvicorn (uvloop + httptools, as `make run`
+serves) under cachegrind, the app with its production settings (GC tuning, and with telemetry
+on, metrics and 1% of requests traced through an installed OpenTelemetry SDK), or the raw ASGI
+echo (the ceiling `make bench` divides by); requests sent one after another on one keep-alive
+connection, so a miss takes the lone request's batcher path. (I(N=4,000) - I(N=1,000)) / 3,000:
+start-up, warm-up and shutdown cancel. The ratio echo ÷ hit is the share of the ceiling a hit
+could reach with the CPU to itself. ~2 min per count.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -88,6 +98,8 @@ async def drive_rollouts(variant: str, count: int) -> None:
     await asyncio.sleep(1.2)
     await cpu_per_request(app, [wrk_event(16 * n) for n in range(count)])
     await asyncio.sleep(1.2)  # NOTE: past the writer's flush interval: the records written are counted
+    stats = core.stats().prediction_log
+    print(f"written {getattr(stats, 'written', 0)} buffered {getattr(stats, 'buffered', 0)}", flush=True)
 
 
 def counted(tree: Path, telemetry: bool, path: str, count: int, rollouts: str | None = None) -> int:
@@ -111,6 +123,7 @@ def main() -> None:
     parser.add_argument("--telemetry", choices=["on", "off", "both"], default="both")
     parser.add_argument("--tree", type=Path, default=ROOT, help="the checkout whose code is counted")
     parser.add_argument("--rollouts", nargs="?", const="off,log,shadow", help="off, log, shadow (comma-separated)")
+    parser.add_argument("--served", nargs="?", const=",".join(SERVED), help=", ".join(SERVED) + " (comma-separated)")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
@@ -121,6 +134,9 @@ def main() -> None:
     if args.rollouts is not None:
         rollouts(args.tree.resolve(), args.rollouts.split(","))
         return
+    if args.served is not None:
+        served(args.tree.resolve(), args.served.split(","))
+        return
     figures = {}
     unit = "event" if args.path == "batch" else "request"
     for mode in ("off", "on") if args.telemetry == "both" else (args.telemetry,):
@@ -129,6 +145,81 @@ def main() -> None:
         print(f"{args.path}, telemetry {mode}: {figures[mode]:,.0f} instructions per {unit} ({args.tree})", flush=True)
     if len(figures) == 2:
         print(f"telemetry's cost: +{figures['on'] - figures['off']:,.0f} ({figures['on'] / figures['off'] - 1:.1%})")
+
+
+SERVED = {  # variant -> (ASGI target, path, extra environment)
+    "echo": ("bench.ceiling:raw_app", "hit", {}),
+    "hit-off": ("shared.adapters.http.asgi:app", "hit", {"TELEMETRY": "false"}),
+    "hit-on": ("shared.adapters.http.asgi:app", "hit", {"TELEMETRY": "true"}),
+    "hit-untraced": ("shared.adapters.http.asgi:app", "hit", {"TELEMETRY": "true", "TRACE_SAMPLE_RATIO": "0"}),
+    "miss-off": ("shared.adapters.http.asgi:app", "miss", {"TELEMETRY": "false"}),
+    "miss-on": ("shared.adapters.http.asgi:app", "miss", {"TELEMETRY": "true"}),
+}
+SERVED_COUNTS = (1_000, 4_000)
+
+
+CACHEGRIND = ("valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null")
+
+
+def served_count(tree: Path, variant: str, count: int) -> int:
+    """Instructions of a whole uvicorn process (start, `count` requests after a warm-up, shutdown)."""
+    _, stderr = serve(tree, variant, count, CACHEGRIND)
+    found = re.search(r"I\s+refs:\s+([\d,]+)", stderr)
+    if found is None:
+        raise RuntimeError(f"valgrind printed no count:\n{stderr[-2000:]}")
+    return int(found[1].replace(",", ""))
+
+
+def serve(tree: Path, variant: str, count: int, under: Sequence[str] = ()) -> tuple[int, str]:
+    """Serve `variant` under `under` (a command prefix), send it 200 warm-up requests and `count`
+    more, one after another on one connection, then stop it with SIGINT: (exit status, stderr)."""
+    import http.client
+    import signal
+
+    from bench.loadgen import event_body
+    from bench.servers import free_port, server_command, wait_http
+
+    target, path, extra = SERVED[variant]
+    port = free_port()
+    command = [*under, *server_command("uvicorn", target, port)]
+    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(tree), "REDIS_URL": "", "LOG_LEVEL": "WARNING"}
+    server = subprocess.Popen(
+        command, cwd=tree, env={**env, **extra}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        wait_http(f"http://127.0.0.1:{port}{'/' if variant == 'echo' else '/api/health/live'}", 300)
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        hits = [event_body(n) for n in range(200)]
+        misses = (event_body(10**6 + n) for n in range(count))
+        for body in [*hits, *((hits[n % 200] for n in range(count)) if path == "hit" else misses)]:
+            connection.request("POST", "/api/score", body, {"content-type": "application/json"})
+            answer = connection.getresponse()
+            answer.read()
+            if answer.status != 200:
+                raise RuntimeError(f"{variant}: /api/score answered {answer.status}")
+        connection.close()
+    finally:
+        server.send_signal(signal.SIGINT)
+        _, stderr = server.communicate(timeout=300)
+    return server.returncode, stderr
+
+
+def served(tree: Path, variants: list[str]) -> None:
+    figures: dict[str, float] = {}
+    for variant in variants:
+        if variant not in SERVED:
+            sys.exit(f"--served: {variant!r} is none of {', '.join(SERVED)}")
+        low, high = (served_count(tree, variant, n) for n in SERVED_COUNTS)
+        figures[variant] = (high - low) / (SERVED_COUNTS[1] - SERVED_COUNTS[0])
+        print(f"served, {variant}: {figures[variant]:,.0f} instructions per request ({tree})", flush=True)
+    for path in ("hit", "miss"):
+        off, on = figures.get(f"{path}-off"), figures.get(f"{path}-on")
+        if off and on:
+            print(
+                f"{path}: telemetry's cost +{on - off:,.0f} ({on / off - 1:.1%}); req/s on the CPU alone {off / on:.3f}x"
+            )
+        if "echo" in figures and (off or on):
+            print(f"{path}: echo ÷ {path} (telemetry {'on' if on else 'off'}) = {figures['echo'] / (on or off):.3f}")
 
 
 def rollouts(tree: Path, variants: list[str]) -> None:

@@ -6,7 +6,8 @@ Both servers (Granian, one worker each, embedded defaults: no Redis) run side by
 drives one at a time, in interleaved rounds (off, on, on, off, ...), for cache misses and
 cache hits. Medians of req/s and p99 are reported, with the on/off ratio. With telemetry on,
 the defaults trace 1% of requests (TRACE_SAMPLE_RATIO) and `/api/metrics` is scraped once a
-round, as a Prometheus would.
+round, as a Prometheus would. A third server, `untraced` (TRACE_SAMPLE_RATIO=0), splits the
+cost between the metrics and the sampled requests' spans.
 """
 
 from __future__ import annotations
@@ -19,7 +20,11 @@ from bench.servers import start_server
 from bench.versus import interleaved
 from shared.settings import Settings
 
-VARIANTS = {"off": {"TELEMETRY": "false"}, "on": {"TELEMETRY": "true"}}
+VARIANTS = {
+    "off": {"TELEMETRY": "false"},
+    "on": {"TELEMETRY": "true"},  # the defaults: metrics, and 1% of requests traced
+    "untraced": {"TELEMETRY": "true", "TRACE_SAMPLE_RATIO": "0"},  # metrics alone: what the spans cost is the gap
+}
 
 
 def main() -> None:
@@ -48,17 +53,17 @@ def main() -> None:
     print(
         f"/api/score, {args.connections} connections, {args.rounds} interleaved rounds of {args.seconds:.0f} s, medians"
     )
-    print(f"{'mode':6} {'telemetry':9} {'req/s':>9} {'p99 ms':>8} {'errors':>7}")
+    print(f"{'mode':6} {'telemetry':9} {'req/s':>9} {'p99 ms':>8} {'CPU µs':>8} {'errors':>7} {'req/s ÷ off':>12}")
     for mode in ("miss", "hit"):
-        med = {}
+        off = results[(mode, "off")]
         for name in servers:
             runs = results[(mode, name)]
-            med[name] = {k: statistics.median(run[k] for run in runs) for k in ("rps", "p99_ms", "errors")}
-            print(f"{mode:6} {name:9} {med[name]['rps']:9.0f} {med[name]['p99_ms']:8.2f} {med[name]['errors']:7.0f}")
-        print(
-            f"{mode:6} {'on/off':9} {med['on']['rps'] / med['off']['rps']:9.3f} "
-            f"{med['on']['p99_ms'] / med['off']['p99_ms']:8.3f}"
-        )
+            med = {k: statistics.median(run[k] for run in runs) for k in ("rps", "p99_ms", "cpu_us", "errors")}
+            ratio = statistics.median(r["rps"] / o["rps"] for r, o in zip(runs, off, strict=True))
+            print(
+                f"{mode:6} {name:9} {med['rps']:9.0f} {med['p99_ms']:8.2f} {med['cpu_us']:8.1f} "
+                f"{med['errors']:7.0f} {ratio:12.3f}"
+            )
 
 
 if __name__ == "__main__":

@@ -213,3 +213,27 @@ def test_the_side_by_side_comparison_names_its_checkout() -> None:
 
     done = subprocess.run([sys.executable, "-m", "bench.versus", "--help"], capture_output=True, text=True, check=False)
     assert done.returncode == 0 and "before" in done.stdout
+
+
+def test_the_rollouts_counter_counts_the_writers_work_inside_its_window() -> None:
+    """bench.instructions --rollouts' child: each variant serves wrk's events, and with the log on,
+    every decision is written before the child exits (the writer's work is in the count)."""
+    import subprocess
+    import sys
+
+    for variant, written in (("off", None), ("log", 216), ("shadow", 216)):  # NOTE: 200 warm-up + 16 counted
+        command = [sys.executable, "-m", "bench.instructions", "--child", "16", "--rollouts", variant]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 0, done.stderr[-2000:]
+        if written is not None:
+            assert f"written {written} buffered 0" in done.stdout, done.stdout
+
+
+def test_the_served_counter_drives_the_server_it_counts_and_stops_it_cleanly() -> None:
+    """bench.instructions --served without valgrind: each variant's uvicorn answers every request
+    with a 200 and exits 0 on SIGINT (valgrind then prints its count: `served_count`)."""
+    from bench.instructions import ROOT, SERVED, serve
+
+    for variant in SERVED:
+        status, stderr = serve(ROOT, variant, 8)
+        assert status == 0, (variant, stderr[-2000:])
