@@ -218,8 +218,9 @@ def served(tree: Path, variants: list[str]) -> None:
             print(
                 f"{path}: telemetry's cost +{on - off:,.0f} ({on / off - 1:.1%}); req/s on the CPU alone {off / on:.3f}x"
             )
-        if "echo" in figures and (off or on):
-            print(f"{path}: echo ÷ {path} (telemetry {'on' if on else 'off'}) = {figures['echo'] / (on or off):.3f}")
+        served_path = on or off
+        if "echo" in figures and served_path:
+            print(f"{path}: echo ÷ {path} (telemetry {'on' if on else 'off'}) = {figures['echo'] / served_path:.3f}")
 
 
 def rollouts(tree: Path, variants: list[str]) -> None:
