@@ -7,8 +7,11 @@
 
 `source` is the log's directory or a (sync) blob ContainerClient: the names are the same
 (shared/stores/prediction_log/sinks.py). `since` is inclusive and `until` exclusive, on each
-record's `at`; an hour whose folder lies outside them is never opened. pandas is not a
-runtime dependency: `to_pandas` imports it when called.
+record's `at`; an hour whose folder lies outside them is never opened. A pending review's
+outcome is written when the review ends, in its own hour: the outcomes of the range's pending
+decisions are also looked for up to OUTCOME_LOOK_PAST past `until` (those hours are opened only
+when some outcome is still owed, and only their outcome lines for those decisions are taken).
+pandas is not a runtime dependency: `to_pandas` imports it when called.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ if TYPE_CHECKING:
     from azure.storage.blob import ContainerClient
 
 __all__ = [
+    "OUTCOME_LOOK_PAST",
     "Range",
     "ShadowAgreement",
     "Summary",
@@ -45,6 +49,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 HOUR = timedelta(hours=1)
+# a review ends within its timeout (seconds) of its decision, or at shutdown: an hour is ample
+OUTCOME_LOOK_PAST = timedelta(hours=1)
 Record = dict[str, Any]
 
 
@@ -84,13 +90,39 @@ def load(
     model: str | None = None,
     version: str | None = None,
 ) -> list[Record]:
-    """Every record in [since, until) of `model` (and `version`), or of all, object by object in hour order."""
+    """Every record in [since, until) of `model` (and `version`), or of all, object by object in hour
+    order; then the outcomes of its pending decisions written past `until` (`_late_outcomes`)."""
     wanted = Range(since, until, model, version)
     records: list[Record] = []
     for name, start in _objects(source, wanted):
         lines = _parse(_read(source, name), name)
         records.extend(lines if wanted.covers_hour(start) else (r for r in lines if wanted.holds(r["at"])))
+    if until is not None:
+        records.extend(_late_outcomes(source, wanted, records))
     return records
+
+
+def _late_outcomes(source: Path | ContainerClient, wanted: Range, records: Sequence[Record]) -> list[Record]:
+    """The outcome lines, written in [until, until + OUTCOME_LOOK_PAST), of the pending decisions
+    among `records` that have none among them (a decision at 10:59:58 whose review ended at 11:00:03)."""
+    settled = {r["event"] for r in records if r.get("via") == "review"}
+    owed = {
+        r["event"]
+        for r in records
+        if r.get("via") != "review" and (r.get("review") or {}).get("status") == "pending" and r["event"] not in settled
+    }
+    if not owed or wanted.until is None:
+        return []
+    past = Range(wanted.until, wanted.until + OUTCOME_LOOK_PAST, wanted.model, wanted.version)
+    found: list[Record] = []
+    for name, _ in _objects(source, past):
+        for r in _parse(_read(source, name), name):
+            if r.get("via") == "review" and r["event"] in owed and past.holds(r["at"]):
+                owed.discard(r["event"])
+                found.append(r)
+        if not owed:
+            break  # NOTE: every outcome owed is found: later hours stay unopened
+    return found
 
 
 def to_pandas(
@@ -115,7 +147,7 @@ def joined(records: Sequence[Record]) -> list[Record]:
     decision, reason, risk_score, at), the outcome lines themselves folded in (`via="review"`).
 
     NOTE: an outcome whose decision lies outside the range read stays out; a decision whose
-    outcome is not (yet) in it has no `outcome`."""
+    outcome is not (yet) written, or was written past `load`'s look-past, has no `outcome`."""
     outcomes = {r["event"]: r for r in records if r.get("via") == "review"}
     decisions: list[Record] = []
     for r in records:

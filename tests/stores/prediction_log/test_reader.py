@@ -18,7 +18,7 @@ from azure.core.exceptions import ResourceNotFoundError
 from azure.storage.blob import BlobServiceClient, ContainerClient
 
 from shared.domain.answers import ReasonCode
-from shared.domain.records import Shadowed
+from shared.domain.records import DecisionRecord, Shadowed, hashed_id
 from shared.settings import PredictionLogPolicy
 from shared.stores.prediction_log import reader
 from shared.stores.prediction_log.log import PredictionLog
@@ -169,3 +169,39 @@ def test_without_pandas_the_dataframe_asked_for_is_a_clear_error(directory: Path
         reader.to_pandas(directory)
     shown = cli("--dir", str(directory), "--pandas")
     assert shown.returncode == 2 and "not a runtime dependency" in shown.stderr
+
+
+async def test_a_pending_decisions_outcome_written_past_the_range_is_read_with_it(tmp_path: Path) -> None:
+    """A decision at 10:59:58 whose review ended at 11:00:03 lands in hour 11's object: a range
+    ending at 11:00 still joins its outcome; outcomes past the look-past, or of decisions outside
+    the range, stay out; with every outcome found, later hours are not opened."""
+    from shared.domain.answers import Review
+
+    def pending(i: int, at: float) -> DecisionRecord:
+        record = decision(i, at=at - (i % 600) / 10)  # NOTE: `decision` spreads records over the hour: undone
+        record.review = Review("pending", f"evt-{i}")
+        return record
+
+    def outcome(i: int, at: float) -> DecisionRecord:
+        record = decision(i, at=at - (i % 600) / 10)
+        record.via, record.review, record.decision = "review", Review("done", f"evt-{i}", risk_score=0.9), "decline"
+        return record
+
+    eleven = HOUR_10 + 45 * 60  # 11:00:00
+    log = PredictionLog(POLICY, DirectorySink(tmp_path, "r1"), replica="r1")
+    log.add(pending(1, eleven - 2))  # its outcome 5 s later, past the range
+    log.add(pending(2, eleven - 1))  # its outcome past the look-past
+    log.add(outcome(1, eleven + 3))
+    log.add(outcome(3, eleven + 4))  # the outcome of a decision the range does not hold
+    log.add(outcome(2, eleven + 3600 + 90))
+    await log.aclose()
+    records = reader.load(tmp_path, since=at("2026-12-01T10"), until=at("2026-12-01T11"))
+    assert sorted((r["via"], r["event"]) for r in records) == sorted(
+        [("http", hashed_id("evt-1")), ("http", hashed_id("evt-2")), ("review", hashed_id("evt-1"))]
+    )
+    rows = {r["event"]: r for r in reader.joined(records)}
+    assert rows[hashed_id("evt-1")]["outcome"]["status"] == "done"
+    assert rows[hashed_id("evt-1")]["outcome"]["decision"] == "decline"
+    assert "outcome" not in rows[hashed_id("evt-2")]
+    assert reader.summarize(records).outcomes == {"done": 1}
+    assert len(reader.load(tmp_path, until=at("2026-12-01T12:30"))) == 5  # NOTE: nothing owed twice
