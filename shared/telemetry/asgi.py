@@ -16,11 +16,9 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from random import random
-from time import perf_counter
 from typing import Any
 
-from shared.telemetry.metrics import request
-from shared.telemetry.process import current
+from shared.telemetry import metrics, process
 from shared.telemetry.tracing import sampled
 
 __all__ = ["Measured"]
@@ -74,15 +72,11 @@ class Measured:
         NOTE: a route that knows its own status (`FastPath`, shared/adapters/http/app.py) calls
         `begin` and `end` itself, without the `send` wrapper.
         """
-        started = perf_counter()
-        telemetry = current()
+        started = time.perf_counter()
+        telemetry = process.current()
         if telemetry is None:
             return started, None
-        parent = None
-        for key, value in scope["headers"]:  # NOTE: `_header` inlined: one call fewer on every request
-            if key == b"traceparent":
-                parent = str(value.decode("latin-1"))
-                break
+        parent = _header(scope, b"traceparent")
         if parent is None and not self.hosted:  # NOTE: the common case, the rule of `sampled` inlined
             return started, (_start(telemetry, scope, None, None, False) if random() < telemetry.ratio else None)  # noqa: S311
         context = _worker_context() if self.hosted else None
@@ -90,19 +84,16 @@ class Measured:
             return started, _start(telemetry, scope, parent, context, self.hosted)
         return started, None
 
-    def end(self, scope: Scope, status: int, started: float, span: Any, template: str | None = None) -> None:
-        """The request ended with `status`: record it, and finish its span. `template`: the route's,
-        when the caller knows it (`FastPath`), else read from the scope's route."""
-        seconds = perf_counter() - started
-        if template is None:
-            template = getattr(scope.get("route"), "path", "").rstrip("/")
+    def end(self, scope: Scope, status: int, started: float, span: Any) -> None:
+        """The request ended with `status`: record it, and finish its span."""
+        seconds = time.perf_counter() - started
+        template = getattr(scope.get("route"), "path", "").rstrip("/")
         scored = scope.get("scoring")
-        method = scope["method"]
-        request(method, template, status, "" if scored is None else scored.source, seconds)
+        metrics.request(scope["method"], template, status, getattr(scored, "source", ""), seconds)
         if span is not None:
-            telemetry = current()
+            telemetry = process.current()
             if telemetry is not None:
-                _finish(telemetry, span, method, template, status, scored, seconds)
+                _finish(telemetry, span, scope["method"], template, status, scored, seconds)
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

@@ -231,7 +231,6 @@ _STAGE_SERIES = {stage: STAGE_DURATION.series((stage,)) for stage in STAGES}  # 
 # GIL), so an append in between stays for the next fold; folds themselves take turns.
 _ROW_STAGES = ("parse", "features", "cache", "queue", "inference", "total")  # what every event's timings hold
 _ROW = itemgetter(*_ROW_STAGES)
-_ROW_LENGTH = len(_ROW_STAGES)
 _PACK = struct.Struct(f"{len(_ROW_STAGES)}d").pack
 _PENDING = bytearray()
 FOLD_EVENTS = 512  # a fold every 512 events: a pause of ~0.1 ms
@@ -282,7 +281,7 @@ def stages(timings_ms: Mapping[str, float], count: int = 1) -> None:
 
     NOTE: an event's usual six are packed as doubles (two C calls) and folded in bulk; timings
     with a review's wait (`llm`), or shared by a batch's rows, are recorded at once."""
-    if count == 1 and len(timings_ms) == _ROW_LENGTH:
+    if count == 1 and len(timings_ms) == len(_ROW_STAGES):
         try:
             _PENDING.extend(_PACK(*_ROW(timings_ms)))
         except KeyError:  # NOTE: six stages, not the usual six (no event's today)

@@ -214,8 +214,6 @@ class FastPath:
     def __init__(self, api: Endpoints, app: Measured, routes: dict[str, Route]) -> None:
         self.api, self.app = api, app
         self.score_route, self.model_route = routes["score"], routes["model_score"]
-        # NOTE: the templates the telemetry labels requests with, found once, not per request
-        self.score_template, self.model_template = (r.path.rstrip("/") for r in (self.score_route, self.model_route))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST":
@@ -223,9 +221,9 @@ class FastPath:
             return
         path = scope["path"]
         if path in SCORE_PATHS:
-            route, model, template = self.score_route, None, self.score_template
+            route, model = self.score_route, None
         elif (named := NAMED_SCORE.match(path)) is not None:
-            route, model, template = self.model_route, named[1], self.model_template
+            route, model = self.model_route, named[1]
         else:
             await self.app(scope, receive, send)
             return
@@ -241,7 +239,7 @@ class FastPath:
             try:
                 status = await self.answer(scope, receive, send, model)
             finally:
-                self.app.end(scope, status, started, span, template)
+                self.app.end(scope, status, started, span)
 
     async def answer(self, scope: Scope, receive: Receive, send: Send, model: str | None) -> int:
         """Send the answer (or the error) for one event; return its status."""
