@@ -90,7 +90,6 @@ _NO_WHY: dict[str, str] = {}
 _NO_TIMINGS: dict[str, float] = {}
 _NO_ROW = np.zeros(0, dtype=np.float32)  # a review's outcome line: no features (they are its decision's)
 MAX_AWAITING = 100_000  # logged decisions whose pending review's outcome is still owed to the log
-MAX_EARLY = 10_000  # outcomes that ended before their decision's record (a sampled-out one is never claimed)
 DEGRADED_SHARE = 0.5  # readiness lists the features as degraded past this recent defaulted share
 WINDOW = 100  # events per window of the recent defaulted share
 
@@ -152,8 +151,9 @@ class ScoringService:
         self._recording = log is not None or (traffic is not None and shadows is not None)
         # logged decisions answered "pending", by event id: their review's outcome follows them
         self._awaiting: dict[str, DecisionRecord] = {}
-        # outcomes of reviews that ended before their decision was recorded (inside ?explain=1's awaits)
-        self._early: dict[str, tuple[Review, Verdict | None]] = {}
+        # events told "pending" whose answer awaits its reason codes (?explain=1): a review that ends
+        # meanwhile is held here, and its outcome written once the decision's record is made
+        self._explaining: dict[str, tuple[Review, Verdict | None] | None] = {}
         if log is not None and reviewer is not None:
             reviewer.settled = self._review_settled
 
@@ -604,13 +604,24 @@ class ScoringService:
         prediction = done.value
         verdict = await self._decider.decide(event, prediction.score, loaded.spec.thresholds, wait_s)
         t2 = time.perf_counter()
-        reasons = None
+        reasons = ended = None
         if explain and verdict.decision != "approve" and isinstance(loaded, LoadedModel):
             from shared.models.explain import explain as explained  # NOTE: asked for by ?explain=1 only
 
-            reasons = await explained(loaded, row.values, prediction.score, self.settings.drift)
+            waiting = verdict.review is not None and verdict.review.status == "pending"
+            if waiting:
+                self._explaining[event.event_id] = None
+            try:
+                reasons = await explained(loaded, row.values, prediction.score, self.settings.drift)
+            finally:
+                ended = self._explaining.pop(event.event_id, None) if waiting else None
         spent = (t1 - t0, t2 - t0, done.queued_s)
-        return self._answer(event, loaded, row, prediction, parse_s, verdict, spent, via=via, arm=arm, reasons=reasons)
+        scored = self._answer(
+            event, loaded, row, prediction, parse_s, verdict, spent, via=via, arm=arm, reasons=reasons
+        )
+        if ended is not None:  # NOTE: its review ended during the explanation: now its record exists
+            self._review_settled(event.event_id, *ended)
+        return scored
 
     @staticmethod
     def _timings(prediction: Prediction, parse_s: float, spent: tuple[float, float, float]) -> dict[str, float]:
@@ -724,23 +735,17 @@ class ScoringService:
         )
         self._dispatch(record, shadow, served)
         review = verdict.review
-        if logged and review is not None and review.status == "pending":
-            ended = self._early.pop(event.event_id, None) if self._early else None
-            if ended is not None:
-                self._outcome(record, *ended)  # NOTE: the review ended first: its line follows its decision's
-            elif len(self._awaiting) < MAX_AWAITING:
-                self._awaiting[event.event_id] = record
+        if logged and review is not None and review.status == "pending" and len(self._awaiting) < MAX_AWAITING:
+            self._awaiting[event.event_id] = record
 
     def _review_settled(self, event_id: str, review: Review, verdict: Verdict | None) -> None:
         """A review answered "pending" ended: its outcome goes to the log after its decision's record,
-        now, or when that record is made (a review can end inside an `?explain=1` answer's awaits)."""
+        now, or once that record is made (a review can end inside an `?explain=1` answer's awaits)."""
         decided = self._awaiting.pop(event_id, None)
         if decided is not None:
             self._outcome(decided, review, verdict)
-        elif self._log is not None:  # NOTE: not recorded yet, or never (sampled out): kept, bounded, oldest out
-            if len(self._early) >= MAX_EARLY:
-                del self._early[next(iter(self._early))]
-            self._early[event_id] = (review, verdict)
+        elif event_id in self._explaining:  # NOTE: not recorded yet: `_score_on` hands it back after the record
+            self._explaining[event_id] = (review, verdict)
 
     def _outcome(self, decided: DecisionRecord, review: Review, verdict: Verdict | None) -> None:
         """A settled review's outcome, as one more line of the log (`via="review"`), under the decision's
