@@ -37,7 +37,8 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -102,19 +103,32 @@ async def drive_rollouts(variant: str, count: int) -> None:
     print(f"written {getattr(stats, 'written', 0)} buffered {getattr(stats, 'buffered', 0)}", flush=True)
 
 
+CACHEGRIND = ("valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null")
+
+
 def counted(tree: Path, telemetry: bool, path: str, count: int, rollouts: str | None = None) -> int:
     """Instructions of one child run under cachegrind."""
-    command = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
-               sys.executable, "-m", "bench.instructions", "--child", str(count), "--path", path,
+    command = [*CACHEGRIND, sys.executable, "-m", "bench.instructions", "--child", str(count), "--path", path,
                "--telemetry", "on" if telemetry else "off"]  # fmt: skip
     if rollouts is not None:
         command += ["--rollouts", rollouts]
     env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(tree)}
     done = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, check=False)
-    found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
+    return instructions(done.stderr)
+
+
+def instructions(stderr: str) -> int:
+    """The total cachegrind printed."""
+    found = re.search(r"I\s+refs:\s+([\d,]+)", stderr)
     if found is None:
-        raise RuntimeError(f"valgrind printed no count:\n{done.stderr[-2000:]}")
+        raise RuntimeError(f"valgrind printed no count:\n{stderr[-2000:]}")
     return int(found[1].replace(",", ""))
+
+
+def per_unit(count: Callable[[int], int], counts: tuple[int, int]) -> float:
+    """Instructions per request (or event): the difference of two runs over their difference in N."""
+    low, high = (count(n) for n in counts)
+    return (high - low) / (counts[1] - counts[0])
 
 
 def main() -> None:
@@ -140,8 +154,7 @@ def main() -> None:
     figures = {}
     unit = "event" if args.path == "batch" else "request"
     for mode in ("off", "on") if args.telemetry == "both" else (args.telemetry,):
-        low, high = (counted(args.tree.resolve(), mode == "on", args.path, n) for n in COUNTS)
-        figures[mode] = (high - low) / (COUNTS[1] - COUNTS[0])
+        figures[mode] = per_unit(partial(counted, args.tree.resolve(), mode == "on", args.path), COUNTS)
         print(f"{args.path}, telemetry {mode}: {figures[mode]:,.0f} instructions per {unit} ({args.tree})", flush=True)
     if len(figures) == 2:
         print(f"telemetry's cost: +{figures['on'] - figures['off']:,.0f} ({figures['on'] / figures['off'] - 1:.1%})")
@@ -158,16 +171,9 @@ SERVED = {  # variant -> (ASGI target, path, extra environment)
 SERVED_COUNTS = (1_000, 4_000)
 
 
-CACHEGRIND = ("valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null")
-
-
 def served_count(tree: Path, variant: str, count: int) -> int:
     """Instructions of a whole uvicorn process (start, `count` requests after a warm-up, shutdown)."""
-    _, stderr = serve(tree, variant, count, CACHEGRIND)
-    found = re.search(r"I\s+refs:\s+([\d,]+)", stderr)
-    if found is None:
-        raise RuntimeError(f"valgrind printed no count:\n{stderr[-2000:]}")
-    return int(found[1].replace(",", ""))
+    return instructions(serve(tree, variant, count, CACHEGRIND)[1])
 
 
 def serve(tree: Path, variant: str, count: int, under: Sequence[str] = ()) -> tuple[int, str]:
@@ -209,8 +215,7 @@ def served(tree: Path, variants: list[str]) -> None:
     for variant in variants:
         if variant not in SERVED:
             sys.exit(f"--served: {variant!r} is none of {', '.join(SERVED)}")
-        low, high = (served_count(tree, variant, n) for n in SERVED_COUNTS)
-        figures[variant] = (high - low) / (SERVED_COUNTS[1] - SERVED_COUNTS[0])
+        figures[variant] = per_unit(partial(served_count, tree, variant), SERVED_COUNTS)
         print(f"served, {variant}: {figures[variant]:,.0f} instructions per request ({tree})", flush=True)
     for path in ("hit", "miss"):
         off, on = figures.get(f"{path}-off"), figures.get(f"{path}-on")
@@ -228,8 +233,7 @@ def rollouts(tree: Path, variants: list[str]) -> None:
     for variant in variants:
         if variant not in ("off", "log", "shadow"):
             sys.exit(f"--rollouts: {variant!r} is none of off, log, shadow")
-        low, high = (counted(tree, True, "miss", n, variant) for n in COUNTS)
-        figures[variant] = (high - low) / (COUNTS[1] - COUNTS[0])
+        figures[variant] = per_unit(partial(counted, tree, True, "miss", rollouts=variant), COUNTS)
         cost = (
             f" (+{figures[variant] / figures['off'] - 1:.1%} on off)" if "off" in figures and variant != "off" else ""
         )

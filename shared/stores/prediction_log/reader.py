@@ -97,21 +97,22 @@ def load(
     for name, start in _objects(source, wanted):
         lines = _parse(_read(source, name), name)
         records.extend(lines if wanted.covers_hour(start) else (r for r in lines if wanted.holds(r["at"])))
-    if until is not None:
-        records.extend(_late_outcomes(source, wanted, records))
+    records.extend(_late_outcomes(source, wanted, records))
     return records
 
 
 def _late_outcomes(source: Path | ContainerClient, wanted: Range, records: Sequence[Record]) -> list[Record]:
     """The outcome lines, written in [until, until + OUTCOME_LOOK_PAST), of the pending decisions
     among `records` that have none among them (a decision at 10:59:58 whose review ended at 11:00:03)."""
+    if wanted.until is None:
+        return []  # NOTE: an open range already reads every outcome written
     settled = {r["event"] for r in records if r.get("via") == "review"}
     owed = {
         r["event"]
         for r in records
         if r.get("via") != "review" and (r.get("review") or {}).get("status") == "pending" and r["event"] not in settled
     }
-    if not owed or wanted.until is None:
+    if not owed:
         return []
     past = Range(wanted.until, wanted.until + OUTCOME_LOOK_PAST, wanted.model, wanted.version)
     found: list[Record] = []
