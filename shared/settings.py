@@ -52,6 +52,7 @@ PredictionL2 = Literal["auto", "always", "never"]
 HttpServer = Literal["granian", "uvicorn"]
 FeatureStoreKind = Literal["native", "feast"]
 PredictionSink = Literal["off", "dir", "blob"]
+PredictionEncoder = Literal["auto", "process", "inline"]
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 
@@ -338,6 +339,12 @@ class PredictionLogPolicy:
         "this replica's name in the log's object names; Container Apps sets it (a replica's host name is the same)",
         local_only=True,
     )
+    encoder: PredictionEncoder = setting(
+        "PREDICTION_LOG_ENCODER",
+        "auto",
+        "where the log's JSON lines are made: `process` (a child process, off the serving loop), `inline` "
+        "(on it), `auto` (process where this replica has more than one CPU)",
+    )
     hash_key: str | None = setting(
         "PREDICTION_LOG_HASH_KEY",
         None,
@@ -352,6 +359,7 @@ class PredictionLogPolicy:
         _check(0.05 <= self.flush_s <= 300, "PREDICTION_LOG_FLUSH_S", "a number of seconds within 0.05..300")
         _check(0.0 <= self.close_s <= 60, "PREDICTION_LOG_CLOSE_S", "a number of seconds within 0..60")
         _check(bool(self.container), "PREDICTION_LOG_CONTAINER", "a blob container name")
+        _check(self.encoder in ("auto", "process", "inline"), "PREDICTION_LOG_ENCODER", "one of auto|process|inline")
         if self.hash_key is not None:
             _check(len(self.hash_key.encode()) <= 64, "PREDICTION_LOG_HASH_KEY", "at most 64 bytes")
 

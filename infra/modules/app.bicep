@@ -255,6 +255,8 @@ var serviceSettings = [
   { name: 'PREDICTION_LOG_BUFFER', value: '50000' }
   { name: 'PREDICTION_LOG_FLUSH_S', value: '1' }
   { name: 'PREDICTION_LOG_CLOSE_S', value: '5' }
+  // auto: the lines are made in a child process where the replica's quota (cpu) gives it a second CPU
+  { name: 'PREDICTION_LOG_ENCODER', value: 'auto' }
   // NOTE: empty = unkeyed hashes of event ids: a key is a secret, and this template holds none.
   { name: 'PREDICTION_LOG_HASH_KEY', value: '' }
   // Shadow scoring, the sticky canary and its automatic abort.

@@ -386,6 +386,9 @@ class PredictionLogStats(Counters):
     """The prediction log's writer on this replica (PREDICTION_LOG)."""
 
     sink: str = ""
+    encoder: Annotated[
+        str, Meta(description="where the lines are made: process, inline, or inline for now (why the process is down)")
+    ] = ""
     buffered: Annotated[int, Meta(description="records held in memory now")] = 0
     recorded: Annotated[int, Meta(description="decisions taken into the buffer (after sampling)")] = 0
     written: int = 0
