@@ -13,8 +13,10 @@
 3. Loss, sink down: the same with Azurite cut off (a TCP proxy resetting every connection) for
    `--outage-seconds` mid-run: failed requests, and the drop count vs what is missing.
 
-`--variants` instead runs five servers side by side: nothing on, the log, the log without drift,
-a shadow alone, the log and a shadow; each one's req/s ratio to "nothing on", p99 and CPU per request.
+`--variants` instead runs seven servers side by side: nothing on, the log (its lines made in the
+encoder process, and inline), the log without drift, a shadow alone, the log and a shadow (encoder
+process, and inline); each one's req/s ratio to "nothing on", p99 and CPU per request (the
+encoder process's included).
 
 Both versions are the demo model's file (live `2`, shadow `1`): the shadow does the same work
 a real candidate does. Needs wrk, and Azurite at AZURITE_BLOB_ENDPOINT for 2 and 3 (run it
@@ -121,9 +123,11 @@ def variants(args: argparse.Namespace, env: dict[str, str], work: Path) -> dict[
     kinds = {
         "off": ({"PREDICTION_LOG": "off"}, False),
         "log": (log, False),
+        "log_inline": ({**log, "PREDICTION_LOG_ENCODER": "inline"}, False),
         "log_no_drift": ({**log, "DRIFT_REFERENCE": "0"}, False),
         "shadow": ({"PREDICTION_LOG": "off"}, True),
         "log_and_shadow": (log, True),
+        "log_and_shadow_inline": ({**log, "PREDICTION_LOG_ENCODER": "inline"}, True),
     }
     servers: dict[str, Server] = {}
     try:

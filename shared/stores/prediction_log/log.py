@@ -2,12 +2,13 @@
 
     response path    wants() (the sample)  →  add(record): one append to a bounded deque, or a drop
     writer (run)     every flush_s, or as soon as `soon` records are held:
-                       take what is held, a chunk at a time (the loop is yielded between):
-                         subscribers(chunk)          drift, reason codes (before encoding: they fill fields)
-                         encode                      in the encoder process (encoder.py: CHUNK_ELSEWHERE
+                       take what is held, HAND_OVER records at a time:
+                         subscribers(batch)          drift, reason codes (before encoding: they fill fields)
+                         encode, a chunk at a time   in the encoder process (encoder.py: CHUNK_ELSEWHERE
                                                      records packed, the loop free while it answers), or
                                                      here (PREDICTION_LOG_ENCODER=inline, or while it is
-                                                     down: CHUNK records, encode_records per partition)
+                                                     down: CHUNK records, encode_records per partition,
+                                                     a pause of PAUSE_S after each)
                        write each partition's lines in one call; a sink that fails keeps them pending
                        (retried after flush_s, doubling to 5 s), as new records keep arriving
     aclose           the same, retried until close_s; what is left is dropped and counted
@@ -40,14 +41,16 @@ from shared.stores.prediction_log.encoder import ProcessEncoder, wanted
 from shared.stores.prediction_log.sinks import Partition, Sink
 from shared.telemetry import metrics
 
-__all__ = ["CHUNK", "CHUNK_ELSEWHERE", "PAUSE_S", "SOON", "PredictionLog", "Subscriber"]
+__all__ = ["CHUNK", "CHUNK_ELSEWHERE", "HAND_OVER", "PAUSE_S", "SOON", "PredictionLog", "Subscriber"]
 
 log = logging.getLogger(__name__)
 Subscriber = Callable[[Sequence[DecisionRecord]], None]
-CHUNK = 64  # records per batch handed over and encoded at once: ~0.25 ms of the loop at ~4 µs a record
-# NOTE: with the encoder process a record holds the loop ~2 µs (subscribers, packing), and a
-# larger chunk gives reason codes one model run for more rows (7 µs a row at 96, 24 at 2)
-CHUNK_ELSEWHERE = 256
+# NOTE: records handed to the subscribers at once: reason codes make one model run for all of
+# a batch's review and decline rows, ~7 µs a row at 96 of them and ~24 at 7 (a chunk of 64
+# records, before: 2.7 µs a record); ~56 rows in 512 records hold the loop ~0.4 ms
+HAND_OVER = 512
+CHUNK = 64  # records encoded here at once: ~0.25 ms of the loop at ~4 µs a record
+CHUNK_ELSEWHERE = 256  # records packed for the encoder process at once: ~1 µs a record on the loop
 PAUSE_S = 0.0005  # between chunks: the loop serves requests for at least this long
 SOON = 5_000  # records held that wake the writer before flush_s (or half the buffer, when smaller)
 # the longest wait between two tries of a failing sink: one try in 5 s is nothing to a storage
@@ -213,16 +216,17 @@ class PredictionLog:
         encoder = self._encoder
         size = CHUNK_ELSEWHERE if encoder is not None else CHUNK
         while left:
-            chunk = [records.popleft() for _ in range(min(left, size))]
-            left -= len(chunk)
-            self._hand_over([r for r in chunk if r.via != "review"] if outcomes else chunk)
+            batch = [records.popleft() for _ in range(min(left, HAND_OVER))]
+            left -= len(batch)
+            self._hand_over([r for r in batch if r.via != "review"] if outcomes else batch)
             if self._sink is None:
-                self._stats.written += len(chunk)  # NOTE: no sink: the subscribers were its destination
-            elif encoder is not None and await self._encode_elsewhere(encoder, chunk):
-                continue  # NOTE: the loop served requests while the child encoded: that was the pause
-            else:
+                self._stats.written += len(batch)  # NOTE: no sink: the subscribers were its destination
+                continue
+            for start in range(0, len(batch), size):
+                chunk = batch[start : start + size]
+                if encoder is not None and await self._encode_elsewhere(encoder, chunk):
+                    continue  # NOTE: the loop served requests while the child encoded: that was the pause
                 self._encode(self._grouped(chunk))
-            if left:
                 # NOTE: a pause, not a bare yield: a request needs several turns of the loop, and
                 # with a chunk on every turn it paid for several (p99 6-9 ms at 16 connections)
                 await asyncio.sleep(PAUSE_S)
