@@ -170,6 +170,7 @@ class ProcessEncoder:
         self._key = key
         self._child: subprocess.Popen[bytes] | None = None
         self._shared: mmap.mmap | None = None
+        self._request_bytes = REQUEST_BYTES  # where the reply starts in the shared memory
         self._answered = False  # the child has answered once (STARTUP_S until it has)
         self._down_until = 0.0
         self.failure: str | None = None  # why the last child was stopped
@@ -187,7 +188,7 @@ class ProcessEncoder:
             return None
         try:
             body = pack(groups)
-            if len(body) > REQUEST_BYTES:
+            if len(body) > self._request_bytes:
                 return None  # NOTE: records far past a line's usual size: encoded here, the child stays
             if self._child is None:
                 self._start()
@@ -198,7 +199,7 @@ class ProcessEncoder:
                 size = await _ask(child, len(body))
             if size == TOO_BIG:
                 return None
-            reply = _decode_reply(shared[REQUEST_BYTES : REQUEST_BYTES + size])
+            reply = _decode_reply(shared[self._request_bytes : self._request_bytes + size])
         except asyncio.CancelledError:
             self._stop()  # NOTE: a request left half-answered: a new child, so no reply is read out of turn
             raise
@@ -217,8 +218,9 @@ class ProcessEncoder:
         try:
             os.ftruncate(fd, SHARED_BYTES)  # NOTE: pages are taken as they are written (~350 KB a chunk)
             shared = mmap.mmap(fd, SHARED_BYTES)
+            self._request_bytes = REQUEST_BYTES
             child = subprocess.Popen(  # noqa: S603 this interpreter, this module
-                [sys.executable, "-m", __name__, str(fd)],
+                [sys.executable, "-m", __name__, str(fd), str(REQUEST_BYTES)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=(fd,), cwd=ROOT, env=env,
             )  # fmt: skip
         finally:
@@ -306,7 +308,8 @@ async def _ask(child: subprocess.Popen[bytes], size: int) -> int:
 
 def main() -> None:
     """The child: a request's size on stdin, its body in shared memory; the reply the same way back."""
-    shared = mmap.mmap(int(sys.argv[1]), SHARED_BYTES)
+    fd, replies = int(sys.argv[1]), int(sys.argv[2])  # NOTE: the memory the writer made, and where replies start
+    shared = mmap.mmap(fd, os.fstat(fd).st_size)
     inp = sys.stdin.buffer
     out = os.fdopen(os.dup(1), "wb")
     sys.stdout = sys.stderr  # NOTE: a stray print must not become an answer
@@ -321,10 +324,10 @@ def main() -> None:
             reply = encode_packed(shared[:size], key)
         except Exception:  # NOTE: a request it cannot read: an empty answer, which the writer takes as a failure
             reply = _encode_frame([])
-        if len(reply) > SHARED_BYTES - REQUEST_BYTES:
+        if len(reply) > len(shared) - replies:
             out.write(_HEADER.pack(TOO_BIG))
         else:
-            shared[REQUEST_BYTES : REQUEST_BYTES + len(reply)] = reply
+            shared[replies : replies + len(reply)] = reply
             out.write(_HEADER.pack(len(reply)))
         out.flush()
 

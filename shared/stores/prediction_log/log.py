@@ -224,9 +224,10 @@ class PredictionLog:
                 continue
             for start in range(0, len(batch), size):
                 chunk = batch[start : start + size]
-                if encoder is not None and await self._encode_elsewhere(encoder, chunk):
+                if encoder is None:
+                    self._encode(self._grouped(chunk))
+                elif await self._encode_elsewhere(encoder, chunk):
                     continue  # NOTE: the loop served requests while the child encoded: that was the pause
-                self._encode(self._grouped(chunk))
                 # NOTE: a pause, not a bare yield: a request needs several turns of the loop, and
                 # with a chunk on every turn it paid for several (p99 6-9 ms at 16 connections)
                 await asyncio.sleep(PAUSE_S)
@@ -245,7 +246,7 @@ class PredictionLog:
             log.exception("prediction log: subscriber %s failed (logged once a minute at most)", _name(fn))
 
     async def _encode_elsewhere(self, encoder: ProcessEncoder, chunk: list[DecisionRecord]) -> bool:
-        """The chunk's lines from the encoder process; False when it is down (encoded here, then)."""
+        """The chunk's lines from the encoder process, or made here when it is down (then False)."""
         groups = self._grouped(chunk)
         try:
             found = await encoder.encode(groups)
