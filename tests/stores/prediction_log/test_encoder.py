@@ -47,7 +47,7 @@ def mixed() -> list[DecisionRecord]:
     records[1].reasons = [ReasonCode("amount", 121.5, 0.0, 0.42), ReasonCode("is_foreign", 1.0, 0.0, 0.1)]
     records[2].defaulted = types.MappingProxyType({"merchant_risk": "stale"})
     records[3].defaulted = types.MappingProxyType({})
-    return records[:3] + [outcome(1)] + records[3:] + [outcome(4), outcome(5)]
+    return [*records[:3], outcome(1), *records[3:], outcome(4), outcome(5)]
 
 
 def lines(path: Path) -> bytes:
@@ -81,7 +81,9 @@ async def test_the_log_writes_through_another_process_what_it_writes_inline(tmp_
     records = mixed() * 100  # NOTE: 900 records: several frames of CHUNK_ELSEWHERE
     logs = {}
     for name, choice in (("process", "process"), ("inline", "inline")):
-        log = PredictionLog(PredictionLogPolicy(sink="dir", encoder=choice), DirectorySink(tmp_path / name, "r1"), replica="r1")
+        log = PredictionLog(
+            PredictionLogPolicy(sink="dir", encoder=choice), DirectorySink(tmp_path / name, "r1"), replica="r1"
+        )
         for record in records:
             log.add(record)
         await log.flush()
