@@ -57,6 +57,9 @@ _HEADER = struct.Struct("<I")
 # start, its reply (~260 KB) from REQUEST_BYTES; virtual size, resident only as far as written
 REQUEST_BYTES = 4 << 20
 SHARED_BYTES = 32 << 20
+# NOTE: the child yields a shared core to the serving process: it needs ~4% of one at capacity,
+# and a reply may wait (REPLY_S), where a request may not
+NICE = 10
 TOO_BIG = 0xFFFF_FFFF  # the reply's size when it does not fit: the writer encodes that chunk itself
 CPU_MAX = Path("/sys/fs/cgroup/cpu.max")  # cgroup v2: "<quota> <period>" or "max <period>"
 
@@ -308,6 +311,8 @@ async def _ask(child: subprocess.Popen[bytes], size: int) -> int:
 
 def main() -> None:
     """The child: a request's size on stdin, its body in shared memory; the reply the same way back."""
+    with contextlib.suppress(OSError):
+        os.nice(NICE)
     fd, replies = int(sys.argv[1]), int(sys.argv[2])  # NOTE: the memory the writer made, and where replies start
     shared = mmap.mmap(fd, os.fstat(fd).st_size)
     inp = sys.stdin.buffer

@@ -9,7 +9,7 @@
                                                      here (PREDICTION_LOG_ENCODER=inline, or while it is
                                                      down: CHUNK records, encode_records per partition,
                                                      a pause of PAUSE_S after each)
-                       write each partition's lines in one call; a sink that fails keeps them pending
+                       write each partition's lines, WRITE_BYTES a call; a sink that fails keeps them pending
                        (retried after flush_s, doubling to 5 s), as new records keep arriving
     aclose           the same, retried until close_s; what is left is dropped and counted
 
@@ -41,7 +41,7 @@ from shared.stores.prediction_log.encoder import ProcessEncoder, wanted
 from shared.stores.prediction_log.sinks import Partition, Sink
 from shared.telemetry import metrics
 
-__all__ = ["CHUNK", "CHUNK_ELSEWHERE", "HAND_OVER", "PAUSE_S", "SOON", "PredictionLog", "Subscriber"]
+__all__ = ["CHUNK", "CHUNK_ELSEWHERE", "HAND_OVER", "PAUSE_S", "SOON", "WRITE_BYTES", "PredictionLog", "Subscriber"]
 
 log = logging.getLogger(__name__)
 Subscriber = Callable[[Sequence[DecisionRecord]], None]
@@ -57,6 +57,9 @@ SOON = 5_000  # records held that wake the writer before flush_s (or half the bu
 # account, and each second waited past its return drops a second of records at capacity (with
 # 30 s, a 20 s outage dropped 33 s of them, the buffer's 5 s aside: bench/rollouts.py)
 BACKOFF_MAX_S = 5.0
+# NOTE: the most one write joins: a second's records at capacity are ~9 MB, and joining them at
+# once held the loop for milliseconds (p99 at 16 connections: docs/benchmark.md)
+WRITE_BYTES = 1 << 20
 CLOSE_RETRY_S = 0.1  # the wait between tries while shutting down
 RECENT_S = 60.0  # a drop this recent shows in readiness
 
@@ -222,6 +225,7 @@ class PredictionLog:
             if self._sink is None:
                 self._stats.written += len(batch)  # NOTE: no sink: the subscribers were its destination
                 continue
+            await asyncio.sleep(PAUSE_S)  # NOTE: reason codes held the loop ~0.5 ms; packing would add to it
             for start in range(0, len(batch), size):
                 chunk = batch[start : start + size]
                 if encoder is None:
@@ -309,42 +313,44 @@ class PredictionLog:
     # -- writing ------------------------------------------------------------------------------
 
     async def _write_pending(self, sink: Sink) -> None:
-        """One write per pending partition, in order; the first transient failure ends the round."""
+        """Each pending partition's lines, WRITE_BYTES a write, in order; the first transient failure ends the round."""
         for partition in list(self._pending):
-            self._sending = asyncio.ensure_future(self._send(sink, partition))
-            # NOTE: shielded: a writer cancelled at shutdown leaves the write to end and count itself
-            if not await asyncio.shield(self._sending):
-                return
+            while partition in self._pending:
+                self._sending = asyncio.ensure_future(self._send(sink, partition))
+                # NOTE: shielded: a writer cancelled at shutdown leaves the write to end and count itself
+                if not await asyncio.shield(self._sending):
+                    return
         self._recovered()
 
     async def _send(self, sink: Sink, partition: Partition) -> bool:
-        """Write `partition`'s pending lines once and count what landed; whether the sink took them
-        or refused them for good (False: a transient failure, retried later)."""
+        """Write `partition`'s leading pending lines once and count what landed; whether the sink took
+        them or refused them for good (False: a transient failure, retried later)."""
         pending = self._pending[partition]
-        lines = pending.lines[0] if len(pending.lines) == 1 else b"".join(pending.lines)
-        pending.lines, count = [lines], pending.count
+        lines = _leading(pending)
+        count = pending.count if len(pending.lines) == 1 else lines.count(b"\n")
         try:
             await sink.write(partition, lines, count)
         except SinkError as exc:
-            self._landed(partition, lines, exc.landed)
+            self._landed(partition, lines, count, exc.landed)
             if exc.permanent:
                 self._refused(partition, exc)
                 return True
             self._failed(exc)
             return False
         self._recovered()  # NOTE: first: the moment the records count as written, the sink is well again
-        self._landed(partition, lines, len(lines))
+        self._landed(partition, lines, count, len(lines))
         return True
 
-    def _landed(self, partition: Partition, lines: bytes, landed: int) -> None:
-        """The leading `landed` bytes of `lines` (the first of the partition's pending) are in the sink."""
+    def _landed(self, partition: Partition, lines: bytes, count: int, landed: int) -> None:
+        """The leading `landed` bytes of `lines` (the first of the partition's pending, `count`
+        records) are in the sink."""
         if landed <= 0:
             return
         pending = self._pending[partition]
-        count = pending.count if landed == len(lines) else lines.count(b"\n", 0, landed)
         if landed == len(lines):
             del pending.lines[0]
         else:
+            count = lines.count(b"\n", 0, landed)
             pending.lines[0] = lines[landed:]
         pending.count -= count
         self._pending_count -= count
@@ -428,6 +434,17 @@ class PredictionLog:
                 f"sink refused {stats.dropped_sink:,}, shutdown {stats.dropped_shutdown:,}); {held}"
             )
         return None
+
+
+def _leading(pending: _Pending) -> bytes:
+    """The partition's first pending lines, joined up to WRITE_BYTES (one piece at least), as its first piece."""
+    lines, pieces, size = pending.lines, 1, len(pending.lines[0])
+    while pieces < len(lines) and size + len(lines[pieces]) <= WRITE_BYTES:
+        size += len(lines[pieces])
+        pieces += 1
+    if pieces > 1:
+        lines[:pieces] = [b"".join(lines[:pieces])]
+    return lines[0]
 
 
 def _name(fn: Subscriber) -> str:
