@@ -171,9 +171,7 @@ class ProcessEncoder:
 
     def __init__(self, key: bytes) -> None:
         self._key = key
-        self._child: subprocess.Popen[bytes] | None = None
-        self._shared: mmap.mmap | None = None
-        self._request_bytes = REQUEST_BYTES  # where the reply starts in the shared memory
+        self._child: _Child | None = None
         self._answered = False  # the child has answered once (STARTUP_S until it has)
         self._down_until = 0.0
         self.failure: str | None = None  # why the last child was stopped
@@ -191,18 +189,17 @@ class ProcessEncoder:
             return None
         try:
             body = pack(groups)
-            if len(body) > self._request_bytes:
-                return None  # NOTE: records far past a line's usual size: encoded here, the child stays
             if self._child is None:
-                self._start()
-            child, shared = self._child, self._shared
-            assert child is not None and shared is not None  # noqa: S101 set by _start
-            shared[: len(body)] = body
+                self._child, self._answered = _Child(self._key), False
+            child = self._child
+            if len(body) > child.replies:
+                return None  # NOTE: records far past a line's usual size: encoded here, the child stays
+            child.shared[: len(body)] = body
             async with asyncio.timeout(REPLY_S if self._answered else STARTUP_S):
-                size = await _ask(child, len(body))
+                size = await child.ask(len(body))
             if size == TOO_BIG:
                 return None
-            reply = _decode_reply(shared[self._request_bytes : self._request_bytes + size])
+            reply = _decode_reply(child.shared[child.replies : child.replies + size])
         except asyncio.CancelledError:
             self._stop()  # NOTE: a request left half-answered: a new child, so no reply is read out of turn
             raise
@@ -215,26 +212,6 @@ class ProcessEncoder:
         self._answered = True
         return reply
 
-    def _start(self) -> None:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # NOTE: the same imports
-        fd = os.memfd_create("prediction-log-encoder")
-        try:
-            os.ftruncate(fd, SHARED_BYTES)  # NOTE: pages are taken as they are written (~350 KB a chunk)
-            shared = mmap.mmap(fd, SHARED_BYTES)
-            self._request_bytes = REQUEST_BYTES
-            child = subprocess.Popen(  # noqa: S603 this interpreter, this module
-                [sys.executable, "-m", __name__, str(fd), str(REQUEST_BYTES)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=(fd,), cwd=ROOT, env=env,
-            )  # fmt: skip
-        finally:
-            os.close(fd)
-        assert child.stdin is not None and child.stdout is not None  # noqa: S101 piped above
-        child.stdin.write(_HEADER.pack(len(self._key)) + self._key)  # NOTE: ≤ 68 bytes: never a short write
-        child.stdin.flush()
-        os.set_blocking(child.stdin.fileno(), False)
-        os.set_blocking(child.stdout.fileno(), False)
-        self._child, self._shared, self._answered = child, shared, False
-
     def _failed(self, exc: BaseException) -> None:
         self.failure = f"the encoder process failed: {type(exc).__name__}: {exc}".rstrip(": ")
         log.warning("prediction log: %s; encoding in process for %.0f s", self.failure, RESTART_S)
@@ -244,69 +221,90 @@ class ProcessEncoder:
     def _stop(self) -> None:
         child, self._child = self._child, None
         if child is not None:
-            if child.poll() is None:
-                child.kill()
-            _close(child)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                child.wait(0.1)  # NOTE: killed, it is gone within microseconds
-        self._unmap()
-
-    def _unmap(self) -> None:
-        shared, self._shared = self._shared, None
-        if shared is not None:
-            shared.close()
+            child.kill()
 
     async def aclose(self) -> None:
         """End the child: its stdin closed, it exits (killed past a second)."""
         child, self._child = self._child, None
         if child is not None:
-            _close(child)
-            for _ in range(100):
-                if child.poll() is not None:
-                    break
-                await asyncio.sleep(0.01)
-            else:
-                child.kill()
-                child.wait()
-        self._unmap()
+            await child.aclose()
 
 
-def _close(child: subprocess.Popen[bytes]) -> None:
-    for pipe in (child.stdin, child.stdout):
-        if pipe is not None:
+class _Child:
+    """The encoder process, its pipes (non-blocking on this side) and the memory both map."""
+
+    def __init__(self, key: bytes) -> None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # NOTE: the same imports
+        self.replies = REQUEST_BYTES  # where a reply starts in the shared memory (a request ends before)
+        fd = os.memfd_create("prediction-log-encoder")
+        try:
+            os.ftruncate(fd, SHARED_BYTES)  # NOTE: pages are taken as they are written (~350 KB a chunk)
+            self.shared = mmap.mmap(fd, SHARED_BYTES)
+            self.process = subprocess.Popen(  # noqa: S603 this interpreter and this module: a fixed argv, no shell
+                [sys.executable, "-m", __name__, str(fd), str(self.replies)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=(fd,), cwd=ROOT, env=env,
+            )  # fmt: skip
+        finally:
+            os.close(fd)
+        stdin, stdout = self.process.stdin, self.process.stdout
+        if stdin is None or stdout is None:  # NOTE: never: both are piped above (this narrows them)
+            raise OSError("the encoder process has no pipes")
+        self._stdin, self._stdout = stdin, stdout
+        stdin.write(_HEADER.pack(len(key)) + key)  # NOTE: ≤ 68 bytes into an empty pipe: never a short write
+        stdin.flush()
+        os.set_blocking(stdin.fileno(), False)
+        os.set_blocking(stdout.fileno(), False)
+
+    async def ask(self, size: int) -> int:
+        """Tell the child a request of `size` bytes waits in shared memory; its reply's size."""
+        loop = asyncio.get_running_loop()
+        outfd = self._stdout.fileno()
+        done: asyncio.Future[int] = loop.create_future()
+        got = bytearray()
+
+        def readable() -> None:
+            try:
+                data = os.read(outfd, _HEADER.size - len(got))
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                done.set_exception(exc)
+                return
+            if not data:
+                done.set_exception(EOFError("the encoder process exited"))
+                return
+            got.extend(data)
+            if len(got) == _HEADER.size:
+                done.set_result(_HEADER.unpack(got)[0])
+
+        os.write(self._stdin.fileno(), _HEADER.pack(size))  # NOTE: 4 bytes into an empty pipe: whole, or an OSError
+        loop.add_reader(outfd, readable)
+        try:
+            return await done
+        finally:
+            loop.remove_reader(outfd)
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self._release()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(0.1)  # NOTE: killed, it is gone within microseconds
+
+    async def aclose(self) -> None:
+        self._release()  # NOTE: its stdin ends: it exits
+        for _ in range(100):
+            if self.process.poll() is not None:
+                return
+            await asyncio.sleep(0.01)
+        self.process.kill()
+        self.process.wait()
+
+    def _release(self) -> None:
+        for pipe in (self._stdin, self._stdout):
             with contextlib.suppress(OSError):
                 pipe.close()
-
-
-async def _ask(child: subprocess.Popen[bytes], size: int) -> int:
-    """Tell the child a request of `size` bytes waits in shared memory; its reply's size."""
-    assert child.stdin is not None and child.stdout is not None  # noqa: S101 piped by _start
-    loop = asyncio.get_running_loop()
-    outfd = child.stdout.fileno()
-    done: asyncio.Future[int] = loop.create_future()
-    got = bytearray()
-
-    def readable() -> None:
-        try:
-            data = os.read(outfd, _HEADER.size - len(got))
-        except BlockingIOError:
-            return
-        except OSError as exc:
-            done.set_exception(exc)
-            return
-        if not data:
-            done.set_exception(EOFError("the encoder process exited"))
-            return
-        got.extend(data)
-        if len(got) == _HEADER.size:
-            done.set_result(_HEADER.unpack(got)[0])
-
-    os.write(child.stdin.fileno(), _HEADER.pack(size))  # NOTE: 4 bytes into an empty pipe: whole, or an OSError
-    loop.add_reader(outfd, readable)
-    try:
-        return await done
-    finally:
-        loop.remove_reader(outfd)
+        self.shared.close()
 
 
 def main() -> None:

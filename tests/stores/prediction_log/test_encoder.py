@@ -88,7 +88,7 @@ async def test_the_log_writes_through_another_process_what_it_writes_inline(tmp_
             log.add(record)
         await log.flush()
         logs[name] = log
-    child = logs["process"]._encoder._child  # type: ignore[union-attr]
+    child = logs["process"]._encoder._child.process  # type: ignore[union-attr]
     assert child is not None and child.pid != os.getpid() and child.poll() is None
     assert lines(tmp_path / "process") == lines(tmp_path / "inline") and lines(tmp_path / "inline").count(b"\n") == 900
     assert logs["process"].stats().encoder == "process" and logs["inline"].stats().encoder == "inline"
@@ -103,7 +103,7 @@ async def test_a_killed_child_loses_nothing_and_a_new_one_takes_over_after_resta
     log = PredictionLog(POLICY, DirectorySink(tmp_path, "r1"), replica="r1")
     log.add(decision(0))
     await log.flush()
-    first = log._encoder._child  # type: ignore[union-attr]
+    first = log._encoder._child.process  # type: ignore[union-attr]
     assert first is not None
     first.kill()
     first.wait()
@@ -117,7 +117,7 @@ async def test_a_killed_child_loses_nothing_and_a_new_one_takes_over_after_resta
     monkeypatch.setattr(log._encoder, "_down_until", 0.0)  # NOTE: RESTART_S passed
     log.add(decision(300))
     await log.flush()
-    second = log._encoder._child  # type: ignore[union-attr]
+    second = log._encoder._child.process  # type: ignore[union-attr]
     assert second is not None and second.pid != first.pid and log.stats().encoder == "process"
     assert log.stats().written == 301
     await log.aclose()
@@ -129,7 +129,7 @@ async def test_a_child_that_does_not_answer_in_time_is_stopped_and_the_chunk_enc
     log = PredictionLog(POLICY, DirectorySink(tmp_path, "r1"), replica="r1")
     log.add(decision(0))
     await log.flush()  # NOTE: started and answered once: REPLY_S from now on
-    child = log._encoder._child  # type: ignore[union-attr]
+    child = log._encoder._child.process  # type: ignore[union-attr]
     assert child is not None
     monkeypatch.setattr(encoder, "REPLY_S", 0.2)
     os.kill(child.pid, signal.SIGSTOP)
@@ -153,12 +153,12 @@ async def test_a_reply_too_big_for_the_shared_memory_is_encoded_here_and_the_chi
     log = PredictionLog(POLICY, DirectorySink(tmp_path, "r1"), replica="r1")
     log.add(decision(0))
     await log.flush()
-    child = log._encoder._child  # type: ignore[union-attr]
+    child = log._encoder._child.process  # type: ignore[union-attr]
     for i in range(1, 200):  # NOTE: ~100 KB of lines
         log.add(decision(i))
     await log.flush()
     assert log.stats().written == 200 and log.stats().encoder == "process"
-    assert log._encoder._child is child and child is not None and child.poll() is None  # type: ignore[union-attr]
+    assert log._encoder._child.process is child and child is not None and child.poll() is None  # type: ignore[union-attr]
     assert len(lines(tmp_path).splitlines()) == 200
     await log.aclose()
 
@@ -167,7 +167,7 @@ async def test_a_writer_cancelled_while_the_child_answers_loses_nothing(tmp_path
     log = PredictionLog(POLICY, DirectorySink(tmp_path, "r1"), replica="r1")
     log.add(decision(0))
     await log.flush()
-    child = log._encoder._child  # type: ignore[union-attr]
+    child = log._encoder._child.process  # type: ignore[union-attr]
     assert child is not None
     os.kill(child.pid, signal.SIGSTOP)  # NOTE: it holds the next frame unanswered until the cancel
     try:
