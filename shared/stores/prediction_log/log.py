@@ -9,7 +9,7 @@
                                                      here (PREDICTION_LOG_ENCODER=inline, or while it is
                                                      down: CHUNK records, encode_records per partition,
                                                      a pause of PAUSE_S after each)
-                       write each partition's lines, WRITE_BYTES a call; a sink that fails keeps them pending
+                       write each partition's lines, up to the sink's write_bytes a call; a sink that fails keeps them pending
                        (retried after flush_s, doubling to 5 s), as new records keep arriving
     aclose           the same, retried until close_s; what is left is dropped and counted
 
@@ -41,7 +41,7 @@ from shared.stores.prediction_log.encoder import ProcessEncoder, wanted
 from shared.stores.prediction_log.sinks import Partition, Sink
 from shared.telemetry import metrics
 
-__all__ = ["CHUNK", "CHUNK_ELSEWHERE", "HAND_OVER", "PAUSE_S", "SOON", "WRITE_BYTES", "PredictionLog", "Subscriber"]
+__all__ = ["CHUNK", "CHUNK_ELSEWHERE", "HAND_OVER", "PAUSE_S", "SOON", "PredictionLog", "Subscriber"]
 
 log = logging.getLogger(__name__)
 Subscriber = Callable[[Sequence[DecisionRecord]], None]
@@ -57,9 +57,6 @@ SOON = 5_000  # records held that wake the writer before flush_s (or half the bu
 # account, and each second waited past its return drops a second of records at capacity (with
 # 30 s, a 20 s outage dropped 33 s of them, the buffer's 5 s aside: bench/rollouts.py)
 BACKOFF_MAX_S = 5.0
-# NOTE: the most one write joins: a second's records at capacity are ~9 MB, and joining them at
-# once held the loop for milliseconds (p99 at 16 connections: docs/benchmark.md)
-WRITE_BYTES = 1 << 20
 CLOSE_RETRY_S = 0.1  # the wait between tries while shutting down
 RECENT_S = 60.0  # a drop this recent shows in readiness
 
@@ -313,7 +310,8 @@ class PredictionLog:
     # -- writing ------------------------------------------------------------------------------
 
     async def _write_pending(self, sink: Sink) -> None:
-        """Each pending partition's lines, WRITE_BYTES a write, in order; the first transient failure ends the round."""
+        """Each pending partition's lines, the sink's `write_bytes` a write (joining a second's ~9 MB at
+        once held the loop for milliseconds), in order; the first transient failure ends the round."""
         for partition in list(self._pending):
             while partition in self._pending:
                 self._sending = asyncio.ensure_future(self._send(sink, partition))
@@ -326,7 +324,7 @@ class PredictionLog:
         """Write `partition`'s leading pending lines once and count what landed; whether the sink took
         them or refused them for good (False: a transient failure, retried later)."""
         pending = self._pending[partition]
-        lines = _leading(pending)
+        lines = _leading(pending, sink.write_bytes)
         count = pending.count if len(pending.lines) == 1 else lines.count(b"\n")
         try:
             await sink.write(partition, lines, count)
@@ -436,10 +434,10 @@ class PredictionLog:
         return None
 
 
-def _leading(pending: _Pending) -> bytes:
-    """The partition's first pending lines, joined up to WRITE_BYTES (one piece at least), as its first piece."""
+def _leading(pending: _Pending, limit: int) -> bytes:
+    """The partition's first pending lines, joined up to `limit` bytes (one piece at least), as its first piece."""
     lines, pieces, size = pending.lines, 1, len(pending.lines[0])
-    while pieces < len(lines) and size + len(lines[pieces]) <= WRITE_BYTES:
+    while pieces < len(lines) and size + len(lines[pieces]) <= limit:
         size += len(lines[pieces])
         pieces += 1
     if pieces > 1:

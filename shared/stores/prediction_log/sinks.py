@@ -72,6 +72,7 @@ class Sink(Protocol):
     """Appends JSON lines to the object of one partition."""
 
     name: str  # "dir" or "blob": the stats and readiness name it
+    write_bytes: int  # the most one write is given (the log joins no more lines than this at once)
 
     async def write(self, partition: Partition, lines: bytes, count: int) -> None:
         """Append `lines` (`count` JSON lines) to `partition`'s object; `SinkError` on failure."""
@@ -101,6 +102,7 @@ class DirectorySink:
     """Hourly JSONL files under `root` (`make run`); file I/O runs in a worker thread."""
 
     name = "dir"
+    write_bytes = 1 << 20  # NOTE: a second's records at capacity are ~9 MB: joining them at once held the loop ms
 
     def __init__(self, root: Path, replica: str) -> None:
         self.root = root
@@ -169,6 +171,7 @@ class BlobSink:
         self._replica = _check_replica(replica)
         self._timeout_s = timeout_s
         self._block_bytes = block_bytes
+        self.write_bytes = block_bytes  # NOTE: one append block a write
         self._max_blocks = max_blocks
         self._credential = credential
         self._blobs: dict[Partition, _Blob] = {}

@@ -17,10 +17,10 @@ from azure.core.exceptions import ResourceNotFoundError
 from azure.storage.blob import BlobServiceClient
 
 from shared.domain.answers import ReasonCode
-from shared.domain.records import DecisionRecord, hashed_id
+from shared.domain.records import DecisionRecord, encode_records, hashed_id
 from shared.errors import SinkError
 from shared.settings import PredictionLogPolicy
-from shared.stores.prediction_log.log import PredictionLog
+from shared.stores.prediction_log.log import CHUNK, PredictionLog
 from shared.stores.prediction_log.sinks import BlobSink, DirectorySink, Partition
 from shared.telemetry import metrics
 from tests.faults.proxy import Proxy
@@ -268,6 +268,7 @@ class LosesAnAnswer:
     """A real directory sink whose first write lands its first half, then fails as a lost answer would."""
 
     name = "dir"
+    write_bytes = DirectorySink.write_bytes
 
     def __init__(self, sink: DirectorySink) -> None:
         self.sink = sink
@@ -283,6 +284,33 @@ class LosesAnAnswer:
 
     async def aclose(self) -> None:
         await self.sink.aclose()
+
+
+class Recorded(DirectorySink):
+    """A real directory sink that keeps the size of each write it was given."""
+
+    def __init__(self, root: Path, replica: str) -> None:
+        super().__init__(root, replica)
+        self.sizes: list[int] = []
+
+    async def write(self, partition: Partition, lines: bytes, count: int) -> None:
+        self.sizes.append(len(lines))
+        await super().write(partition, lines, count)
+
+
+async def test_a_partition_s_lines_go_in_writes_of_at_most_write_bytes_all_of_them_in_one_flush(
+    tmp_path: Path,
+) -> None:
+    sink = Recorded(tmp_path, "r1")
+    log = PredictionLog(replace(POLICY, encoder="inline"), sink, replica="r1")  # NOTE: CHUNK records' lines a piece
+    piece = len(encode_records([decision(i) for i in range(CHUNK)]))
+    sink.write_bytes = int(2.5 * piece)  # NOTE: two pieces a write, not three
+    for i in range(10 * CHUNK):
+        log.add(decision(i))
+    await log.flush()
+    assert log.stats().written == 10 * CHUNK and balanced(log.stats())
+    assert [line["event"] for line in lines_of(tmp_path / FILE)] == [hashed_id(f"evt-{i}") for i in range(10 * CHUNK)]
+    assert len(sink.sizes) == 5 and all(size <= sink.write_bytes for size in sink.sizes)
 
 
 async def test_what_landed_of_a_failed_write_is_counted_written_and_never_sent_again(tmp_path: Path) -> None:
