@@ -403,6 +403,15 @@ def shadow(
         SHADOW_DIFFERENCE.series((model, version)).record(difference)
 
 
+def shadow_many(model: str, version: str, agreed: int, disagreed: int, failed: int, differences: Any) -> None:
+    """A batch of `shadow` calls at once: its counts, and |shadow score - live score| of each scored
+    event (a float64 numpy array)."""
+    for outcome, count in (("agreed", agreed), ("disagreed", disagreed), ("failed", failed)):
+        if count:
+            SHADOW_EVENTS.add((model, version, outcome), count)
+    SHADOW_DIFFERENCE.series((model, version)).record_many(differences)
+
+
 def canary(model: str, arm: Literal["live", "canary"], decision: str, count: int = 1) -> None:
     """Decisions of `model` under a canary split: `decision` is approve, review, decline or error."""
     CANARY_DECISIONS.add((model, arm, decision), count)

@@ -18,6 +18,7 @@ from shared.fleet.shadow import ShadowScorer
 from shared.models.onnx import OnnxModel
 from shared.models.served import LoadedModel
 from shared.settings import BatchPolicy, OrtOptions, RolloutPolicy
+from shared.telemetry import metrics
 from tests.onnx_models import DEFAULT_FEATURES, make_model
 
 COLUMNS = tuple(f.name for f in DEFAULT_FEATURES)
@@ -84,6 +85,13 @@ def record(event_id: str = "e1", *, score: float = 0.5, decision: str = "review"
     )
 
 
+def counts(version: str) -> tuple[float, ...]:
+    """The process's shadow metrics of fraud/`version`: agreed, disagreed, failed, differences and their sum."""
+    events, series = metrics.SHADOW_EVENTS.values, metrics.SHADOW_DIFFERENCE.series(("fraud", version))
+    found = (events.get(("fraud", version, outcome), 0) for outcome in ("agreed", "disagreed", "failed"))
+    return (*found, series.count, series.sum)
+
+
 async def until(check: Callable[[], bool], seconds: float = 5.0) -> None:
     started = time.monotonic()
     while not check():
@@ -137,6 +145,7 @@ async def test_agreement_and_the_mean_difference_are_counted_per_version(
 ) -> None:
     shadow, log = scorer
     version = versions("2", bias=1.0)  # every zero row scores sigmoid(1) = 0.731: "review"
+    counted = counts("2")
     lives = [record("a", score=0.6, decision="review"), record("b", score=0.9, decision="decline")]
     lives += [record(f"c{i}", score=0.7, decision="review") for i in range(2)]
     for live in lives:
@@ -147,6 +156,10 @@ async def test_agreement_and_the_mean_difference_are_counted_per_version(
     expected = (abs(sigmoid(1) - 0.6) + abs(sigmoid(1) - 0.9) + 2 * abs(sigmoid(1) - 0.7)) / 4
     assert view.mean_abs_difference == pytest.approx(expected, abs=1e-5)
     assert shadow.view("fraud", "9").scored == 0 and shadow.view("fraud", "9").agreement is None
+    # NOTE: the exported metrics say the same (counted a batch at a time, not a record at a time)
+    agreed, disagreed, failed, differences, total = (now - before for now, before in zip(counts("2"), counted, strict=True))
+    assert (agreed, disagreed, failed, differences) == (3, 1, 0, 4)
+    assert total == pytest.approx(4 * expected, abs=1e-5)
 
 
 async def test_a_failing_shadow_is_counted_and_never_loses_the_record(
@@ -155,12 +168,14 @@ async def test_a_failing_shadow_is_counted_and_never_loses_the_record(
     shadow, log = scorer
     broken = versions("2")
     await broken.retire()  # its session released: every run fails
+    counted = counts("2")
     live = record()
     shadow.offer(live, broken)
     await until(lambda: bool(log.records))
     assert log.records == [live] and live.shadow is not None
     assert live.shadow.score is None and live.shadow.error
     assert shadow.view("fraud", "2").failed == 1 and live.score == 0.5 and live.decision == "review"
+    assert [now - before for now, before in zip(counts("2"), counted)][:4] == [0, 0, 1, 0]
 
 
 async def test_a_shadow_taking_the_features_in_another_order_is_fed_by_name(
