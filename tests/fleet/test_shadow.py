@@ -157,7 +157,9 @@ async def test_agreement_and_the_mean_difference_are_counted_per_version(
     assert view.mean_abs_difference == pytest.approx(expected, abs=1e-5)
     assert shadow.view("fraud", "9").scored == 0 and shadow.view("fraud", "9").agreement is None
     # NOTE: the exported metrics say the same (counted a batch at a time, not a record at a time)
-    agreed, disagreed, failed, differences, total = (now - before for now, before in zip(counts("2"), counted, strict=True))
+    agreed, disagreed, failed, differences, total = (
+        now - before for now, before in zip(counts("2"), counted, strict=True)
+    )
     assert (agreed, disagreed, failed, differences) == (3, 1, 0, 4)
     assert total == pytest.approx(4 * expected, abs=1e-5)
 
@@ -175,7 +177,7 @@ async def test_a_failing_shadow_is_counted_and_never_loses_the_record(
     assert log.records == [live] and live.shadow is not None
     assert live.shadow.score is None and live.shadow.error
     assert shadow.view("fraud", "2").failed == 1 and live.score == 0.5 and live.decision == "review"
-    assert [now - before for now, before in zip(counts("2"), counted)][:4] == [0, 0, 1, 0]
+    assert [now - before for now, before in zip(counts("2"), counted, strict=True)][:4] == [0, 0, 1, 0]
 
 
 async def test_a_shadow_taking_the_features_in_another_order_is_fed_by_name(
