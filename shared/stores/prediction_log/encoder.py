@@ -5,22 +5,25 @@
     encoder process                 unpack into the same `DecisionRecord`s, `encode_records` them: the
                                     JSON lines, one frame back (the ~5 µs a record that leave the loop)
 
-Encoding was most of what the log cost the serving loop (docs/benchmark.md, "The prediction
-log's encoder process"): the hash, the row's struct and the JSON of 25 floats a record. Packing
-costs a fifth of it; the rest runs on another core, while the loop serves requests. The lines
-are byte for byte what `encode_records` writes in process (tests/stores/prediction_log/test_encoder.py).
+Encoding was most of what the log cost the serving loop (docs/benchmark.md, "2026-12-02,
+morning"): the hash, the row's struct and the JSON of 25 floats a record. Packing costs a fifth
+of it; the rest runs on another core, while the loop serves requests. The lines are byte for
+byte what `encode_records` writes in process (tests/stores/prediction_log/test_encoder.py).
 
-One child per log, `python -m shared.stores.prediction_log.encoder`, started on first use; it
-reads frames on stdin and answers each on stdout, in order, one at a time. Frames are a 4-byte
-little-endian length and msgpack; the first is the hash key (a secret: never in argv or the
-environment). It exits at the end of its stdin, so it never outlives the serving process.
+One child per log, `python -m shared.stores.prediction_log.encoder <fd> <offset>`, started on
+first use, at nice 10. Requests and replies travel through a memfd both processes map (a
+request from its start, its reply from `offset`); the pipes carry only their sizes, a 4-byte
+little-endian length each way, one request at a time. The first thing on its stdin is the hash
+key (a secret: never in argv or the environment). It exits at the end of its stdin, so it never
+outlives the serving process.
 
 The writer never waits on it long and never loses a record to it: the records stay the writer's
 until their lines come back. A child that does not answer within REPLY_S (STARTUP_S for its
 first), exits, or answers what is no reply, is stopped; `encode` then answers None and the writer
 encodes in process, as with PREDICTION_LOG_ENCODER=inline, until a new child is started
-RESTART_S later. A group the child could not encode (one bad record) comes back None: the writer
-encodes that group in process, where the record that fails is counted on its own.
+RESTART_S later. A request or a reply too big for the shared memory, and a group the child could
+not encode (one bad record), are encoded in process too, where a record that fails is counted on
+its own.
 """
 
 from __future__ import annotations
