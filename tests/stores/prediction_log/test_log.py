@@ -20,7 +20,7 @@ from shared.domain.answers import ReasonCode
 from shared.domain.records import DecisionRecord, encode_records, hashed_id
 from shared.errors import SinkError
 from shared.settings import PredictionLogPolicy
-from shared.stores.prediction_log.log import CHUNK, PredictionLog
+from shared.stores.prediction_log.log import CHUNK, HAND_OVER, PredictionLog
 from shared.stores.prediction_log.sinks import BlobSink, DirectorySink, Partition
 from shared.telemetry import metrics
 from tests.faults.proxy import Proxy
@@ -161,6 +161,25 @@ async def test_shutdown_writes_what_is_held(tmp_path: Path) -> None:
     await log.aclose()
     assert len(lines_of(tmp_path / FILE)) == 1000
     assert (log.stats().written, log.stats().dropped_shutdown) == (1000, 0)
+
+
+@pytest.mark.parametrize("encoder", ["inline", "process"])
+async def test_a_writer_cancelled_between_chunks_loses_no_record_and_writes_none_twice(
+    tmp_path: Path, encoder: str
+) -> None:
+    log = PredictionLog(replace(POLICY, encoder=encoder), DirectorySink(tmp_path, "r1"), replica="r1")
+    count = 8 * HAND_OVER
+    for i in range(count):
+        log.add(decision(i))
+    writer = asyncio.get_running_loop().create_task(log.flush())
+    # NOTE: cancelled at one of its pauses, with a batch handed over and only part of it encoded
+    await eventually(lambda: 0 < len(log._records) < count - HAND_OVER, what="the writer took two batches")
+    writer.cancel()
+    await asyncio.gather(writer, return_exceptions=True)
+    await log.aclose()  # NOTE: as the core shuts down: the writer cancelled, then what is held sent
+    events = [line["event"] for line in lines_of(tmp_path / FILE)]
+    assert sorted(events) == sorted(hashed_id(f"evt-{i}") for i in range(count))
+    assert log.stats().written == count and balanced(log.stats())
 
 
 async def test_shutdown_gives_up_after_close_s_and_counts_what_it_could_not_write(tmp_path: Path) -> None:
