@@ -47,8 +47,9 @@ log = logging.getLogger(__name__)
 Subscriber = Callable[[Sequence[DecisionRecord]], None]
 # NOTE: records handed to the subscribers at once: reason codes make one model run for all of
 # a batch's review and decline rows, ~24 µs a row at 7 of them (a chunk of 64 records: 2.7 µs a
-# record, before) and ~13 µs at 28 or more; 256 records hold the loop ~0.4 ms (512 had the same
-# CPU per record, and a p99 at 16 connections of 5.0-5.2 ms against 4.7: docs/benchmark.md)
+# record, before) and ~13 µs at 28 or more; 256 records hold the loop ~0.4 ms. 512 took ~0.9 µs
+# a record less of the loop, and gave a p99 at 16 connections of 4.8-5.2 ms against 4.6-4.7
+# (docs/benchmark.md, "2026-12-02, morning")
 HAND_OVER = 256
 CHUNK = 64  # records encoded here at once: ~0.25 ms of the loop at ~4 µs a record
 CHUNK_ELSEWHERE = 256  # records packed for the encoder process at once: ~1 µs a record on the loop
