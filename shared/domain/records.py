@@ -31,7 +31,9 @@ if TYPE_CHECKING:
     from shared.domain.answers import ReasonCode
     from shared.domain.spec import Thresholds
 
-__all__ = ["Arm", "DecisionRecord", "Line", "Shadowed", "Via", "encode_lines", "encode_records", "hashed_id"]
+__all__ = [
+    "Arm", "DecisionRecord", "Line", "Shadowed", "Via", "encode_lines", "encode_records", "hashed_id", "plain_defaulted",
+]  # fmt: skip
 
 Via = Literal["http", "batch", "v2", "queue", "review"]  # V2 is REST and gRPC alike; "review": a review's later outcome
 Arm = Literal["live", "canary"]
@@ -163,7 +165,7 @@ class DecisionRecord(msgspec.Struct, gc=False):
             self.version,
             self.fingerprint,
             _row_type(self.columns)(*self.row.tolist()),
-            _plain(defaulted),
+            plain_defaulted(defaulted),
             round(self.score, 6),
             self.decision,
             self.reason,
@@ -190,7 +192,7 @@ def _hashed_review(review: Any, event: str) -> Any:
     return msgspec.structs.replace(review, id=event) if getattr(review, "id", "") else review
 
 
-def _plain(defaulted: Mapping[str, str]) -> dict[str, str]:
+def plain_defaulted(defaulted: Mapping[str, str]) -> dict[str, str]:
     """A dict the encoder takes (the answer's defaulted reasons come as a read-only view).
 
     NOTE: the answer's own dict when it is one (never changed after it was built: not copied)."""
@@ -237,7 +239,7 @@ def encode_records(records: Sequence[DecisionRecord], key: bytes = b"") -> bytes
                 record.version,
                 record.fingerprint,
                 kind(*record.row.tolist()),
-                defaulted if type(defaulted) is dict else _plain(defaulted),
+                defaulted if type(defaulted) is dict else plain_defaulted(defaulted),
                 round(record.score, 6),
                 record.decision,
                 record.reason,

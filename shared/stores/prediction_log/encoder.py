@@ -46,7 +46,7 @@ from typing import Any
 import msgspec
 
 from shared.domain.answers import ReasonCode, Review
-from shared.domain.records import Arm, DecisionRecord, Shadowed, Via, encode_records
+from shared.domain.records import Arm, DecisionRecord, Shadowed, Via, encode_records, plain_defaulted
 
 __all__ = ["REPLY_S", "RESTART_S", "STARTUP_S", "ProcessEncoder", "cpus", "encode_packed", "pack", "wanted"]
 
@@ -95,7 +95,6 @@ _fields = attrgetter(
 )  # fmt: skip
 _columns = attrgetter("columns")
 _defaulted = attrgetter("defaulted")
-_NONE: dict[str, str] = {}
 _Fields = tuple[
     Any, Via, str, str, str, str, Any, str, str, dict[str, Any],
     Review | None, Arm | None, Shadowed | None, list[ReasonCode] | None,
@@ -126,7 +125,7 @@ def _runs(group: Sequence[DecisionRecord]) -> list[tuple[Sequence[str], bytes, l
         rows = b"".join([r.row.tobytes() for r in records])
         if len(rows) != 4 * len(columns) * len(records):  # NOTE: not one float32 per column: encoded here
             return None
-        defaulted = [d if type(d) is dict else dict(d) if d else _NONE for d in map(_defaulted, records)]
+        defaulted = list(map(plain_defaulted, map(_defaulted, records)))
         runs.append((columns, rows, list(map(_fields, records)), defaulted))
     return runs
 

@@ -102,7 +102,6 @@ class PredictionLog:
         self._wake: asyncio.Event | None = None
         self._lock: asyncio.Lock | None = None
         self._sending: asyncio.Task[bool] | None = None
-        self._kept = 0  # of the batch the writer is encoding, how many are encoded (`_encode_batch`)
 
     # -- the response path ------------------------------------------------------------------
 
@@ -216,48 +215,38 @@ class PredictionLog:
         """Hand over and encode what is held now (not what arrives meanwhile), yielding between chunks."""
         records, left = self._records, len(self._records)
         outcomes, self._outcomes_held = self._outcomes_held, False  # NOTE: one arriving meanwhile sets it again
+        encoder = self._encoder
+        size = CHUNK_ELSEWHERE if encoder is not None else CHUNK
         while left:
             batch = [records.popleft() for _ in range(min(left, HAND_OVER))]
             left -= len(batch)
             self._hand_over([r for r in batch if r.via != "review"] if outcomes else batch)
+            if self._sink is None:
+                self._stats.written += len(batch)  # NOTE: no sink: the subscribers were its destination
+                if left:
+                    await asyncio.sleep(PAUSE_S)
+                continue
+            kept = 0  # NOTE: the batch's records encoded so far
             try:
-                await self._encode_batch(batch, pause=bool(left))
-            except BaseException:  # NOTE: cancelled (shutdown) at a pause: the rest encoded here, no record lost
-                self._keep(batch[self._kept :])
-                raise
-
-    async def _encode_batch(self, batch: list[DecisionRecord], *, pause: bool) -> None:
-        """The batch's lines, a chunk at a time, the loop yielded after each; `_kept` follows how
-        many are encoded (the rest, should a pause be cancelled, is `_keep`'s)."""
-        self._kept = 0
-        if self._sink is None:
-            self._stats.written += len(batch)  # NOTE: no sink: the subscribers were its destination
-            self._kept = len(batch)
-            if pause:
+                # NOTE: reason codes held the loop ~0.4 ms: packing or encoding would add to it
                 await asyncio.sleep(PAUSE_S)
-            return
-        # NOTE: reason codes held the loop ~0.4 ms: packing or encoding would add to it
-        await asyncio.sleep(PAUSE_S)
-        encoder = self._encoder
-        size = CHUNK_ELSEWHERE if encoder is not None else CHUNK
-        for start in range(0, len(batch), size):
-            chunk = batch[start : start + size]
-            if encoder is not None and await self._encode_elsewhere(encoder, chunk):
-                self._kept = start + len(chunk)
-                continue  # NOTE: the loop served requests while the child encoded: that was the pause
-            if encoder is None:
-                self._encode(self._grouped(chunk))
-            self._kept = start + len(chunk)
-            # NOTE: a pause, not a bare yield: a request needs several turns of the loop, and
-            # with a chunk on every turn it paid for several (p99 6-9 ms at 16 connections)
-            await asyncio.sleep(PAUSE_S)
-
-    def _keep(self, rest: list[DecisionRecord]) -> None:
-        """Records handed over but not yet encoded when the writer was cancelled: encoded here at once."""
-        if rest and self._sink is None:
-            self._stats.written += len(rest)
-        elif rest:
-            self._encode(self._grouped(rest))
+                for start in range(0, len(batch), size):
+                    chunk = batch[start : start + size]
+                    # NOTE: the child's answer is a pause of its own: the loop served requests meanwhile
+                    elsewhere = encoder is not None and await self._encode_elsewhere(encoder, chunk)
+                    if encoder is None:
+                        self._encode(self._grouped(chunk))
+                    kept = start + len(chunk)
+                    if not elsewhere:
+                        # NOTE: a pause, not a bare yield: a request needs several turns of the loop, and
+                        # with a chunk on every turn it paid for several (p99 6-9 ms at 16 connections)
+                        await asyncio.sleep(PAUSE_S)
+            except BaseException:
+                # NOTE: cancelled (shutdown) at a pause or while the child answered: the batch's rest
+                # is encoded here at once, so no record handed over is lost
+                if kept < len(batch):
+                    self._encode(self._grouped(batch[kept:]))
+                raise
 
     def _hand_over(self, chunk: list[DecisionRecord]) -> None:
         for fn in self._subscribers:
