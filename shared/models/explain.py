@@ -16,9 +16,11 @@ Budget: before running, the run is estimated at the version's moving average of 
 reason codes (None), and none either when the run took longer than the budget after all
 (a version that has run no batch yet has no estimate: it runs, and the elapsed time decides).
 
-Where it runs: `reason_codes` runs wherever it is called; `explain` calls it on the event loop
-when the version runs inline (`loaded.inline`: a small model, cheaper than a thread hop), else
-in a worker thread, as the batcher does.
+Where it runs: `reason_codes` runs wherever it is called; `explain` (an `?explain=1` answer)
+calls it on the event loop when the version runs inline (`loaded.inline`: a small model,
+cheaper than a thread hop), else in a worker thread, as the batcher does. `explain_many` (the
+prediction log's records, hundreds at a time, no answer waiting) always runs its one model run
+in a worker thread: the hop is shared by the batch, and the loop serves requests meanwhile.
 
 Limits (occlusion is not SHAP):
 - Interactions. Each feature is judged with every other one as it is: where two act only
@@ -48,7 +50,7 @@ from shared.errors import InferenceFailed
 from shared.models.served import LoadedModel
 from shared.settings import DriftPolicy
 
-__all__ = ["estimated_s", "explain", "reason_codes", "reason_codes_many"]
+__all__ = ["estimated_s", "explain", "explain_many", "reason_codes", "reason_codes_many"]
 
 
 def estimated_s(loaded: LoadedModel, rows: int) -> float | None:
@@ -99,53 +101,89 @@ def reason_codes_many(
     row's occlusions in one model run and one vectorised ranking, so a record costs a few µs,
     not a call. The same codes as one call per row (tests/models/test_explain.py holds them
     equal); None when the run would not fit EXPLAIN_BUDGET_MS, or the session is gone."""
-    count = len(rows)
+    plan = _occlusions(loaded, rows, policy)
+    if not isinstance(plan, _Occlusions):
+        return plan
+    try:
+        occluded_scores = loaded.model.predict(plan.matrix)
+    except InferenceFailed:
+        return None
+    return plan.ranked(loaded.spec, scores, occluded_scores, policy.explain_top)
+
+
+async def explain_many(
+    loaded: LoadedModel, rows: npt.NDArray[np.float32], scores: npt.NDArray[np.float64], policy: DriftPolicy
+) -> list[list[ReasonCode]] | None:
+    """`reason_codes_many` with its model run in a worker thread, whatever the version's `inline`.
+
+    NOTE: for the prediction log's writer, whose records no answer waits for: one hop (~20 µs
+    of the loop) carries the occlusions of a whole batch (hundreds of rows, ~1 µs each), and
+    ONNX Runtime releases the GIL while it runs, so the loop serves requests meanwhile."""
+    plan = _occlusions(loaded, rows, policy)
+    if not isinstance(plan, _Occlusions):
+        return plan
+    try:
+        occluded_scores = await asyncio.to_thread(loaded.model.predict, plan.matrix)
+    except InferenceFailed:
+        return None
+    return plan.ranked(loaded.spec, scores, occluded_scores, policy.explain_top)
+
+
+class _Occlusions:
+    """Many rows' occluded copies: one matrix row per (row `at`, column `columns`) off its default."""
+
+    __slots__ = ("at", "columns", "count", "defaults", "matrix", "values")
+
+    def __init__(self, rows: npt.NDArray[np.float32], at: npt.NDArray[np.intp], columns: npt.NDArray[np.intp],
+                 defaults: npt.NDArray[np.float32]) -> None:  # fmt: skip
+        self.count, self.at, self.columns, self.defaults = len(rows), at, columns, defaults
+        self.values = rows[at, columns]
+        matrix = rows[at]  # NOTE: a fancy index is a copy already
+        if matrix.dtype != np.float32:
+            matrix = matrix.astype(np.float32)
+        matrix[np.arange(len(at)), columns] = defaults
+        self.matrix = matrix
+
+    def ranked(
+        self, spec: ModelSpec, scores: npt.NDArray[np.float64], occluded: npt.NDArray[np.float64], top: int
+    ) -> list[list[ReasonCode]]:
+        """Each row's first `top` positive drops, largest first, ties to the lower column (as a
+        stable sort of each row's drops would rank them).
+
+        NOTE: only the occluded columns are ranked (not a row * width matrix), and only the
+        chosen few become Python objects: by row, then the largest drop first (NaN last), a
+        row's positive drops lead its run, so its first `top` entries that are positive are
+        its codes."""
+        at, columns = self.at, self.columns
+        drops = np.round(scores[at] - occluded, 6)  # NOTE: as answered; a drop that rounds to 0 names nothing
+        order = np.lexsort((columns, -drops, at))
+        by_row = at[order]
+        first = np.flatnonzero(np.concatenate(([True], by_row[1:] != by_row[:-1])))
+        rank = np.arange(len(order)) - np.repeat(first, np.diff(np.append(first, len(order))))
+        chosen = order[(rank < top) & (drops[order] > 0)]
+        names = [f.name for f in spec.features]
+        codes: list[list[ReasonCode]] = [[] for _ in range(self.count)]
+        for row, column, value, default, drop in zip(
+            at[chosen].tolist(), columns[chosen].tolist(), self.values[chosen].tolist(),
+            self.defaults[chosen].tolist(), drops[chosen].tolist(), strict=True,
+        ):  # fmt: skip
+            codes[row].append(ReasonCode(names[column], round(value, 6), round(default, 6), drop))
+        return codes
+
+
+def _occlusions(
+    loaded: LoadedModel, rows: npt.NDArray[np.float32], policy: DriftPolicy
+) -> _Occlusions | list[list[ReasonCode]] | None:
+    """What to run, or the answer without a run: no codes for any row (every column on its
+    default), or None (the run would not fit the budget: per row here, as for one row)."""
     base = loaded.mapper.defaults
     at, columns = np.nonzero(rows != base)  # NOTE: a column on its default: occluding it changes nothing
     if not len(at):
-        return [[] for _ in range(count)]
+        return [[] for _ in range(len(rows))]
     estimate = estimated_s(loaded, len(at))
-    if estimate is not None and estimate > policy.explain_budget_ms / 1000.0 * count:
-        return None  # NOTE: the budget is per row here, as for one row
-    defaults = base[columns]
-    occluded = rows[at]  # NOTE: a fancy index is a copy already
-    if occluded.dtype != np.float32:
-        occluded = occluded.astype(np.float32)
-    occluded[np.arange(len(at)), columns] = defaults
-    try:
-        occluded_scores = loaded.model.predict(occluded)
-    except InferenceFailed:
+    if estimate is not None and estimate > policy.explain_budget_ms / 1000.0 * len(rows):
         return None
-    drops = np.round(scores[at] - occluded_scores, 6)
-    # NOTE: only the occluded columns are ranked (not a row * width matrix): by row, then the
-    # largest drop first, ties to the lower column, as a stable sort of each row's drops would
-    order = np.lexsort((columns, -drops, at)).tolist()
-    values = rows[at, columns]
-    return _ranked(loaded.spec, order, at, columns, drops, values, defaults, count, policy.explain_top)
-
-
-def _ranked(
-    spec: ModelSpec,
-    order: list[int],
-    at: npt.NDArray[np.intp],
-    columns: npt.NDArray[np.intp],
-    drops: npt.NDArray[np.float64],
-    values: npt.NDArray[np.float32],
-    defaults: npt.NDArray[np.float32],
-    count: int,
-    top: int,
-) -> list[list[ReasonCode]]:
-    """Each row's first `top` positive drops in `order` (a row's drops fall along it, NaN last);
-    the arrays hold one entry per occluded (row, column), as `order` indexes them."""
-    row_of, column_of, drop_of = at.tolist(), columns.tolist(), drops.tolist()
-    value_of, default_of = values.tolist(), defaults.tolist()
-    names = [f.name for f in spec.features]
-    codes: list[list[ReasonCode]] = [[] for _ in range(count)]
-    for k in order:
-        drop, found = drop_of[k], codes[row_of[k]]
-        if drop > 0 and len(found) < top:
-            found.append(ReasonCode(names[column_of[k]], round(value_of[k], 6), round(default_of[k], 6), drop))
-    return codes
+    return _Occlusions(rows, at, columns, base[columns])
 
 
 async def explain(

@@ -121,6 +121,31 @@ async def test_offer_returns_at_once_and_the_record_gets_its_shadow_score_later_
     assert log.records == [live]  # emitted once
 
 
+async def test_a_shadow_version_run_inline_still_scores_off_the_loop(scorer: tuple[ShadowScorer, Log]) -> None:
+    """No answer waits for a shadow: even a version whose answers run on the loop (`inline`)
+    has its shadow runs in a worker thread, so the loop keeps serving while one runs."""
+    shadow, log = scorer
+    onnx = SlowModel.load(make_model(bias=3.0), OrtOptions())
+    inline = LoadedModel("fraud", "2", onnx, POLICY, inline=True)
+    turns = 0
+
+    async def ticking() -> None:
+        nonlocal turns
+        while True:
+            await asyncio.sleep(0.01)
+            turns += 1
+
+    ticker = asyncio.create_task(ticking())
+    try:
+        shadow.offer(record(), inline)
+        await until(lambda: bool(log.records))
+    finally:
+        ticker.cancel()
+        await inline.retire()
+    assert log.records[0].shadow is not None and log.records[0].shadow.error is None
+    assert turns >= 10  # NOTE: the run sleeps 0.2 s; on the loop, it would have held every turn
+
+
 async def test_a_full_queue_drops_counts_and_still_emits_the_record(versions: Versions) -> None:
     log = Log()
     shadow = ShadowScorer(RolloutPolicy(shadow_queue=2), log)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 
 import numpy as np
 import pytest
@@ -10,7 +12,7 @@ import pytest
 from shared.domain.events import decode_event
 from shared.domain.spec import FeatureDef
 from shared.features.mapping import FeatureMapper
-from shared.models.explain import estimated_s, explain, reason_codes, reason_codes_many
+from shared.models.explain import estimated_s, explain, explain_many, reason_codes, reason_codes_many
 from shared.models.onnx import OnnxModel
 from shared.models.served import LoadedModel
 from shared.settings import BatchPolicy, DriftPolicy, OrtOptions
@@ -138,3 +140,49 @@ def test_many_rows_at_once_give_each_row_its_own_codes(loaded: LoadedModel) -> N
     assert many is not None and many[1] == []  # every column on its default: nothing to name
     for row, score, codes in zip(matrix, scores, many, strict=True):
         assert codes == reason_codes(loaded, row, float(score), POLICY)
+
+
+@pytest.mark.parametrize("top", [1, 2, 3, 5])
+def test_many_rows_rank_ties_and_fewer_positive_drops_as_one_row_does(loaded: LoadedModel, top: int) -> None:
+    """A tie (0.1 * 2 == 0.2 * 1: the lower column first), a row with one positive drop, and
+    columns below their default (negative drops, never named)."""
+    rows = [[2.0, 1.0, 2.0, 1.0, 0.0], [-1.0, 0.0, 2.0, 1.0, 0.5], [-4.0, 3.0, 2.0, 0.0, 1.0], [0.5, 0.0, 4.5, 2.0, 0.6]]
+    matrix = np.array(rows * 3, dtype=np.float32)
+    scores = loaded.model.predict(matrix)
+    policy = DriftPolicy(explain_top=top)
+    many = reason_codes_many(loaded, matrix, scores, policy)
+    assert many is not None
+    assert many == [reason_codes(loaded, row, float(score), policy) for row, score in zip(matrix, scores, strict=True)]
+    assert [c.feature for c in many[1]] == ["hour"]  # NOTE: the one column above its default
+    if top >= 2:
+        assert [c.feature for c in many[0][:2]] == ["log_amount", "channel=web"]
+        assert many[0][0].contribution == many[0][1].contribution
+
+
+async def test_explain_many_gives_the_same_codes_with_the_loop_free_while_it_runs(loaded: LoadedModel) -> None:
+    """The prediction log's path: its one model run in a worker thread, whatever `inline` says."""
+    rng = np.random.default_rng(11)
+    matrix = rng.uniform(0, 6, size=(40, 5)).round(1).astype(np.float32)
+    scores = loaded.model.predict(matrix)
+    expected = reason_codes_many(loaded, matrix, scores, POLICY)
+    predict = loaded.model.predict
+
+    def slow(rows: np.ndarray) -> np.ndarray:
+        time.sleep(0.2)
+        return predict(rows)
+
+    loaded.model.predict = slow  # type: ignore[method-assign]
+    turns = 0
+
+    async def ticking() -> None:
+        nonlocal turns
+        while True:
+            await asyncio.sleep(0.01)
+            turns += 1
+
+    ticker = asyncio.create_task(ticking())
+    try:
+        assert loaded.inline and await explain_many(loaded, matrix, scores, POLICY) == expected
+    finally:
+        ticker.cancel()
+    assert turns >= 10  # NOTE: on the loop, the 0.2 s run would have held every turn

@@ -3,7 +3,8 @@
     response path    wants() (the sample)  →  add(record): one append to a bounded deque, or a drop
     writer (run)     every flush_s, or as soon as `soon` records are held:
                        take what is held, HAND_OVER records at a time:
-                         subscribers(batch)          drift, reason codes (before encoding: they fill fields)
+                         subscribers(batch)          reason codes, drift (before encoding: they fill fields;
+                                                     the codes' model run in a worker thread, awaited)
                          encode, a chunk at a time   in the encoder process (encoder.py: CHUNK_ELSEWHERE
                                                      records packed, the loop free while it answers), or
                                                      here (PREDICTION_LOG_ENCODER=inline, or while it is
@@ -31,7 +32,7 @@ import logging
 import random
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from shared.domain.answers import PredictionLogStats
 from shared.domain.records import DecisionRecord, encode_records
@@ -44,7 +45,9 @@ from shared.telemetry import metrics
 __all__ = ["CHUNK", "CHUNK_ELSEWHERE", "HAND_OVER", "PAUSE_S", "SOON", "PredictionLog", "Subscriber"]
 
 log = logging.getLogger(__name__)
-Subscriber = Callable[[Sequence[DecisionRecord]], None]
+# NOTE: a subscriber may answer an awaitable (reason codes: their model run in a worker thread); the
+# writer awaits it before the batch is encoded
+Subscriber = Callable[[Sequence[DecisionRecord]], Awaitable[None] | None]
 # NOTE: records handed to the subscribers at once: reason codes make one model run for all of
 # a batch's review and decline rows, ~24 µs a row at 7 of them (a chunk of 64 records: 2.7 µs a
 # record, before) and ~13 µs at 28 or more; 256 records hold the loop ~0.4 ms. 512 took ~0.9 µs
@@ -134,7 +137,8 @@ class PredictionLog:
         self.add(record)
 
     def subscribe(self, fn: Subscriber) -> None:
-        """Hand every batch the writer takes to `fn`, before it is encoded (its exceptions are logged)."""
+        """Hand every batch the writer takes to `fn`, before it is encoded, in the order subscribed
+        (its exceptions are logged; an awaitable it answers is awaited first)."""
         self._subscribers.append(fn)
 
     # -- the writer -------------------------------------------------------------------------
@@ -220,15 +224,16 @@ class PredictionLog:
         while left:
             batch = [records.popleft() for _ in range(min(left, HAND_OVER))]
             left -= len(batch)
-            self._hand_over([r for r in batch if r.via != "review"] if outcomes else batch)
             if self._sink is None:
+                await self._hand_over([r for r in batch if r.via != "review"] if outcomes else batch)
                 self._stats.written += len(batch)  # NOTE: no sink: the subscribers were its destination
                 if left:
                     await asyncio.sleep(PAUSE_S)
                 continue
             kept = 0  # NOTE: the batch's records encoded so far
             try:
-                # NOTE: reason codes held the loop ~0.4 ms: packing or encoding would add to it
+                await self._hand_over([r for r in batch if r.via != "review"] if outcomes else batch)
+                # NOTE: drift and ranking the reason codes held the loop: packing or encoding would add to it
                 await asyncio.sleep(PAUSE_S)
                 for start in range(0, len(batch), size):
                     chunk = batch[start : start + size]
@@ -242,16 +247,18 @@ class PredictionLog:
                         # with a chunk on every turn it paid for several (p99 6-9 ms at 16 connections)
                         await asyncio.sleep(PAUSE_S)
             except BaseException:
-                # NOTE: cancelled (shutdown) at a pause or while the child answered: the batch's rest
-                # is encoded here at once, so no record handed over is lost
+                # NOTE: cancelled (shutdown) while a subscriber ran, at a pause or while the child
+                # answered: the batch's rest is encoded here at once, so no record taken is lost
                 if kept < len(batch):
                     self._encode(self._grouped(batch[kept:]))
                 raise
 
-    def _hand_over(self, chunk: list[DecisionRecord]) -> None:
+    async def _hand_over(self, chunk: list[DecisionRecord]) -> None:
         for fn in self._subscribers:
             try:
-                fn(chunk)
+                pending = fn(chunk)
+                if pending is not None:
+                    await pending
             except Exception:
                 self._complain(fn)
 

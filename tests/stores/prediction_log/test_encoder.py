@@ -68,6 +68,14 @@ def test_outcomes_reviews_reasons_and_defaulted_views_encode_as_in_process() -> 
     assert encoder._decode_reply(encode_packed(pack([records]), b"k")) == [encode_records(records, b"k")]
 
 
+def test_each_record_keeps_its_model_version_and_fingerprint_where_they_change_within_a_group() -> None:
+    """A run packs what its records share once: a change of any of them starts a new run."""
+    records = [decision(i) for i in range(7)]
+    records[1].fingerprint = records[2].fingerprint = "0b1d5e77aa10"  # NOTE: a version re-uploaded mid-batch
+    records[4].version, records[5].model = "4", "chargebacks"
+    assert encoder._decode_reply(encode_packed(pack([records]), b"k")) == [encode_records(records, b"k")]
+
+
 def test_a_group_that_will_not_pack_or_encode_comes_back_none_and_the_others_whole() -> None:
     bad_row = decision(1, columns=("amount",))  # NOTE: six floats for one column: not packed
     unencodable = decision(2)

@@ -182,6 +182,48 @@ async def test_a_writer_cancelled_between_chunks_loses_no_record_and_writes_none
     assert log.stats().written == count and balanced(log.stats())
 
 
+async def test_an_awaitable_subscriber_is_awaited_before_the_batch_is_encoded(tmp_path: Path) -> None:
+    """Reason codes answer an awaitable (their model run in a worker thread): what it fills is in the lines."""
+    log = PredictionLog(POLICY, DirectorySink(tmp_path, "r1"), replica="r1")
+
+    async def explain(batch: Sequence[DecisionRecord]) -> None:
+        await asyncio.sleep(0.01)  # NOTE: as a worker thread's run: the loop turns meanwhile
+        for record in batch:
+            record.reasons = [ReasonCode("amount", float(record.row[0]), 80.0, 0.4)]
+
+    log.subscribe(explain)
+    for i in range(HAND_OVER + 10):
+        log.add(decision(i))
+    await log.flush()
+    assert all(line["reasons"] for line in lines_of(tmp_path / FILE))
+    assert log.stats().written == HAND_OVER + 10 and balanced(log.stats())
+    await log.aclose()
+
+
+@pytest.mark.parametrize("encoder", ["inline", "process"])
+async def test_a_writer_cancelled_while_a_subscriber_runs_loses_no_record(tmp_path: Path, encoder: str) -> None:
+    log = PredictionLog(replace(POLICY, encoder=encoder), DirectorySink(tmp_path, "r1"), replica="r1")
+    started = asyncio.Event()
+
+    async def slow(batch: Sequence[DecisionRecord]) -> None:
+        started.set()
+        await asyncio.sleep(60)
+
+    log.subscribe(slow)
+    count = 3 * HAND_OVER
+    for i in range(count):
+        log.add(decision(i))
+    writer = asyncio.get_running_loop().create_task(log.flush())
+    await asyncio.wait_for(started.wait(), 5)  # NOTE: the first batch taken, in the subscriber's hands
+    writer.cancel()
+    await asyncio.gather(writer, return_exceptions=True)
+    log._subscribers.clear()  # NOTE: shutdown's drain would meet the same subscriber
+    await log.aclose()
+    events = [line["event"] for line in lines_of(tmp_path / FILE)]
+    assert sorted(events) == sorted(hashed_id(f"evt-{i}") for i in range(count))
+    assert log.stats().written == count and balanced(log.stats())
+
+
 async def test_shutdown_gives_up_after_close_s_and_counts_what_it_could_not_write(tmp_path: Path) -> None:
     root, _ = blocked(tmp_path)
     log = PredictionLog(replace(POLICY, close_s=0.3), DirectorySink(root, "r1"), replica="r1")
