@@ -146,7 +146,12 @@ def test_many_rows_at_once_give_each_row_its_own_codes(loaded: LoadedModel) -> N
 def test_many_rows_rank_ties_and_fewer_positive_drops_as_one_row_does(loaded: LoadedModel, top: int) -> None:
     """A tie (0.1 * 2 == 0.2 * 1: the lower column first), a row with one positive drop, and
     columns below their default (negative drops, never named)."""
-    rows = [[2.0, 1.0, 2.0, 1.0, 0.0], [-1.0, 0.0, 2.0, 1.0, 0.5], [-4.0, 3.0, 2.0, 0.0, 1.0], [0.5, 0.0, 4.5, 2.0, 0.6]]
+    rows = [
+        [2.0, 1.0, 2.0, 1.0, 0.0],
+        [-1.0, 0.0, 2.0, 1.0, 0.5],
+        [-4.0, 3.0, 2.0, 0.0, 1.0],
+        [0.5, 0.0, 4.5, 2.0, 0.6],
+    ]
     matrix = np.array(rows * 3, dtype=np.float32)
     scores = loaded.model.predict(matrix)
     policy = DriftPolicy(explain_top=top)
