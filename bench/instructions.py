@@ -18,6 +18,10 @@ channels: ~10% review and decline, whose records the log's writer explains) with
 (`off`), with the prediction log (a directory, every decision: `log`), and with the log and a
 shadow version (`shadow`); the writer runs on the same loop, so its work is in the count (each
 child waits past the flush interval before it exits). Telemetry stays on, as `make run` has it.
+These run under `valgrind --tool=callgrind --separate-threads=yes`: the figure is the loop's
+thread (what serves requests), with all threads beside it, since the shadow's and the reason
+codes' model runs go to a worker thread (ONNX Runtime releases the GIL) and the encoder child is
+another process, not counted. ~5 min per figure.
 
 `--served` counts the whole server process instead: uvicorn (uvloop + httptools, as `make run`
 serves) under cachegrind, the app with its production settings (GC tuning, and with telemetry
