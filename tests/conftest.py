@@ -6,6 +6,7 @@ Without them a backed test skips, except under CI=true, where it fails.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import uuid
@@ -211,6 +212,28 @@ def settings(models_dir: Path, tmp_path: Path) -> Settings:
         cache=CachePolicy(l1_size=1000),
         gc_gen0_threshold=0,
     )
+
+
+class LoopTurns:
+    """Counts the loop's turns (a 10 ms sleep each) while an `async with` block runs: a block
+    whose work holds the loop (a model run on it) leaves ~none; one in a worker thread, many."""
+
+    def __init__(self) -> None:
+        self.turns = 0
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> LoopTurns:
+        self._task = asyncio.create_task(self._tick())
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(0.01)
+            self.turns += 1
 
 
 def event(**overrides: object) -> dict[str, object]:

@@ -19,6 +19,7 @@ from shared.models.onnx import OnnxModel
 from shared.models.served import LoadedModel
 from shared.settings import BatchPolicy, OrtOptions, RolloutPolicy
 from shared.telemetry import metrics
+from tests.conftest import LoopTurns
 from tests.onnx_models import DEFAULT_FEATURES, make_model
 
 COLUMNS = tuple(f.name for f in DEFAULT_FEATURES)
@@ -127,23 +128,14 @@ async def test_a_shadow_version_run_inline_still_scores_off_the_loop(scorer: tup
     shadow, log = scorer
     onnx = SlowModel.load(make_model(bias=3.0), OrtOptions())
     inline = LoadedModel("fraud", "2", onnx, POLICY, inline=True)
-    turns = 0
-
-    async def ticking() -> None:
-        nonlocal turns
-        while True:
-            await asyncio.sleep(0.01)
-            turns += 1
-
-    ticker = asyncio.create_task(ticking())
     try:
-        shadow.offer(record(), inline)
-        await until(lambda: bool(log.records))
+        async with LoopTurns() as loop:
+            shadow.offer(record(), inline)
+            await until(lambda: bool(log.records))
     finally:
-        ticker.cancel()
         await inline.retire()
     assert log.records[0].shadow is not None and log.records[0].shadow.error is None
-    assert turns >= 10  # NOTE: the run sleeps 0.2 s; on the loop, it would have held every turn
+    assert loop.turns >= 10  # NOTE: the run sleeps 0.2 s; on the loop, it would have held every turn
 
 
 async def test_a_full_queue_drops_counts_and_still_emits_the_record(versions: Versions) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 
@@ -16,7 +15,7 @@ from shared.models.explain import estimated_s, explain, explain_many, reason_cod
 from shared.models.onnx import OnnxModel
 from shared.models.served import LoadedModel
 from shared.settings import BatchPolicy, DriftPolicy, OrtOptions
-from tests.conftest import event
+from tests.conftest import LoopTurns, event
 from tests.onnx_models import make_model
 
 # weights 0.1, 0.2, 0.3, 0.4, 0.5 in this order
@@ -177,17 +176,6 @@ async def test_explain_many_gives_the_same_codes_with_the_loop_free_while_it_run
         return predict(rows)
 
     loaded.model.predict = slow  # type: ignore[method-assign]
-    turns = 0
-
-    async def ticking() -> None:
-        nonlocal turns
-        while True:
-            await asyncio.sleep(0.01)
-            turns += 1
-
-    ticker = asyncio.create_task(ticking())
-    try:
+    async with LoopTurns() as loop:
         assert loaded.inline and await explain_many(loaded, matrix, scores, POLICY) == expected
-    finally:
-        ticker.cancel()
-    assert turns >= 10  # NOTE: on the loop, the 0.2 s run would have held every turn
+    assert loop.turns >= 10  # NOTE: on the loop, the 0.2 s run would have held every turn
