@@ -13,10 +13,12 @@
 3. Loss, sink down: the same with Azurite cut off (a TCP proxy resetting every connection) for
    `--outage-seconds` mid-run: failed requests, and the drop count vs what is missing.
 
-`--variants` instead runs seven servers side by side: nothing on, the log (its lines made in the
-encoder process, and inline), the log without drift, a shadow alone, the log and a shadow (encoder
-process, and inline); each one's req/s ratio to "nothing on", p99 and CPU per request (the
-encoder process's included).
+`--variants` instead runs eight servers side by side: nothing on, the log (its lines made in the
+encoder process, and inline), the log without drift, the log without reason codes
+(PREDICTION_LOG_REASONS=false), a shadow alone, the log and a shadow (encoder process, and
+inline); each one's req/s ratio to "nothing on", p99 and CPU per request, in all and by part:
+the event loop's thread, the worker threads, the encoder process (bench.servers.cpu_parts_s).
+Every run, cost's too, reports the same parts.
 
 Both versions are the demo model's file (live `2`, shadow `1`): the shadow does the same work
 a real candidate does. Needs wrk, and Azurite at AZURITE_BLOB_ENDPOINT for 2 and 3 (run it
@@ -40,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.run import MODEL, ROOT, say, seed, wrk
-from bench.servers import Redis, Server, cpu_s, start_server
+from bench.servers import Redis, Server, cpu_parts_s, start_server
 
 APP = "shared.adapters.http.asgi:app"
 
@@ -87,6 +89,19 @@ def lines_in_blobs(connection: str, container: str) -> int:
     return total
 
 
+def measured(server: Server, args: argparse.Namespace) -> dict[str, float]:
+    """One wrk run of `/api/score` misses, with the server's CPU a request: in all, and by part
+    (the event loop's thread, the other threads, the encoder process)."""
+    before = cpu_parts_s(server.process.pid)
+    run = wrk(server.port, args.seconds, args.connections, "miss")
+    used = [
+        (b - a) / max(run["requests"], 1) * 1e6 for a, b in zip(before, cpu_parts_s(server.process.pid), strict=True)
+    ]
+    run["cpu_us_per_req"] = sum(used)
+    run["loop_cpu_us_per_req"], run["threads_cpu_us_per_req"], run["child_cpu_us_per_req"] = used
+    return run
+
+
 def cost(args: argparse.Namespace, env: dict[str, str], out: Path) -> dict[str, Any]:
     off = start_server("rollouts-off", APP, {**env, "PREDICTION_LOG": "off"}, server="uvicorn")
     on_env = {**env, "PREDICTION_LOG": "dir", "PREDICTION_LOG_DIR": str(out / "predictions")}
@@ -97,10 +112,7 @@ def cost(args: argparse.Namespace, env: dict[str, str], out: Path) -> dict[str, 
         for round_no in range(1, args.rounds + 1):
             for name, server in (("off", off), ("on", on)):
                 say(f"cost round {round_no}/{args.rounds}: {name}")
-                before = cpu_s(server.process.pid)
-                run = wrk(server.port, args.seconds, args.connections, "miss")
-                run["cpu_us_per_req"] = (cpu_s(server.process.pid) - before) / max(run["requests"], 1) * 1e6
-                runs[name].append(run)
+                runs[name].append(measured(server, args))
         stats = settle(on.port)
         rollout = call(on.port, "GET", "/api/models/fraud/rollout")
     finally:
@@ -125,6 +137,7 @@ def variants(args: argparse.Namespace, env: dict[str, str], work: Path) -> dict[
         "log": (log, False),
         "log_inline": ({**log, "PREDICTION_LOG_ENCODER": "inline"}, False),
         "log_no_drift": ({**log, "DRIFT_REFERENCE": "0"}, False),
+        "log_no_reasons": ({**log, "PREDICTION_LOG_REASONS": "false"}, False),
         "shadow": ({"PREDICTION_LOG": "off"}, True),
         "log_and_shadow": (log, True),
         "log_and_shadow_inline": ({**log, "PREDICTION_LOG_ENCODER": "inline"}, True),
@@ -140,10 +153,7 @@ def variants(args: argparse.Namespace, env: dict[str, str], work: Path) -> dict[
         for round_no in range(1, args.rounds + 1):
             for name, server in servers.items():
                 say(f"variants round {round_no}/{args.rounds}: {name}")
-                before = cpu_s(server.process.pid)
-                run = wrk(server.port, args.seconds, args.connections, "miss")
-                run["cpu_us_per_req"] = (cpu_s(server.process.pid) - before) / max(run["requests"], 1) * 1e6
-                runs[name].append(run)
+                runs[name].append(measured(server, args))
     finally:
         for server in servers.values():
             server.stop()
@@ -263,8 +273,10 @@ def main() -> None:
         if args.variants:
             results["variants"] = variants(args, env, work)
             for name, found in results["variants"].items():
-                print(f"{name:15s} {found['rps']:9.0f} req/s  ratio {found['rps_ratio_median']:.3f}  "
-                      f"p99 {found['p99_ms']:.2f} ms  {found['cpu_us_per_req']:.1f} µs CPU/req", flush=True)  # fmt: skip
+                print(f"{name:22s} {found['rps']:7.0f} req/s  ratio {found['rps_ratio_median']:.3f}  "
+                      f"p99 {found['p99_ms']:5.2f} ms  {found['cpu_us_per_req']:5.1f} µs CPU/req (loop "
+                      f"{found['loop_cpu_us_per_req']:5.1f}, threads {found['threads_cpu_us_per_req']:4.1f}, "
+                      f"encoder {found['child_cpu_us_per_req']:4.1f})", flush=True)  # fmt: skip
             args.skip_cost = args.skip_loss = True
         if not args.skip_cost:
             results["cost"] = cost(args, env, work)

@@ -65,6 +65,25 @@ def cpu_s(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def cpu_parts_s(pid: int) -> tuple[float, float, float]:
+    """CPU seconds so far of (the main thread, the process's other threads, its children): for
+    a uvicorn app the main thread is the event loop's; the others are worker threads (model
+    runs, file writes); the children are the processes it started (the log's encoder)."""
+    main = others = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # NOTE: a thread that ended meanwhile
+        ticks = int(fields[11]) + int(fields[12])
+        if task.name == str(pid):
+            main += ticks
+        else:
+            others += ticks
+    hz = os.sysconf("SC_CLK_TCK")
+    return main / hz, others / hz, cpu_s(pid) - (main + others) / hz
+
+
 @dataclass
 class Server:
     name: str

@@ -345,6 +345,11 @@ class PredictionLogPolicy:
         "where the log's JSON lines are made: `process` (a child process, off the serving loop), `inline` "
         "(on it), `auto` (process where this replica has more than one CPU)",
     )
+    reasons: bool = setting(
+        "PREDICTION_LOG_REASONS",
+        True,
+        "reason codes in the log's review and decline records (off: only `?explain=1` answers carry them)",
+    )
     hash_key: str | None = setting(
         "PREDICTION_LOG_HASH_KEY",
         None,

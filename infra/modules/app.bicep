@@ -257,6 +257,7 @@ var serviceSettings = [
   { name: 'PREDICTION_LOG_CLOSE_S', value: '5' }
   // auto: the lines are made in a child process where the replica's quota (cpu) gives it a second CPU
   { name: 'PREDICTION_LOG_ENCODER', value: 'auto' }
+  { name: 'PREDICTION_LOG_REASONS', value: 'true' }
   // NOTE: empty = unkeyed hashes of event ids: a key is a secret, and this template holds none.
   { name: 'PREDICTION_LOG_HASH_KEY', value: '' }
   // Shadow scoring, the sticky canary and its automatic abort.

@@ -174,7 +174,8 @@ class ScoringService:
         if self._shadows is not None:
             self.background.add("shadow", self._shadows.run)
         if self._log is not None:
-            self._log.subscribe(self._explain_records)
+            if self.settings.prediction_log.reasons:  # NOTE: off, no occlusion runs for the log
+                self._log.subscribe(self._explain_records)
             if self._drift is not None:
                 self._log.subscribe(self._drift.observe)
                 drift = self._drift

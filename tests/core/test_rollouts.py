@@ -133,6 +133,25 @@ def test_explain_names_the_features_behind_a_decline(client: TestClient) -> None
     assert small["decision"] == "approve" and "reasons" not in small  # only review and decline explain
 
 
+@pytest.mark.parametrize("reasons", [True, False])
+def test_the_logs_declines_carry_reason_codes_unless_turned_off(logged: Settings, log_dir: Path, reasons: bool) -> None:
+    """PREDICTION_LOG_REASONS: on, the writer explains a review or decline the answer did not;
+    off, only an `?explain=1` answer's record has them (its codes were computed for the answer)."""
+    policy = dataclasses.replace(logged.prediction_log, reasons=reasons)
+    with TestClient(create_app(ServiceHolder(lambda: dataclasses.replace(logged, prediction_log=policy)))) as client:
+        big = event(event_id="big", amount=50_000.0, channel="web")
+        assert client.post("/api/score", json=big).json()["decision"] in ("review", "decline")
+        asked = client.post("/api/score?explain=1", json={**big, "event_id": "asked"}).json()
+        found = wait_for(lambda: (r := records(log_dir)) and len(r) >= 2 and r)
+    by_event = {r["event"]: r for r in found}
+    assert [c["feature"] for c in by_event[hashed_id("asked")]["reasons"]] == [c["feature"] for c in asked["reasons"]]
+    plain = by_event[hashed_id("big")]["reasons"]
+    if reasons:
+        assert [c["feature"] for c in plain] == ["log_amount", "user_txn_count_24h", "channel=web"]
+    else:
+        assert plain is None
+
+
 def test_the_sink_failing_is_degraded_never_a_failed_request(logged: Settings, tmp_path: Path) -> None:
     blocked = tmp_path / "not-a-dir"
     blocked.write_text("a file where the log's directory should be")
