@@ -49,6 +49,12 @@ def rss_mib(pid: int) -> float:
     return total / 1024
 
 
+def _ticks(stat: Path) -> int:
+    """utime + stime of a process's or a thread's `stat` file (fields 14 and 15 of proc(5))."""
+    fields = stat.read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
 def cpu_s(pid: int) -> float:
     """CPU seconds (user + system) used so far by a process and its children (Linux /proc)."""
     ticks = 0
@@ -56,8 +62,7 @@ def cpu_s(pid: int) -> float:
     while pids:
         p = pids.pop()
         try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-            ticks += int(fields[11]) + int(fields[12])  # NOTE: utime, stime: fields 14 and 15 of proc(5)
+            ticks += _ticks(Path(f"/proc/{p}/stat"))
             for task in Path(f"/proc/{p}/task").iterdir():
                 pids.extend(int(c) for c in (task / "children").read_text().split())
         except (OSError, IndexError, ValueError):
@@ -72,10 +77,9 @@ def cpu_parts_s(pid: int) -> tuple[float, float, float]:
     main = others = 0
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
+            ticks = _ticks(task / "stat")
+        except (OSError, IndexError, ValueError):
             continue  # NOTE: a thread that ended meanwhile
-        ticks = int(fields[11]) + int(fields[12])
         if task.name == str(pid):
             main += ticks
         else:
