@@ -1,0 +1,120 @@
+"""Measure the simulation's inputs on this machine and write them to bench/flashsale/measured.json.
+
+    python -m bench.flashsale.measure [--seconds 4] [--rates 100,...] [--worker-json FILE]
+
+Two measurements, each the project's own bench with a short duration:
+1. `python -m bench.worker --rounds 1` (the app through the real worker runtime, `make worker-venvs`):
+   worker CPU per `score` invocation, per event of a 64-event `score_batch`, and ms per 64-message
+   `payments` batch (skipped, and said so, without .venv-worker; `--worker-json` reuses a run's file);
+2. the open-loop load generator (bench/loadgen.py) against one process of `make run`'s server with
+   Redis (REDIS_URL, or a redis-server of our own): at each offered rate, the answered requests'
+   latency percentiles, the share refused (503), the server-side time of each answer
+   (`timings_ms.total`: the shape of a request's time inside the app) and the server's CPU per request.
+   The lowest rate gives the service-time shape; the others are the points the simulation is
+   checked against (tests/bench/test_flashsale_validation.py).
+
+The machine's load average is recorded beside the figures: on a shared machine they move with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.flashsale.inputs import MEASURED
+from bench.loadgen import open_loop
+from bench.servers import Redis, cpu_s, start_server
+
+REPO = Path(__file__).resolve().parents[2]
+QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 0.999)
+
+
+def worker_figures(path: Path | None) -> dict[str, Any] | None:
+    """bench.worker's medians (one round), or None where the 3.13 runtime is not built."""
+    if path is None:
+        if not (REPO / ".venv-worker" / ".installed").exists():
+            print("no .venv-worker (make worker-venvs): the worker figures are not measured", flush=True)
+            return None
+        out = Path(tempfile.mkdtemp())
+        cmd = [sys.executable, "-m", "bench.worker", "--rounds", "1", "--singles", "1500", "--batches", "10"]
+        subprocess.run([*cmd, "--out", str(out)], check=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+        path = out / "worker.json"
+    figures: dict[str, Any] = json.loads(path.read_text())
+    return figures
+
+
+def open_loop_point(port: int, pid: int, rate: float, seconds: float, offset: int) -> dict[str, Any]:
+    """One offered rate: client latencies, refusals, server-side time and CPU per request."""
+    before = cpu_s(pid)
+    res = asyncio.run(open_loop(port, rate, seconds, connections=32, offset=offset))
+    used = cpu_s(pid) - before
+    answered = np.array(res.latencies_ms)
+    server = np.array(res.stages["total"])
+    return {
+        "offered": rate,
+        "sent": res.sent,
+        "answered": len(answered),
+        "refused": res.sent - len(answered),
+        "p50_ms": float(np.quantile(answered, 0.5)) if len(answered) else None,
+        "p99_ms": float(np.quantile(answered, 0.99)) if len(answered) else None,
+        "server_ms": {str(q): float(np.quantile(server, q)) for q in QUANTILES} if len(server) else {},
+        "cpu_us_per_request": used / max(res.sent, 1) * 1e6,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=4.0, help="length of each open-loop rate")
+    parser.add_argument("--rates", default="100,400,800,1600", help="offered rates (req/s); the first sets the shape")
+    parser.add_argument("--worker-json", type=Path, help="a bench.worker output to reuse instead of a new run")
+    parser.add_argument("--out", type=Path, default=MEASURED)
+    args = parser.parse_args()
+    measured: dict[str, Any] = {
+        "command": "python -m bench.flashsale.measure " + " ".join(sys.argv[1:]),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": {
+            "cores": os.cpu_count(),
+            "python": platform.python_version(),
+            "load_avg_1m_before": os.getloadavg()[0],
+        },
+        "worker": worker_figures(args.worker_json),
+    }
+    redis = Redis()
+    prefix = f"flashsale:{uuid.uuid4().hex[:8]}:"
+    from bench.run import seed  # NOTE: heavy (Feast helpers); only this command needs it
+
+    seed(redis.url, prefix)
+    env = {"REDIS_URL": redis.url, "REDIS_KEY_PREFIX": prefix, "PYTHONPATH": str(REPO), "LOG_LEVEL": "WARNING"}
+    from shared.settings import Settings
+
+    kind = Settings().http_server  # what `make run` serves with
+    server = start_server("flashsale", "shared.adapters.http.asgi:app", env, server=kind)
+    try:
+        asyncio.run(open_loop(server.port, 200, 1.0, offset=90_000_000))  # warm
+        points = []
+        for i, rate in enumerate(float(r) for r in args.rates.split(",")):
+            print(f"open loop: {rate:.0f} req/s for {args.seconds:.0f} s", flush=True)
+            points.append(open_loop_point(server.port, server.process.pid, rate, args.seconds, (i + 91) * 1_000_000))
+        measured["open_loop_one_process"] = {"server": kind, "points": points}
+    finally:
+        server.stop()
+        redis.stop()
+    measured["machine"]["load_avg_1m_after"] = os.getloadavg()[0]
+    args.out.write_text(json.dumps(measured, indent=2) + "\n")
+    print(json.dumps(measured, indent=2))
+
+
+if __name__ == "__main__":
+    main()
