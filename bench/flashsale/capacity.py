@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bench.flashsale.arrivals import Scenario, step
-from bench.flashsale.fleet import BATCH, Run, ReplicaWindows, admission_rule, simulate
+from bench.flashsale.fleet import BATCH, ReplicaWindows, Run, admission_rule, simulate
 from bench.flashsale.infra import ScaleRules
 from bench.flashsale.inputs import Provisional, ServiceTimes
 
