@@ -82,7 +82,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=MEASURED)
     args = parser.parse_args()
     measured: dict[str, Any] = {
-        "command": "python -m bench.flashsale.measure " + " ".join(sys.argv[1:]),
+        "command": f"python -m bench.flashsale.measure --rates {args.rates} --seconds {args.seconds:g}",
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": {
             "cores": os.cpu_count(),
