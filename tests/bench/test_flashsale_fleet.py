@@ -8,8 +8,8 @@ import pytest
 
 from bench.flashsale.arrivals import step
 from bench.flashsale.fleet import simulate
-from bench.flashsale.inputs import PROVISIONAL, Provisional, ServiceTimes, Spread, load_measured, service_times
 from bench.flashsale.infra import ScaleRules, read_scale_rules
+from bench.flashsale.inputs import PROVISIONAL, Provisional, ServiceTimes, Spread, load_measured, service_times
 from bench.flashsale.scaling import Controller, Signals
 
 FIXED = Provisional(replica_start_s=Spread(30.0, 30.0), node_start_s=Spread(200.0, 200.0))
