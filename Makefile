@@ -161,3 +161,11 @@ readme: $(VENV)/.runtime
 ## clean: remove the virtual environments, node_modules and caches
 clean:
 	rm -rf $(VENV) .venv-infra .venv-worker .venv-worker311 .venv-feast .venv-stubs node_modules .pytest_cache .mypy_cache .ruff_cache
+
+## capacity: simulate the flash sale (PEAK/s, BURST x, P99_MS target) against infra/'s scale rules; sizes min/max replicas and thresholds
+.PHONY: capacity
+PEAK ?= 10000
+BURST ?= 3
+P99_MS ?= 50
+capacity: $(VENV)/.dev
+	$(PY) -m bench.flashsale capacity --peak $(PEAK) --burst $(BURST) --p99-ms $(P99_MS) $(CAPACITY_ARGS)
