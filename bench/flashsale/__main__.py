@@ -23,8 +23,14 @@ from bench.flashsale.inputs import PROVISIONAL, load_measured, service_times
 REPO = Path(__file__).resolve().parents[2]
 
 
+OVERRIDES = ("min_replicas", "max_replicas", "http_concurrent_requests", "queue_messages_per_replica")
+
+
 def _run(args: argparse.Namespace) -> None:
     rules = read_scale_rules()
+    changed = {name: getattr(args, name) for name in OVERRIDES if getattr(args, name) is not None}
+    rules = rules.with_(**changed)
+    label = "infra/ as it is" if not changed else "infra/ with " + ", ".join(f"{k}={v}" for k, v in changed.items())
     times = service_times(load_measured())
     scenarios = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
     paths = list(PATHS) if args.path == "all" else [args.path]
@@ -41,7 +47,7 @@ def _run(args: argparse.Namespace) -> None:
             {r.path: r for r in runs[-len(paths) :]},
             args.p99_ms,
             args.out / f"{name}.png",
-            f"{scenario.describe}, infra/ as it is",
+            f"{scenario.describe}, {label}",
         )
         print(f"plot: {image}")
     print()
@@ -66,8 +72,8 @@ def _capacity(args: argparse.Namespace) -> None:
     print(report.summary_table([found.current], args.p99_ms))
     runs = {"infra/ as it is": found.current}
     if found.recommended is not None:
-        state = "holds" if found.holds else "does NOT hold (even with the floor at the ceiling)"
-        print(f"\nthe rules above {state} it:")
+        state = "hold" if found.holds else "do NOT hold (not even with the floor at the ceiling)"
+        print(f"\nthe rules the simulation sized {state} it:")
         print(report.summary_table([found.recommended], args.p99_ms))
         print()
         print(report.minutes_table(found.recommended))
@@ -87,6 +93,8 @@ def main() -> None:
         one.add_argument("--out", type=Path, default=REPO / "bench-out" / "flashsale")
     sub.choices["run"].add_argument("--scenario", default="all", choices=["all", *SCENARIOS])
     sub.choices["run"].add_argument("--path", default="all", choices=["all", *PATHS])
+    for name in OVERRIDES:  # NOTE: what-ifs: a value instead of infra/'s
+        sub.choices["run"].add_argument("--" + name.replace("_", "-"), type=int)
     sub.choices["capacity"].add_argument("--path", default="http-single", choices=PATHS)
     sub.choices["capacity"].add_argument("--max-refused", type=float, default=0.001)
     args = parser.parse_args()

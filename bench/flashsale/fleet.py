@@ -144,8 +144,10 @@ def _queue_step(
     rules: ScaleRules,
     host_cpu_ratio: float,
     rng: np.random.Generator,
-) -> tuple[float, float, np.ndarray, float]:
-    """The queue path for one step: (served, new backlog, latency samples in ms, CPU utilisation)."""
+) -> tuple[float, float, np.ndarray, float, float]:
+    """The queue path for one step: (served, new backlog, latency samples in ms, CPU utilisation, messages
+    in service). KEDA's scaler reads the queue's active messages; a message locked by a replica's batch
+    has not left the queue, so it counts (an assumption: docs/capacity.md)."""
     fixed = float(np.mean(times.queue_fixed))
     per_msg, size = times.queue_per_message_s, rules.max_message_batch
     capacity = size / (fixed + size * per_msg)  # messages/s of one replica, one batch at a time
@@ -162,7 +164,7 @@ def _queue_step(
     ahead_s = (backlog + after) / 2 / (ready * capacity) if ready else math.inf
     latency = ahead_s + rng.random(n) * batch_s * busy + batch_s
     utilization = per_replica * times.queue_cpu_per_message_s * (1 + host_cpu_ratio) / max(rules.replica_vcpu, 1.0)
-    return served, after, latency * 1000, min(1.0, utilization)
+    return served, after, latency * 1000, min(1.0, utilization), ready * batch * busy
 
 
 def simulate(
@@ -197,7 +199,7 @@ def simulate(
         offered = scenario.rate(max(now, 0.0) + step_s / 2)
         ready = max(control.ready(now), 1)
         if path == "servicebus":
-            served, backlog, latencies, utilization = _queue_step(
+            served, backlog, latencies, utilization, in_service = _queue_step(
                 offered, ready, backlog, step_s, times, rules, provisional.host_cpu_ratio, rng
             )
             answered, refused = served, 0.0
@@ -205,12 +207,13 @@ def simulate(
             calls = offered / BATCH if path == "http-batch" else offered
             window, latencies = windows.at(path, calls / ready)
             answered = offered * step_s * len(window.latencies_s) / max(window.arrived, 1)
-            refused = offered * step_s - answered
+            refused = max(0.0, offered * step_s - answered)
+            in_service = 0.0
             utilization = min(1.0, window.busy * (1 + provisional.host_cpu_ratio) / rules.replica_vcpu)
             http_window.append((now, calls * step_s))
         cpu_window.append(utilization)
         if now >= next_poll:
-            polled, next_poll = backlog, now + rules.polling_interval_s
+            polled, next_poll = backlog + in_service, now + rules.polling_interval_s
         if now >= next_eval:
             horizon = now - PLATFORM.http_window_s
             http_window = [(t, n) for t, n in http_window if t > horizon]

@@ -77,7 +77,9 @@ def open_loop_point(port: int, pid: int, rate: float, seconds: float, offset: in
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=4.0, help="length of each open-loop rate")
-    parser.add_argument("--rates", default="100,400,800,1600,2400,3600", help="offered rates (req/s); the first sets the shape")
+    parser.add_argument(
+        "--rates", default="100,400,800,1600,2400,3600", help="offered rates (req/s); the first sets the shape"
+    )
     parser.add_argument("--worker-json", type=Path, help="a bench.worker output to reuse instead of a new run")
     parser.add_argument("--out", type=Path, default=MEASURED)
     args = parser.parse_args()

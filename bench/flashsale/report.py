@@ -72,7 +72,7 @@ def summary_table(runs: list[Run], p99_ms: float) -> str:
 
 
 def rules_table(current: ScaleRules, recommended: ScaleRules) -> str:
-    rows = ["| setting | infra/ today | holds the target |", "|---|---:|---:|"]
+    rows = ["| setting | infra/ today | sized by the simulation |", "|---|---:|---:|"]
     for name, label in RULE_FIELDS:
         now, then = getattr(current, name), getattr(recommended, name)
         mark = "" if now == then else " **(change)**"
