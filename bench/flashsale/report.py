@@ -8,6 +8,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.ticker import ScalarFormatter
 
 from bench.flashsale.fleet import Minute, Run
 from bench.flashsale.infra import ScaleRules
@@ -81,17 +82,21 @@ def rules_table(current: ScaleRules, recommended: ScaleRules) -> str:
 
 
 def plot(runs: dict[str, Run], p99_ms: float, out: Path, title: str) -> Path:
-    """p99 per minute (top) and replicas ready over time with the offered rate (bottom), one line per run."""
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
+    """p99 per minute, the share refused per minute, and replicas ready with the offered rate, one line per run."""
+    fig, (top, middle, bottom) = plt.subplots(3, 1, figsize=(10, 8.5), sharex=True)
     for label, run in runs.items():
         minutes = [m.minute + 0.5 for m in run.minutes]
         top.plot(minutes, [m.p99_ms for m in run.minutes], marker=".", label=label)
+        middle.plot(minutes, [100 * m.refused_share for m in run.minutes], marker=".", label=label)
         bottom.plot([t / 60 for t in run.t], run.ready, label=f"{label}: replicas ready")
     top.axhline(p99_ms, color="red", linestyle="--", linewidth=1, label=f"target {p99_ms:g} ms")
     top.set_yscale("log")
+    top.yaxis.set_major_formatter(ScalarFormatter())
+    top.yaxis.set_minor_formatter(ScalarFormatter())
     top.set_ylabel("p99 per minute (ms)")
     top.legend(fontsize=8)
     top.set_title(title)
+    middle.set_ylabel("refused per minute (%)")
     first = next(iter(runs.values()))
     rate = bottom.twinx()
     rate.plot([t / 60 for t in first.t], first.rate, color="grey", linewidth=0.8, alpha=0.6)
@@ -101,6 +106,6 @@ def plot(runs: dict[str, Run], p99_ms: float, out: Path, title: str) -> Path:
     bottom.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=90)
+    fig.savefig(out, dpi=80)
     plt.close(fig)
     return out
