@@ -8,7 +8,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-from matplotlib.ticker import ScalarFormatter
+from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 
 from bench.flashsale.fleet import Minute, Run
 from bench.flashsale.infra import ScaleRules
@@ -92,7 +92,8 @@ def plot(runs: dict[str, Run], p99_ms: float, out: Path, title: str) -> Path:
     top.axhline(p99_ms, color="red", linestyle="--", linewidth=1, label=f"target {p99_ms:g} ms")
     top.set_yscale("log")
     top.yaxis.set_major_formatter(ScalarFormatter())
-    top.yaxis.set_minor_formatter(ScalarFormatter())
+    top.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    top.yaxis.set_minor_formatter(NullFormatter())
     top.set_ylabel("p99 per minute (ms)")
     top.legend(fontsize=8)
     top.set_title(title)
