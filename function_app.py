@@ -3,11 +3,11 @@
     function     route (no prefix)          methods  auth        what
     health       api/health/{probe}         GET      anonymous   live / ready (Container Apps probes)
     metrics      api/metrics                GET      function    every metric, Prometheus text format
-    model_activate  api/models/{name}/activate  POST, DELETE  function  pin a version everywhere / release it
-    model_canary    api/models/{name}/canary    PUT, DELETE   function  split users to a candidate / abort it
-    model_promote   api/models/{name}/canary/promote  POST    function  the candidate becomes the pinned version
-    model_rollout   api/models/{name}/rollout   GET           function  what serves a model: shadow, canary, drift
-    model_shadow    api/models/{name}/shadow    PUT, DELETE   function  a shadow version everywhere / remove it
+    model_activate  api/models/{name}/activate  POST, DELETE  admin     pin a version everywhere / release it
+    model_canary    api/models/{name}/canary    PUT, DELETE   admin     split users to a candidate / abort it
+    model_promote   api/models/{name}/canary/promote  POST    admin     the candidate becomes the pinned version
+    model_rollout   api/models/{name}/rollout   GET           admin     what serves a model, and who changed it
+    model_shadow    api/models/{name}/shadow    PUT, DELETE   admin     a shadow version everywhere / remove it
     model_score  api/models/{name}/score    POST     function    one event, a named model (or an ensemble)
     models       api/models                 GET      function    loaded models, versions and ensembles
     openapi      api/openapi.json           GET      function    the OpenAPI 3.1 document of every route here
@@ -18,6 +18,10 @@
     v2_*         v2/...                     GET/POST function    Open Inference Protocol V2 (below)
     payments     Service Bus `payments` (batches) -> `risk-completed` | `risk-rejected` (SDK publisher)
     model_blob   Blob `%MODELS_CONTAINER%/{name}/{version}/model.onnx` (Event Grid source)
+
+Auth levels are the route table's (`auth`; tests/adapters/test_function_app.py holds the two
+equal): "function" accepts any host or function key (what scoring clients get), "admin" only
+the master key (the control routes; which key goes to whom: docs/deploy.md).
 
 NOTE: host.json's routePrefix is "" so that the V2 routes sit at the root paths standard
 clients call (`/v2/...`); every other route names its `api/` itself.
@@ -38,7 +42,8 @@ app = func.FunctionApp()
 
 QUEUE_CONNECTION = "ServiceBusConnection"
 MODEL_STORAGE = "ModelStorage"
-KEYED = func.AuthLevel.FUNCTION
+KEYED = func.AuthLevel.FUNCTION  # any host or function key: what scoring clients get
+CONTROL = func.AuthLevel.ADMIN  # the master key only: who may change what the fleet serves
 
 handlers.warm_up_soon()  # under the worker: load models now, not at the first probe
 
@@ -68,31 +73,31 @@ async def model_score(req: func.HttpRequest, context: func.Context) -> func.Http
 
 
 @app.function_name("model_activate")
-@app.route(route="api/models/{name}/activate", methods=["POST", "DELETE"], auth_level=KEYED)
+@app.route(route="api/models/{name}/activate", methods=["POST", "DELETE"], auth_level=CONTROL)
 async def model_activate(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
     return await handlers.http(req, context)
 
 
 @app.function_name("model_rollout")
-@app.route(route="api/models/{name}/rollout", methods=["GET"], auth_level=KEYED)
+@app.route(route="api/models/{name}/rollout", methods=["GET"], auth_level=CONTROL)
 async def model_rollout(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
     return await handlers.http(req, context)
 
 
 @app.function_name("model_shadow")
-@app.route(route="api/models/{name}/shadow", methods=["PUT", "DELETE"], auth_level=KEYED)
+@app.route(route="api/models/{name}/shadow", methods=["PUT", "DELETE"], auth_level=CONTROL)
 async def model_shadow(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
     return await handlers.http(req, context)
 
 
 @app.function_name("model_canary")
-@app.route(route="api/models/{name}/canary", methods=["PUT", "DELETE"], auth_level=KEYED)
+@app.route(route="api/models/{name}/canary", methods=["PUT", "DELETE"], auth_level=CONTROL)
 async def model_canary(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
     return await handlers.http(req, context)
 
 
 @app.function_name("model_promote")
-@app.route(route="api/models/{name}/canary/promote", methods=["POST"], auth_level=KEYED)
+@app.route(route="api/models/{name}/canary/promote", methods=["POST"], auth_level=CONTROL)
 async def model_promote(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
     return await handlers.http(req, context)
 

@@ -34,6 +34,7 @@ import numpy as np
 from msgspec import UNSET
 
 from shared.domain.answers import (
+    ControlAction,
     DefaultedWhy,
     EnsembleView,
     EventStats,
@@ -74,7 +75,7 @@ from shared.runtime.background import Background
 from shared.settings import Settings
 from shared.stores.cache.predictions import PredictionCache
 from shared.stores.cache.tier import L2Tier
-from shared.stores.control import ControlStore
+from shared.stores.control import Actor, ControlStore
 from shared.telemetry import metrics
 
 if TYPE_CHECKING:
@@ -207,18 +208,18 @@ class ScoringService:
             await self._rollout.installed(loaded)
         return loaded
 
-    async def pin(self, name: str, version: str) -> ModelView:
+    async def pin(self, name: str, version: str, *, by: Actor | None = None) -> ModelView:
         """Serve `version` of `name` on every replica until `unpin` (rollback, or a hold on uploads)."""
         if self._rollout is not None:
-            await self._rollout.pin(name, version)
+            await self._rollout.pin(name, version, by=by)  # NOTE: `by`: who asked and why, audited
         else:
             await self._registry.pin(name, version)
         return self._describe(name)
 
-    async def unpin(self, name: str) -> ModelView:
+    async def unpin(self, name: str, *, by: Actor | None = None) -> ModelView:
         """Release the pin: the newest version serves again, everywhere."""
         if self._rollout is not None:
-            await self._rollout.unpin(name)
+            await self._rollout.unpin(name, by=by)
         else:
             await self._registry.unpin(name)
         return self._describe(name)
@@ -237,25 +238,29 @@ class ScoringService:
         drift = self._drift.describe(name) if self._drift is not None else []
         return RolloutView(name, live.version, self._registry.pins.get(name), shadow, canary, aborted, drift)
 
-    async def set_shadow(self, name: str, version: str | None) -> RolloutView:
+    async def set_shadow(self, name: str, version: str | None, *, by: Actor | None = None) -> RolloutView:
         """Score every event of `name` with `version` too, after its answer (None: no shadow), fleet-wide."""
-        await self._traffic_or_refuse().set_shadow(name, version)
+        await self._traffic_or_refuse().set_shadow(name, version, by=by)
         return self.rollout(name)
 
-    async def set_canary(self, name: str, version: str, weight: float) -> RolloutView:
+    async def set_canary(self, name: str, version: str, weight: float, *, by: Actor | None = None) -> RolloutView:
         """Route `weight` of users (by a hash of user_id) to `version` of `name`, fleet-wide."""
-        await self._traffic_or_refuse().set_canary(name, version, weight)
+        await self._traffic_or_refuse().set_canary(name, version, weight, by=by)
         return self.rollout(name)
 
-    async def abort_canary(self, name: str) -> RolloutView:
+    async def abort_canary(self, name: str, *, by: Actor | None = None) -> RolloutView:
         """Every user back to the live version (weight 0), fleet-wide; the abort is kept."""
-        await self._traffic_or_refuse().abort(name, "api")
+        await self._traffic_or_refuse().abort(name, "api", by=by)
         return self.rollout(name)
 
-    async def promote_canary(self, name: str) -> RolloutView:
+    async def promote_canary(self, name: str, *, by: Actor | None = None) -> RolloutView:
         """The candidate becomes the pinned version everywhere; the split ends."""
-        await self._traffic_or_refuse().promote(name)
+        await self._traffic_or_refuse().promote(name, by=by)
         return self.rollout(name)
+
+    async def control_actions(self, name: str) -> list[ControlAction]:
+        """The last control actions on `name`, newest first: who, what, when and why."""
+        return await self._rollout.audit.recent(name) if self._rollout is not None else []
 
     def _traffic_or_refuse(self) -> Traffic:
         if self._traffic is None:

@@ -42,6 +42,7 @@ __all__ = [
     "BreakerState",
     "CacheStats",
     "CanaryView",
+    "ControlAction",
     "Counters",
     "Decision",
     "DriftView",
@@ -471,6 +472,18 @@ class AbortView(Answer, frozen=True):
     at: Annotated[float, Meta(description="epoch seconds")]
 
 
+class ControlAction(Answer, frozen=True):
+    """One control action (a pin, a release, a shadow, a canary, an abort, a promotion): who, what, when, why."""
+
+    at: Annotated[float, Meta(description="epoch seconds")]
+    who: Annotated[str, Meta(description="the principal, or the kind of key, that made the call")]
+    action: Literal["pin", "unpin", "shadow", "unshadow", "canary", "abort", "promote"]
+    model: str
+    version: str | None = None
+    weight: float | None = None
+    reason: str = ""
+
+
 class DriftView(Answer, frozen=True):
     """A version's recent records against its reference, per feature and for the score."""
 
@@ -495,6 +508,9 @@ class RolloutView(Answer, frozen=True):
     canary: CanaryView | None
     last_abort: AbortView | None
     drift: list[DriftView]
+    actions: Annotated[list[ControlAction], Meta(description="the last control actions on the model, newest first")] = (
+        msgspec.field(default_factory=list)
+    )
 
 
 # -- V2 (Open Inference Protocol) -------------------------------------------------------------

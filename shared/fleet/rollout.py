@@ -37,7 +37,7 @@ from shared.errors import ControlStoreDown, ModelInvalid, ModelNotFound, Scoring
 from shared.models.registry import ModelRegistry
 from shared.models.repository import ModelRef, ModelRepository, check_ref, version_key
 from shared.models.served import LoadedModel
-from shared.stores.control import ControlStore
+from shared.stores.control import Actor, ControlAudit, ControlStore
 
 __all__ = ["WATCH_S", "Rollout", "WrittenBack", "latest_key", "pin_key"]
 
@@ -94,6 +94,7 @@ class Rollout:
         self.converged_at: dict[str, float] = {}  # name -> when this replica last changed what it serves
         self._written_back = WrittenBack()
         self._locks: dict[str, asyncio.Lock] = {}  # per model: pins, releases and the watch, one at a time
+        self.audit = ControlAudit(control)  # who pinned, released, shadowed... (shared with Traffic)
 
     # -- what the core calls ---------------------------------------------------------
 
@@ -121,34 +122,41 @@ class Rollout:
         if self._control is not None:
             await self._control.write(latest_key(loaded.name), _latest(loaded))
 
-    async def pin(self, name: str, version: str) -> LoadedModel:
+    async def pin(self, name: str, version: str, *, by: Actor | None = None) -> LoadedModel:
         """Serve `version` of `name` on every replica until released (loaded from the source if need be).
 
         The record is written first: if the store does not keep it, this raises and nothing
         serves differently here. If this replica then cannot load the version, the record
-        that was there before is put back and the error raised.
+        that was there before is put back and the error raised. `by`: who asked, and why
+        (audited; None: a step of another action, audited as that action).
         """
         check_ref(name, version)
         async with self._lock(name):
             await self._check_pinnable(name, version)
             if self._control is None:
-                return await self._pin_here(name, version)
-            (before,) = await self._records([pin_key(name)])
-            await self._control.write(pin_key(name), _pin(version))
-            try:
-                return await self._pin_here(name, version)
-            except ScoringError:
-                kept = before.get("version") if before is not None else None
-                await self._control.write(pin_key(name), _pin(None if kept is None else str(kept)))
-                raise
+                loaded = await self._pin_here(name, version)
+            else:
+                (before,) = await self._records([pin_key(name)])
+                await self._control.write(pin_key(name), _pin(version))
+                try:
+                    loaded = await self._pin_here(name, version)
+                except ScoringError:
+                    kept = before.get("version") if before is not None else None
+                    await self._control.write(pin_key(name), _pin(None if kept is None else str(kept)))
+                    raise
+        if by is not None:
+            await self.audit.record(by, "pin", name, version=version)
+        return loaded
 
-    async def unpin(self, name: str) -> LoadedModel:
+    async def unpin(self, name: str, *, by: Actor | None = None) -> LoadedModel:
         """Release a pin everywhere: the newest version serves again (record first, as for `pin`)."""
         self._registry.active(name)  # NOTE: ModelNotFound before any record is written
         async with self._lock(name):
             if self._control is not None:
                 await self._control.write(pin_key(name), _pin(None))
-            return await self._registry.unpin(name)
+            loaded = await self._registry.unpin(name)
+        await self.audit.record(by, "unpin", name)
+        return loaded
 
     def problem(self) -> str | None:
         """What readiness lists: the control store failing, or a lost record written back lately."""

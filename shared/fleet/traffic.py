@@ -43,7 +43,7 @@ from shared.models.registry import ModelRegistry, RegistryEvent
 from shared.models.repository import ModelRef, check_ref, version_key
 from shared.models.served import LoadedModel
 from shared.settings import RolloutPolicy
-from shared.stores.control import ControlStore
+from shared.stores.control import Actor, ControlStore
 from shared.telemetry import metrics
 
 __all__ = [
@@ -345,8 +345,8 @@ class Traffic:
 
     # -- what the API calls -------------------------------------------------------------------
 
-    async def set_shadow(self, name: str, version: str | None) -> None:
-        """Shadow `name` with `version` on every replica (None: no shadow). Record first."""
+    async def set_shadow(self, name: str, version: str | None, *, by: Actor | None = None) -> None:
+        """Shadow `name` with `version` on every replica (None: no shadow). Record first, then the audit."""
         self._registry.active(name)  # NOTE: ModelNotFound before any record is written
         if version is not None:
             check_ref(name, version)
@@ -364,8 +364,9 @@ class Traffic:
                 self._applied.shadow[name] = before or ShadowRecord(None, time.time())
                 await self._hold(name)
                 raise
+        await self._rollout.audit.record(by, "unshadow" if version is None else "shadow", name, version=version)
 
-    async def set_canary(self, name: str, version: str, weight: float) -> None:
+    async def set_canary(self, name: str, version: str, weight: float, *, by: Actor | None = None) -> None:
         """Route `weight` (0..1) of `name`'s users to `version` on every replica. Record first.
 
         `RolloutConflict` when `version` serves (or would, once loaded): pin the live version
@@ -392,9 +393,10 @@ class Traffic:
                 self._applied.canary[name] = kept
                 await self._hold(name)
                 raise
+        await self._rollout.audit.record(by, "canary", name, version=version, weight=float(weight))
 
-    async def abort(self, name: str, reason: AbortReason = "api") -> None:
-        """Stop `name`'s canary on every replica: weight 0, the record keeps the abort and why."""
+    async def abort(self, name: str, reason: AbortReason = "api", *, by: Actor | None = None) -> None:
+        """Stop `name`'s canary on every replica: weight 0, the record keeps the abort and why (`by`: audited)."""
         self._registry.active(name)
         async with self._lock(name):
             current = await self._current_canary(name)
@@ -408,8 +410,9 @@ class Traffic:
             self._applied.canary[name] = record
             metrics.canary_abort(name, reason)
             await self._hold(name)
+        await self._rollout.audit.record(by, "abort", name, version=current.version)
 
-    async def promote(self, name: str) -> None:
+    async def promote(self, name: str, *, by: Actor | None = None) -> None:
         """The candidate becomes the pinned version on every replica (`Rollout.pin`), then the split is cleared.
 
         `RolloutConflict` when there is no running canary (an aborted one is pinned, if at all,
@@ -432,6 +435,7 @@ class Traffic:
             self._pending.pop(name, None)
             self._applied.canary[name] = record
             await self._hold(name)
+        await self._rollout.audit.record(by, "promote", name, version=current.version)
 
     def describe(self, name: str) -> tuple[ShadowView | None, CanaryView | None, AbortView | None]:
         """`name`'s shadow (with this replica's comparison), its canary split, its last abort."""

@@ -13,24 +13,48 @@ remove them; shared/fleet/rollout.py restores what it finds missing.
 `RedisControlStore` is the real store; `MemoryControlStore` is the fake for tests of other
 code (`down=True` fails every call, as an outage would). Redis itself is tested against a
 real server.
+
+`ControlAudit` keeps who did each control action, what, when and why: a line on the audit
+stream (the `shared.audit` logger, which Application Insights keeps as traces) and the last
+AUDIT_KEEP actions of each model in the store (`audit:{name}`, newest first), which
+`GET /api/models/{name}/rollout` shows. The action's own record is written first (its write
+raises); its audit line follows, and an audit entry the store did not keep is logged as such.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
 import time
+from collections import defaultdict, deque
 from collections.abc import Awaitable, Sequence
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, Protocol, TypeVar
 
+import msgspec
+
+from shared.domain.answers import ControlAction
 from shared.errors import ControlStoreDown
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-__all__ = ["ControlStore", "MemoryControlStore", "RedisControlStore"]
+__all__ = [
+    "AUDIT_KEEP",
+    "Actor",
+    "ControlAudit",
+    "ControlStore",
+    "MemoryControlStore",
+    "RedisControlStore",
+    "audit_key",
+]
 
 T = TypeVar("T")
 RECENT_S = 10.0  # a failure this recent shows in readiness, unless a call succeeded since
+AUDIT_KEEP = 50  # control actions kept per model
+audit_log = logging.getLogger("shared.audit")
+Verb = Literal["pin", "unpin", "shadow", "unshadow", "canary", "abort", "promote"]
 
 
 class ControlStore(Protocol):
@@ -42,6 +66,14 @@ class ControlStore(Protocol):
 
     async def write_if_absent(self, key: str, value: bytes) -> bool:
         """Store `value` unless `key` holds one; whether it was stored."""
+        ...
+
+    async def append(self, key: str, value: bytes, keep: int) -> None:
+        """Put `value` first in the list at `key`, keeping its newest `keep` entries."""
+        ...
+
+    async def recent(self, key: str, count: int) -> list[bytes]:
+        """The newest `count` entries of the list at `key`, newest first."""
         ...
 
     def problem(self) -> str | None:
@@ -98,6 +130,16 @@ class RedisControlStore:
     async def write_if_absent(self, key: str, value: bytes) -> bool:
         return bool(await self._call(self._client.set(self._prefix + key, value, nx=True)))
 
+    async def append(self, key: str, value: bytes, keep: int) -> None:
+        pipe = self._client.pipeline(transaction=True)  # NOTE: MULTI: the list never grows past `keep`
+        pipe.lpush(self._prefix + key, value)
+        pipe.ltrim(self._prefix + key, 0, keep - 1)
+        await self._call(pipe.execute())
+
+    async def recent(self, key: str, count: int) -> list[bytes]:
+        values = await self._call(self._client.lrange(self._prefix + key, 0, count - 1))
+        return [v.encode() if isinstance(v, str) else v for v in values]
+
     def problem(self) -> str | None:
         return self._health.problem()
 
@@ -141,6 +183,7 @@ class MemoryControlStore:
 
     def __init__(self) -> None:
         self.data: dict[str, bytes] = {}
+        self.lists: dict[str, list[bytes]] = {}
         self.down = False
         self._health = _Health()
 
@@ -159,6 +202,14 @@ class MemoryControlStore:
         self.data[key] = value
         return True
 
+    async def append(self, key: str, value: bytes, keep: int) -> None:
+        self._check()
+        self.lists[key] = [value, *self.lists.get(key, [])][:keep]
+
+    async def recent(self, key: str, count: int) -> list[bytes]:
+        self._check()
+        return self.lists.get(key, [])[:count]
+
     def problem(self) -> str | None:
         return self._health.problem()
 
@@ -170,3 +221,72 @@ class MemoryControlStore:
 
     async def aclose(self) -> None:
         self.data.clear()
+        self.lists.clear()
+
+
+# -- the audit of control actions ---------------------------------------------------------------
+
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f]")
+
+
+@dataclass(frozen=True, slots=True)
+class Actor:
+    """Who made a control call, and why (from the call's body); both cut to 200 printable characters."""
+
+    who: str
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        # NOTE: `who` may come from a header: no control character may forge a line of the audit stream
+        object.__setattr__(self, "who", _UNPRINTABLE.sub("?", self.who)[:200] or "unknown")
+        object.__setattr__(self, "reason", _UNPRINTABLE.sub("?", self.reason)[:200])
+
+
+def audit_key(name: str) -> str:
+    return f"audit:{name}"
+
+
+class ControlAudit:
+    """Who did what to which model, when and why: the audit stream, and the last actions in `store`
+    (in this process when there is no store)."""
+
+    def __init__(self, store: ControlStore | None, *, keep: int = AUDIT_KEEP) -> None:
+        self._store = store
+        self._keep = keep
+        self._here: defaultdict[str, deque[bytes]] = defaultdict(lambda: deque(maxlen=keep))
+
+    async def record(
+        self,
+        by: Actor | None,
+        action: Verb,
+        model: str,
+        *,
+        version: str | None = None,
+        weight: float | None = None,
+    ) -> ControlAction:
+        """Record an action that was done (its own record already kept); return it."""
+        actor = by or Actor("internal")
+        entry = ControlAction(time.time(), actor.who, action, model, version, weight, actor.reason)
+        audit_log.info(
+            "control %s on %s by %s (version %s, weight %s): %s",
+            action, model, actor.who, version, weight, actor.reason or "no reason given",
+            extra={"control_action": action, "model": model, "who": actor.who, "version": version,
+                   "weight": weight, "reason": actor.reason},
+        )  # fmt: skip
+        encoded = msgspec.json.encode(entry)
+        if self._store is None:
+            self._here[model].appendleft(encoded)
+            return entry
+        try:
+            await self._store.append(audit_key(model), encoded, self._keep)
+        except ControlStoreDown as exc:  # NOTE: the action is done and on the stream; only the list misses it
+            audit_log.error("control %s on %s by %s: not kept in the store: %s", action, model, actor.who, exc.detail)
+        return entry
+
+    async def recent(self, model: str, count: int = 10) -> list[ControlAction]:
+        """The last `count` actions on `model`, newest first."""
+        if self._store is None:
+            raw = list(self._here[model])[:count]
+        else:
+            raw = await self._store.recent(audit_key(model), count)
+        return [msgspec.json.decode(r, type=ControlAction) for r in raw]

@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
+import msgspec
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
@@ -36,9 +37,11 @@ from shared.adapters.http.routes import ROUTES
 from shared.adapters.oip.rest import V2Endpoints
 from shared.core.holder import ServiceHolder
 from shared.domain.answers import Batch, ErrorBody, IndexedError, Liveness, ModelList, encode, error_body
+from shared.domain.control import decode_note
 from shared.domain.events import decode_activation, decode_canary
 from shared.errors import Overloaded, ScoringError, log_answered, retry_after
 from shared.runtime.deadlines import Deadlines
+from shared.stores.control import Actor
 from shared.telemetry.asgi import Measured
 
 if TYPE_CHECKING:
@@ -49,6 +52,7 @@ __all__ = ["CatchAll", "Endpoints", "FastPath", "create_app"]
 log = logging.getLogger(__name__)
 
 JSON = "application/json"
+PRINCIPAL = "x-ms-client-principal-name"  # Container Apps authentication (Easy Auth)
 
 
 def json_response(body: object, status: int = 200) -> Response:
@@ -58,8 +62,9 @@ def json_response(body: object, status: int = 200) -> Response:
 class Endpoints:
     """The `/api` endpoints over the service `holder` builds; each method is the route of its name."""
 
-    def __init__(self, holder: ServiceHolder) -> None:
+    def __init__(self, holder: ServiceHolder, *, hosted: bool = False) -> None:
         self.holder = holder
+        self.hosted = hosted
         self.deadlines = Deadlines()  # NOTE: its sweeper task starts inside the running loop, on first use
         self._openapi: bytes | None = None
 
@@ -112,32 +117,56 @@ class Endpoints:
     async def models(self, request: Request) -> Response:
         return json_response(ModelList((await self.core()).models()))
 
+    # NOTE: the control routes below take the master key under the host (the route table's "admin"
+    # auth); each passes who called and why (`Actor`) to the core, which audits the action.
+
     async def model_activate(self, request: Request) -> Response:
         core, name = await self.core(), request.path_params["name"]
+        body, by = await self.control_body(request)
         if request.method == "DELETE":
-            return json_response(await core.unpin(name))
-        body = await self.body(request, 1024)
-        return json_response(await core.pin(name, decode_activation(body).version))
+            return json_response(await core.unpin(name, by=by))
+        return json_response(await core.pin(name, decode_activation(body).version, by=by))
 
     async def model_rollout(self, request: Request) -> Response:
-        return json_response((await self.core()).rollout(request.path_params["name"]))
+        core, name = await self.core(), request.path_params["name"]
+        view = core.rollout(name)
+        return json_response(msgspec.structs.replace(view, actions=await core.control_actions(name)))
 
     async def model_shadow(self, request: Request) -> Response:
         core, name = await self.core(), request.path_params["name"]
+        body, by = await self.control_body(request)
         if request.method == "DELETE":
-            return json_response(await core.set_shadow(name, None))
-        body = await self.body(request, 1024)
-        return json_response(await core.set_shadow(name, decode_activation(body).version))
+            return json_response(await core.set_shadow(name, None, by=by))
+        return json_response(await core.set_shadow(name, decode_activation(body).version, by=by))
 
     async def model_canary(self, request: Request) -> Response:
         core, name = await self.core(), request.path_params["name"]
+        body, by = await self.control_body(request)
         if request.method == "DELETE":
-            return json_response(await core.abort_canary(name))
-        split = decode_canary(await self.body(request, 1024))
-        return json_response(await core.set_canary(name, split.version, split.weight))
+            return json_response(await core.abort_canary(name, by=by))
+        split = decode_canary(body)
+        return json_response(await core.set_canary(name, split.version, split.weight, by=by))
 
     async def model_promote(self, request: Request) -> Response:
-        return json_response(await (await self.core()).promote_canary(request.path_params["name"]))
+        _, by = await self.control_body(request)
+        return json_response(await (await self.core()).promote_canary(request.path_params["name"], by=by))
+
+    async def control_body(self, request: Request) -> tuple[bytes, Actor]:
+        """A control call's body (at most 1 KiB of JSON; DELETE and promote may send none) and its actor."""
+        bodiless = request.method == "DELETE" or request.url.path.rstrip("/").endswith("/promote")
+        body = await self.body(request, 1024, any_media_type=bodiless and not request.headers.get("content-type"))
+        return body, Actor(self.caller(request), decode_note(body).reason)
+
+    def caller(self, request: Request) -> str:
+        """Who made a control call: the Entra principal that Container Apps authentication vouches
+        for (it sets this header and drops a client's own), else the key the host required."""
+        principal = request.headers.get(PRINCIPAL)
+        if principal:
+            return f"principal {principal}"
+        if self.hosted:
+            return "admin key"  # NOTE: AuthLevel.ADMIN: the host let only the master key through
+        client = request.client.host if request.client is not None else "?"
+        return f"local {client}"
 
     async def reviews(self, request: Request) -> Response:
         return json_response(await (await self.core()).review(request.path_params["event_id"]))
@@ -177,7 +206,7 @@ def create_app(holder: ServiceHolder, *, hosted: bool = False) -> ASGIApp:
     setting shows on /api/health/ready instead of breaking the Functions import.
     `hosted`: served by the Functions host, which records each request itself.
     """
-    api = Endpoints(holder)
+    api = Endpoints(holder, hosted=hosted)
     v2 = V2Endpoints(api.core, api.v2_body)
     routes = [Route(spec.path, getattr(api, spec.name, None) or v2.endpoint(spec.name), methods=list(spec.methods))
               for spec in ROUTES]  # fmt: skip

@@ -3,7 +3,9 @@
     name     the Azure Functions function that declares it (function_app.py; a test holds the two equal)
     path     the same path locally and under the host (host.json's routePrefix is "")
     methods  what it answers; another method is a JSON 405
-    auth     the Functions auth level: "function" (a key) or "anonymous" (the platform's probes)
+    auth     the Functions auth level: "function" (any host or function key: what scoring clients
+             get), "admin" (the master key only: the control routes, which change what the fleet
+             serves or show who changed it) or "anonymous" (the platform's probes)
     plane    "data": scoring work, which takes the core's admission; "admin": everything else
 
 Derived from it: the Starlette routes (shared/adapters/http/app.py, in this order: Starlette
@@ -17,14 +19,16 @@ from __future__ import annotations
 import re
 from typing import Literal, NamedTuple
 
-__all__ = ["ROUTES", "RouteSpec", "framed", "route"]
+__all__ = ["ROUTES", "Auth", "RouteSpec", "framed", "route"]
+
+Auth = Literal["function", "admin", "anonymous"]
 
 
 class RouteSpec(NamedTuple):
     name: str
     path: str
     methods: tuple[str, ...]
-    auth: Literal["function", "anonymous"]
+    auth: Auth
     plane: Literal["data", "admin"]
     summary: str
 
@@ -38,10 +42,13 @@ def _data(name: str, path: str, summary: str) -> RouteSpec:
     return RouteSpec(name, path, ("POST",), "function", "data", summary)
 
 
-def _admin(
-    name: str, path: str, summary: str, *methods: str, auth: Literal["function", "anonymous"] = "function"
-) -> RouteSpec:
+def _admin(name: str, path: str, summary: str, *methods: str, auth: Auth = "function") -> RouteSpec:
     return RouteSpec(name, path, methods or ("GET",), auth, "admin", summary)
+
+
+def _control(name: str, path: str, summary: str, *methods: str) -> RouteSpec:
+    """A control route: the master key (AuthLevel.ADMIN), never a scoring key (docs/deploy.md)."""
+    return _admin(name, path, summary, *methods, auth="admin")
 
 
 ROUTES: tuple[RouteSpec, ...] = (
@@ -51,13 +58,17 @@ ROUTES: tuple[RouteSpec, ...] = (
     _data("score_batch", "/api/score/batch", "up to MAX_BATCH_ITEMS events, answered in order"),
     _data("model_score", "/api/models/{name}/score", "one event, a named model (or an ensemble)"),
     _admin("models", "/api/models", "loaded models, versions and ensembles"),
-    _admin("model_activate", "/api/models/{name}/activate", "pin a version everywhere / release it", "POST", "DELETE"),
-    _admin("model_rollout", "/api/models/{name}/rollout", "what serves a model, its shadow, canary and drift"),
-    _admin("model_shadow", "/api/models/{name}/shadow", "set a shadow version everywhere / remove it", "PUT", "DELETE"),
-    _admin(
+    _control(
+        "model_activate", "/api/models/{name}/activate", "pin a version everywhere / release it", "POST", "DELETE"
+    ),
+    _control("model_rollout", "/api/models/{name}/rollout", "what serves a model, its shadow, canary and drift"),
+    _control(
+        "model_shadow", "/api/models/{name}/shadow", "set a shadow version everywhere / remove it", "PUT", "DELETE"
+    ),
+    _control(
         "model_canary", "/api/models/{name}/canary", "split users to a candidate / abort the split", "PUT", "DELETE"
     ),
-    _admin("model_promote", "/api/models/{name}/canary/promote", "the candidate becomes the pinned version", "POST"),
+    _control("model_promote", "/api/models/{name}/canary/promote", "the candidate becomes the pinned version", "POST"),
     _admin("reviews", "/api/reviews/{event_id}", "an event's review by Azure OpenAI"),
     _admin("stats", "/api/stats", "cache, batch and admission counters"),
     _admin("metrics", "/api/metrics", "every metric, Prometheus text format"),
