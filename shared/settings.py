@@ -541,6 +541,14 @@ class Settings:
         "HTTP_HEADER_TIMEOUT_MS", 5000, "longest wait for a request's headers (`make run`)", local_only=True
     )
     models_keep_versions: int = setting("MODELS_KEEP_VERSIONS", 2, "versions kept loaded per model (newest is active)")
+    auto_promote: bool | None = setting(
+        "AUTO_PROMOTE",
+        None,
+        "a new model version serves on arrival (`true`) or waits as a candidate for a promote (`false`; "
+        "docs/models.md); unset → on locally, off with ModelStorage__blobServiceUri (Azure), which infra never overrides",
+        local_only=True,
+        shown_default="on locally, off in Azure",
+    )
     gc_gen0_threshold: int = setting(
         "GC_GEN0_THRESHOLD",
         50_000,
@@ -650,6 +658,11 @@ class Settings:
             "LLM_QUEUE_TIMEOUT_MS",
             f"less than QUEUE_BATCH_BUDGET_MS ({self.queue_batch_budget_ms}): a review wait must fit in a batch",
         )
+
+    @property
+    def promotes_on_arrival(self) -> bool:
+        """AUTO_PROMOTE as set, else on only where models do not come from Azure (no managed identity URI)."""
+        return self.auto_promote if self.auto_promote is not None else not self.model_storage_blob_uri
 
     @property
     def uses_blob_models(self) -> bool:

@@ -88,9 +88,18 @@ async def build_service(settings: Settings) -> ScoringService:
         l2_policy=policy.prediction_l2,
     )
     from shared.fleet.rollout import Rollout
+    from shared.models.sandbox import Sandbox
 
+    sandbox = Sandbox(max_batch=settings.batch.max_size, graph_optimization=settings.ort.graph_optimization)
     registry = ModelRegistry(
-        source, settings.ort, settings.batch, settings.models_keep_versions, predictions, catalogue=features.catalogue
+        source,
+        settings.ort,
+        settings.batch,
+        settings.models_keep_versions,
+        predictions,
+        catalogue=features.catalogue,
+        sandbox=sandbox,
+        auto_promote=settings.promotes_on_arrival,
     )
     control = None
     if settings.redis_url:

@@ -1,11 +1,19 @@
 """The model registry: which versions are loaded, which one is active, and their lifecycle.
 
-    load → validate → warm → activate → retire
+    vet → trial → load → validate → warm → (candidate →) activate → retire
 
-It alone owns the name → versions map. A new version is loaded, checked and warmed
-off the event loop, then activated by replacing one reference; versions beyond
-`keep_versions` are retired (their queued requests finish) and their sessions
-released. Re-installing a file already loaded (same fingerprint) changes nothing.
+It alone owns the name → versions map. A new file is vetted (`shared.models.vetting`) and
+tried in a sandboxed child (`shared.models.sandbox`) before the serving process loads it;
+it is then loaded, checked and warmed off the event loop, and activated by replacing one
+reference; versions beyond `keep_versions` are retired (their queued requests finish) and
+their sessions released. Re-installing a file already loaded (same fingerprint) changes nothing;
+a different file under a version already loaded, or one whose SHA-256 is not the digest
+recorded at publish (`release.json`), is refused.
+
+Which version serves: the pinned one, else the newest promoted one, else (nothing promoted
+yet) the oldest loaded. A new version is a candidate until it is promoted: by `promote`, by
+a pin (a canary's promote pins), by its release record, or on arrival when `auto_promote`
+(AUTO_PROMOTE, local development) is on.
 
 Other parts follow the lifecycle through hooks (`on("activated", callback)`), not by
 reaching in: the reload broadcast, telemetry and caches subscribe to what they need.
@@ -25,8 +33,10 @@ from shared.domain.answers import LoadError, ModelView
 from shared.domain.feast_spec import FromServingFeast
 from shared.errors import ModelInvalid, ModelNotFound, NotReady
 from shared.models.onnx import OnnxModel
-from shared.models.repository import ModelRef, ModelRepository, check_ref, version_key
+from shared.models.repository import ModelRef, ModelRepository, Release, check_ref, version_key
+from shared.models.sandbox import Sandbox
 from shared.models.served import LoadedModel
+from shared.models.vetting import DEFAULT_POLICY, VettingPolicy
 from shared.settings import BatchPolicy, OrtOptions
 from shared.stores.cache.predictions import PredictionCache
 
@@ -70,8 +80,17 @@ class ModelRegistry:
         keep_versions: int = 2,
         predictions: PredictionCache | None = None,
         catalogue: Catalogue | None = None,
+        *,
+        sandbox: Sandbox | None = None,
+        vetting: VettingPolicy = DEFAULT_POLICY,
+        auto_promote: bool = True,
     ) -> None:
         self.repository = repository
+        self._sandbox = sandbox
+        self._vetting = vetting
+        self.auto_promote = auto_promote
+        self.promoted: dict[str, set[str]] = {}  # name -> versions that may serve unpinned
+        self._digests: dict[ModelRef, str] = {}  # the SHA-256 each version was first loaded with
         self._catalogue = catalogue
         self._predictions = predictions
         self._ort = ort_options
@@ -103,8 +122,8 @@ class ModelRegistry:
         for name, versions in by_name.items():
             loaded = 0
             for version in sorted(versions, key=version_key, reverse=True):  # newest first
-                if loaded == self._keep:
-                    break
+                if loaded >= self._keep and (self.auto_promote or self.promoted.get(name)):
+                    break  # NOTE: with candidates, on until a promoted version is loaded too
                 if await self.load(ModelRef(name, version)):
                     loaded += 1  # NOTE: a bad file left in the source must not keep a new replica down
             pinned = self.pins.get(name)
@@ -138,8 +157,13 @@ class ModelRegistry:
         current = self._models.get(name, {}).get(version)
         if current is not None and current.fingerprint == digest:
             return current  # NOTE: the same file again (a redelivered event, a broadcast echo)
+        ref = ModelRef(name, version)
+        sha256 = hashlib.sha256(data).hexdigest()
         try:
+            release = await asyncio.to_thread(self.repository.release, ref)
+            self._check_digest(ref, sha256, release)
             loaded = await asyncio.to_thread(self._load, name, version, data, digest)
+            loaded.digest = sha256
             await self._validate(loaded)
         except ModelInvalid as exc:
             self.last_error[name] = LoadError(version, exc.detail, time.time(), stamp or digest)
@@ -148,9 +172,40 @@ class ModelRegistry:
             raise
         if self.last_error.get(name, LoadError("", "", 0.0, "")).version == version:
             del self.last_error[name]
+        self._digests[ref] = sha256
+        if self.auto_promote or (release is not None and release.promoted):
+            self.promoted.setdefault(name, set()).add(version)
         self._emit(RegistryEvent("loaded", name, version, digest))
         await self._retire(await self._activate(loaded))
         return loaded
+
+    def _check_digest(self, ref: ModelRef, sha256: str, release: Release | None) -> None:
+        """`ModelInvalid` when the file is not the one published (or first loaded) under its version."""
+        seen = self._digests.get(ref)
+        if seen is not None and seen != sha256:
+            raise ModelInvalid(
+                f"{ref.name}/{ref.version}: its file changed after it was loaded (sha256 {seen[:12]}… → "
+                f"{sha256[:12]}…); a version's file never changes: publish a new version"
+            )
+        if release is not None and release.sha256 != sha256:
+            raise ModelInvalid(
+                f"{ref.name}/{ref.version}: the file's sha256 {sha256[:12]}… is not the digest recorded at "
+                f"publish ({release.sha256[:12]}…)"
+            )
+
+    async def promote(self, name: str, version: str) -> LoadedModel:
+        """Let a loaded candidate serve (unless a pin holds another version); the active version after."""
+        if version not in self._models.get(name, {}):
+            raise ModelNotFound(f"model {name!r} has no loaded version {version!r}")
+        self.promoted.setdefault(name, set()).add(version)
+        await self._retire(await self._activate(self._models[name][version]))
+        log.info("model %s/%s promoted", name, version)
+        return self._active[name]
+
+    def candidates(self, name: str) -> list[str]:
+        """Loaded versions of `name` that wait for a promote (they serve only shadows and canaries)."""
+        promoted = self.promoted.get(name, set())
+        return [v for v in self.loaded_versions(name) if v not in promoted and v != self.pins.get(name)]
 
     def rejected(self, name: str, version: str, stamp: str) -> bool:
         """Whether this very file (same source stamp) was already rejected: not retried."""
@@ -162,11 +217,12 @@ class ModelRegistry:
         if version not in self._models.get(name, {}):
             raise ModelNotFound(f"model {name!r} has no loaded version {version!r}")
         self.pins[name] = version
+        self.promoted.setdefault(name, set()).add(version)  # NOTE: a pin is an explicit promote
         await self._retire(await self._activate(self._models[name][version]))
         return self._active[name]
 
     async def unpin(self, name: str) -> LoadedModel:
-        """Back to the newest loaded version."""
+        """Back to the newest promoted version (the oldest loaded while none is)."""
         self.pins.pop(name, None)
         if name not in self._active:
             raise ModelNotFound(f"no model named {name!r}")
@@ -219,7 +275,8 @@ class ModelRegistry:
 
     def _load(self, name: str, version: str, data: bytes, digest: str) -> LoadedModel:
         started = time.perf_counter()
-        model = OnnxModel.load(data, self._ort)
+        trial_s = self._sandbox.trial(data).seconds if self._sandbox is not None else 0.0
+        model = OnnxModel.load(data, self._ort, self._vetting)
         model.warm(self._policy.max_size)
         loaded = LoadedModel(
             name,
@@ -231,6 +288,7 @@ class ModelRegistry:
             fingerprint=digest,
         )
         loaded.load_s = time.perf_counter() - started
+        loaded.trial_s = trial_s
         return loaded
 
     async def _activate(self, loaded: LoadedModel) -> list[LoadedModel]:
@@ -242,18 +300,18 @@ class ModelRegistry:
             replaced = versions.get(loaded.version)
             versions[loaded.version] = loaded
             previous = self._active.get(name)
-            pinned = self.pins.get(name)
-            chosen = pinned if pinned in versions else max(versions, key=version_key)
+            chosen = self._chosen(name, versions)
             self._active[name] = versions[chosen]
             retired = self._beyond_keep(name, chosen)
         if replaced is not None and replaced is not loaded:
             retired.append(replaced)
         active = self._active[name]
         log.info(
-            "model %s/%s loaded in %.1f ms on %s; active %s/%s",
+            "model %s/%s loaded in %.1f ms (sandbox trial %.1f ms) on %s; active %s/%s",
             name,
             loaded.version,
             loaded.load_s * 1000,
+            loaded.trial_s * 1000,
             loaded.model.providers[0],
             name,
             active.version,
@@ -261,6 +319,14 @@ class ModelRegistry:
         if active is not previous:
             self._emit(RegistryEvent("activated", name, active.version, active.fingerprint))
         return retired
+
+    def _chosen(self, name: str, versions: dict[str, LoadedModel]) -> str:
+        """The pinned version, else the newest promoted one, else the oldest loaded (never a newer candidate)."""
+        pinned = self.pins.get(name)
+        if pinned in versions:
+            return pinned
+        promoted = self.promoted.get(name, set()) & versions.keys()
+        return max(promoted, key=version_key) if promoted else min(versions, key=version_key)
 
     def _emit(self, event: RegistryEvent) -> None:
         for hook in self._hooks[event.kind]:

@@ -2,6 +2,8 @@
 
     {name}/{version}/model.onnx
     {name}/{version}/ensemble.json      an ensemble (shared/ensembles), with any file it names
+    {name}/{version}/release.json       the file's content digest recorded at publish, and whether
+                                        it was promoted (`Release`; scripts/publish_model.py writes it)
 
 Names and versions are checked here, for every source and the Blob trigger alike:
 
@@ -11,12 +13,18 @@ Names and versions are checked here, for every source and the Blob trigger alike
 A path that does not fit is not a model (listed nowhere, ignored by the trigger). A file
 larger than MAX_MODEL_BYTES is refused before it is read whole.
 
+A release record is what the publisher vouched for: a replica refuses a file whose SHA-256
+differs from the recorded one (an overwrite, a swap in transit), and serves a candidate only
+once it is promoted (docs/models.md).
+
 Both sources are blocking (file and HTTP I/O); the registry calls them off the
 event loop. Azure SDK errors are translated to `ModelSourceError` here.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import time
 from collections.abc import Callable
@@ -34,10 +42,13 @@ __all__ = [
     "ModelRef",
     "ModelRepository",
     "Reach",
+    "Release",
     "check_ref",
     "check_size",
     "parse_ensemble_path",
     "parse_model_path",
+    "promote_version",
+    "publish_version",
     "version_key",
 ]
 
@@ -53,6 +64,32 @@ _NAME, _VERSION = re.compile(rf"\A{NAME}\Z"), re.compile(rf"\A{VERSION}\Z")
 class ModelRef(NamedTuple):
     name: str
     version: str
+
+
+class Release(NamedTuple):
+    """What the publisher recorded for a version: its file's SHA-256, and whether it may serve."""
+
+    sha256: str
+    promoted: bool = False
+
+    def encode(self) -> bytes:
+        return json.dumps({"sha256": self.sha256, "promoted": self.promoted}).encode()
+
+    @classmethod
+    def decode(cls, data: bytes, ref: ModelRef) -> Release:
+        """`ModelInvalid` for a record that is not `{"sha256": <64 hex>, "promoted": bool}`."""
+        try:
+            raw = json.loads(data)
+            release = cls(str(raw["sha256"]), bool(raw.get("promoted", False)))
+        except (ValueError, TypeError, KeyError) as exc:
+            raise ModelInvalid(f"{ref.name}/{ref.version}: {RELEASE_FILE} is not a release record") from exc
+        if not _SHA256.match(release.sha256):
+            raise ModelInvalid(f"{ref.name}/{ref.version}: {RELEASE_FILE} holds no SHA-256 digest")
+        return release
+
+
+RELEASE_FILE = "release.json"
+_SHA256 = re.compile(r"\A[0-9a-f]{64}\Z")
 
 
 def parse_model_path(path: str, *, container: str | None = None) -> ModelRef | None:
@@ -149,6 +186,14 @@ class ModelRepository(Protocol):
         """Another file of a version's folder (an ensemble's declaration or meta-model)."""
         ...
 
+    def release(self, ref: ModelRef) -> Release | None:
+        """The version's release record (`release.json`), or None when it has none."""
+        ...
+
+    def record_release(self, ref: ModelRef, release: Release) -> None:
+        """Write the version's release record whole (the publisher's side)."""
+        ...
+
     def problem(self) -> str | None:
         """Why the source cannot be read now (its last call failed), or None: readiness lists it."""
         ...
@@ -205,12 +250,28 @@ class DirectoryRepository:
         return f"{st.st_mtime_ns}-{st.st_size}"
 
     def publish(self, ref: ModelRef, data: bytes) -> None:
+        self._write(ref, "model.onnx", data)
+
+    def release(self, ref: ModelRef) -> Release | None:
+        path = self.root / ref.name / ref.version / RELEASE_FILE
+        try:
+            data = path.read_bytes()[:4096]
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise ModelSourceError(f"cannot read {ref.name}/{ref.version}/{RELEASE_FILE}: {exc.strerror}") from exc
+        return Release.decode(data, ref)
+
+    def record_release(self, ref: ModelRef, release: Release) -> None:
+        self._write(ref, RELEASE_FILE, release.encode())
+
+    def _write(self, ref: ModelRef, filename: str, data: bytes) -> None:
         check_ref(*ref)
         folder = self.root / ref.name / ref.version
         folder.mkdir(parents=True, exist_ok=True)
-        partial = folder / ".model.onnx.partial"
+        partial = folder / f".{filename}.partial"
         partial.write_bytes(data)
-        partial.replace(folder / "model.onnx")  # NOTE: atomic: a poller never reads half a file
+        partial.replace(folder / filename)  # NOTE: atomic: a poller never reads half a file
 
 
 class BlobRepository:
@@ -289,6 +350,28 @@ class BlobRepository:
 
         self._call(f"write {ref.name}/{ref.version}", upload)
 
+    def release(self, ref: ModelRef) -> Release | None:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        def download() -> bytes | None:
+            blob = self._container.get_blob_client(f"{ref.name}/{ref.version}/{RELEASE_FILE}")
+            try:
+                return bytes(blob.download_blob(offset=0, length=4096).readall())
+            except ResourceNotFoundError:
+                return None
+
+        data = self._call(f"read {ref.name}/{ref.version}/{RELEASE_FILE}", download)
+        return None if data is None else Release.decode(data, ref)
+
+    def record_release(self, ref: ModelRef, release: Release) -> None:
+        check_ref(*ref)
+
+        def upload() -> None:
+            name = f"{ref.name}/{ref.version}/{RELEASE_FILE}"
+            self._container.upload_blob(name, release.encode(), overwrite=True)
+
+        self._call(f"write {ref.name}/{ref.version}/{RELEASE_FILE}", upload)
+
     def _call(self, what: str, call: Callable[[], T]) -> T:
         """`call()`; an Azure SDK error becomes `ModelSourceError` ("cannot {what}: ...") and is
         remembered until a call succeeds (readiness lists it)."""
@@ -300,6 +383,43 @@ class BlobRepository:
             raise self.reach.failed(ModelSourceError(f"cannot {what}: {type(exc).__name__}")) from exc
         self.reach.answered()
         return found
+
+
+def publish_version(source: ModelRepository, ref: ModelRef, data: bytes) -> Release:
+    """Record the file's digest (a candidate), then put the file in place: the publisher's side.
+
+    A version's file never changes: a version already published (or present) with other bytes is
+    refused (`ModelInvalid`); the same bytes again change nothing.
+    """
+    check_ref(*ref)
+    sha256 = hashlib.sha256(data).hexdigest()
+    recorded = source.release(ref)
+    if recorded is None and ref in source.list():
+        recorded = Release(hashlib.sha256(source.read(ref)).hexdigest())
+    if recorded is not None and recorded.sha256 != sha256:
+        raise ModelInvalid(
+            f"{ref.name}/{ref.version} is already published with sha256 {recorded.sha256[:12]}…: a version's "
+            "file never changes; publish it as a new version"
+        )
+    release = recorded or Release(sha256)
+    source.record_release(ref, release)  # NOTE: first: a replica that sees the file sees its digest
+    source.publish(ref, data)
+    return release
+
+
+def promote_version(source: ModelRepository, ref: ModelRef) -> Release:
+    """Mark a published version promoted (it serves on every replica that loads it, unless pinned away)."""
+    check_ref(*ref)
+    sha256 = hashlib.sha256(source.read(ref)).hexdigest()
+    recorded = source.release(ref)
+    if recorded is not None and recorded.sha256 != sha256:
+        raise ModelInvalid(
+            f"{ref.name}/{ref.version}: the file's sha256 {sha256[:12]}… is not the digest recorded at publish "
+            f"({recorded.sha256[:12]}…): not promoted"
+        )
+    release = Release(sha256, promoted=True)
+    source.record_release(ref, release)
+    return release
 
 
 def _blob_name(ref: ModelRef) -> str:

@@ -1,0 +1,195 @@
+"""The trial of a new model file: load, warm and golden-check it in a child process first.
+
+What a static check cannot see, running shows: a ConstantOfShape sized by the input at
+warm-up, a Loop that never ends. So every new file is first loaded, warmed and
+golden-checked (`OnnxModel.load` + `warm`, the serving code itself) by a child process
+(`python -m shared.models.sandbox`) that holds:
+
+    memory      RLIMIT_AS (`SandboxLimits.memory_bytes`): an allocation past it fails in the child
+    CPU time    RLIMIT_CPU (`cpu_s`): the kernel stops a spinning child
+    wall clock  `wall_s`: the parent kills the child's process group
+    network     a new user + network namespace when the kernel allows one (best effort: the
+                verdict says whether it held); custom-op domains are refused before, in any case
+    files       a scratch working directory, removed after; an environment with no secrets
+    devices     the CPU provider only (the cap covers host memory, not a GPU's)
+
+Only a file that passes is loaded into the serving process, which meanwhile only waits on a
+pipe in a worker thread: its memory and its event loop never pay for a hostile file. The
+child is started with fork+exec (no copy of the serving process's memory). A file that
+passed is not tried again by the same process (the same bytes under the same limits).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from shared.errors import ModelInvalid
+from shared.models.vetting import DEFAULT_POLICY, VettingPolicy
+
+__all__ = ["Sandbox", "SandboxLimits", "Verdict"]
+
+ROOT = Path(__file__).resolve().parents[2]  # the repository (or app) root: the child imports `shared` from it
+_CLONE_NEWUSER, _CLONE_NEWNET = 0x10000000, 0x40000000
+_passed: dict[tuple[str, tuple[str, ...]], Verdict] = {}  # (sha256, argv) -> the trial it passed
+_passed_guard = threading.Lock()
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """What one trial may use."""
+
+    memory_bytes: int = 1024 * 1024 * 1024
+    cpu_s: int = 30
+    wall_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.memory_bytes < 256 * 1024 * 1024:
+            raise ValueError("SandboxLimits.memory_bytes must be >= 256 MiB (Python and onnxruntime need ~300 MiB)")
+        if self.cpu_s < 1 or self.wall_s <= 0:
+            raise ValueError("SandboxLimits.cpu_s must be >= 1 and wall_s > 0")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A passed trial: how long it took and whether the network was cut."""
+
+    seconds: float
+    network_isolated: bool
+
+
+@dataclass
+class Sandbox:
+    """Tries model files in a child process under `limits` (`ModelInvalid` with the reason if one fails)."""
+
+    limits: SandboxLimits = field(default_factory=SandboxLimits)
+    policy: VettingPolicy = DEFAULT_POLICY
+    max_batch: int = 8
+    graph_optimization: str = "all"
+
+    def trial(self, data: bytes) -> Verdict:
+        """Load, warm and golden-check `data` in a child; blocking (call it off the event loop)."""
+        key = (hashlib.sha256(data).hexdigest(), tuple(self._argv()))
+        with _passed_guard:
+            if key in _passed:
+                return _passed[key]
+        started = time.perf_counter()
+        isolated = self._run(data)
+        verdict = Verdict(time.perf_counter() - started, isolated)
+        with _passed_guard:
+            _passed[key] = verdict
+        return verdict
+
+    def _argv(self) -> list[str]:
+        limits = self.limits
+        allowed = ",".join(sorted(self.policy.allowed_control_flow))
+        return [
+            sys.executable,
+            "-m",
+            "shared.models.sandbox",
+            str(limits.memory_bytes),
+            str(limits.cpu_s),
+            str(self.max_batch),
+            self.graph_optimization,
+            str(self.policy.max_nodes),
+            str(self.policy.max_initializer_elements),
+            allowed,
+        ]
+
+    def _run(self, data: bytes) -> bool:
+        env = {"PATH": os.defpath, "PYTHONPATH": str(ROOT), "PYTHONNOUSERSITE": "1", "OMP_NUM_THREADS": "1"}
+        with tempfile.TemporaryDirectory(prefix="model-trial-") as scratch:
+            child = subprocess.Popen(  # noqa: S603 this interpreter and this module: a fixed argv, no shell
+                self._argv(),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=scratch,
+                env=env,
+                start_new_session=True,  # NOTE: its own process group, killed whole at the deadline
+            )
+            try:
+                out, err = child.communicate(data, timeout=self.limits.wall_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(child.pid, signal.SIGKILL)
+                child.communicate()
+                raise ModelInvalid(
+                    f"refused by the sandbox ({self._caps()}): loading and warm-up did not finish in time"
+                ) from None
+        return self._verdict(child.returncode, out, err)
+
+    def _verdict(self, code: int, out: bytes, err: bytes) -> bool:
+        try:
+            answer = json.loads(out.decode().strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            answer = None
+        if isinstance(answer, dict) and answer.get("ok") is True and code == 0:
+            return bool(answer.get("network_isolated"))
+        if isinstance(answer, dict) and isinstance(answer.get("reason"), str):
+            raise ModelInvalid(f"refused by the sandbox ({self._caps()}): {answer['reason'][:300]}")
+        raise ModelInvalid(f"refused by the sandbox ({self._caps()}): {self._death(code, err)}")
+
+    def _caps(self) -> str:
+        limits = self.limits
+        return f"memory {limits.memory_bytes >> 20} MiB, CPU {limits.cpu_s} s, wall {limits.wall_s:g} s"
+
+    def _death(self, code: int, err: bytes) -> str:
+        if code in (-signal.SIGXCPU, -signal.SIGKILL):
+            return f"the trial used more than its {self.limits.cpu_s} s of CPU time (or was killed)"
+        what = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
+        last = (err.decode(errors="replace").strip().splitlines() or [""])[-1][:200]
+        return f"the trial process died ({what}){': ' + last if last else ''}"
+
+
+# -- the child ------------------------------------------------------------------------------
+
+
+def _confine(memory_bytes: int, cpu_s: int) -> bool:
+    """Cap memory and CPU time, and cut the network where the kernel lets an unprivileged process."""
+    import ctypes
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNET)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _child(argv: list[str]) -> int:
+    memory, cpu, max_batch, optimization, max_nodes, max_elements, allowed = argv
+    isolated = _confine(int(memory), int(cpu))
+    data = sys.stdin.buffer.read()
+    from shared.errors import ScoringError
+    from shared.models.onnx import OnnxModel
+    from shared.settings import OrtOptions
+
+    policy = VettingPolicy(int(max_nodes), int(max_elements), frozenset(filter(None, allowed.split(","))))
+    options = OrtOptions(graph_optimization=optimization, use_gpu=False)  # type: ignore[arg-type]
+    try:
+        model = OnnxModel.load(data, options, policy, cpu_only=True)
+        model.warm(int(max_batch))
+    except ScoringError as exc:
+        print(json.dumps({"ok": False, "reason": exc.detail}))
+        return 1
+    except MemoryError:
+        print(json.dumps({"ok": False, "reason": f"out of memory under the cap of {int(memory) >> 20} MiB"}))
+        return 1
+    print(json.dumps({"ok": True, "network_isolated": isolated}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child(sys.argv[1:]))

@@ -1,0 +1,141 @@
+"""The trial: a file that passes the static checks is still run in a child under caps first.
+
+The serving process never pays for a hostile file: its RSS stays within +50 MiB, and
+liveness and scoring answer throughout the attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from msgspec import to_builtins
+
+from shared.adapters.http.app import create_app
+from shared.core.holder import ServiceHolder
+from shared.core.service import ScoringService
+from shared.errors import ModelInvalid
+from shared.models.registry import ModelRegistry
+from shared.models.repository import DirectoryRepository, ModelRef
+from shared.models.sandbox import Sandbox, SandboxLimits
+from shared.models.vetting import VettingPolicy
+from shared.settings import BatchPolicy, OrtOptions, Settings
+from tests.conftest import event
+from tests.models import hostile
+from tests.onnx_models import make_model
+
+MiB = 1024 * 1024
+LOOPS = VettingPolicy(allowed_control_flow=frozenset({"Loop"}))  # NOTE: past the static check, to the sandbox
+
+
+def rss() -> int:
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmRSS:"))
+
+
+@dataclass
+class Watch:
+    """What the serving process did while a trial ran: RSS peak, answers and their slowest."""
+
+    base: int = field(default_factory=rss)
+    peak: int = 0
+    live: int = 0
+    scored: int = 0
+    versions: set[str] = field(default_factory=set)
+    slowest_s: float = 0.0
+
+
+async def watch_while(attempt: asyncio.Task[Any], client: httpx.AsyncClient) -> Watch:
+    seen = Watch()
+    amount = 10.0
+    while not attempt.done():
+        started = time.perf_counter()
+        live = await client.get("/api/health/live")
+        amount += 1.0  # NOTE: a new row each time: the model runs, no cache answers
+        scored = await client.post("/api/score", json=event(amount=amount))
+        seen.slowest_s = max(seen.slowest_s, time.perf_counter() - started)
+        assert live.status_code == 200 and scored.status_code == 200, (live.text, scored.text)
+        seen.live, seen.scored = seen.live + 1, seen.scored + 1
+        seen.versions.add(scored.json()["model_version"])
+        seen.peak = max(seen.peak, rss())
+        await asyncio.sleep(0.02)
+    return seen
+
+
+@pytest.fixture
+async def served(settings: Settings) -> AsyncIterator[tuple[ScoringService, httpx.AsyncClient]]:
+    """The app over the tiny model, through its HTTP routes (the same process serves and tries)."""
+    holder = ServiceHolder(lambda: settings)
+    service = await holder.get()
+    transport = httpx.ASGITransport(app=create_app(holder))
+    async with httpx.AsyncClient(transport=transport, base_url="http://replica") as client:
+        yield service, client
+    await holder.aclose()
+
+
+async def test_a_memory_bomb_is_refused_while_the_serving_process_stays_flat_and_answers(
+    served: tuple[ScoringService, httpx.AsyncClient],
+) -> None:
+    service, client = served
+    await client.post("/api/score", json=event())  # NOTE: warm the route before the baseline
+    attempt = asyncio.create_task(service.install_model(ModelRef("fraud", "2"), hostile.memory_bomb()))
+    seen = await watch_while(attempt, client)
+    assert (seen.peak - seen.base) < 50 * MiB, f"RSS grew {(seen.peak - seen.base) / MiB:.0f} MiB"
+    with pytest.raises(ModelInvalid, match=r"refused by the sandbox \(memory 1024 MiB"):
+        attempt.result()
+    assert seen.live >= 3 and seen.versions == {"1"}, seen
+    assert seen.slowest_s < 0.5, f"an answer took {seen.slowest_s * 1000:.0f} ms during the trial"
+    [described] = to_builtins(service.models())
+    assert described["last_error"]["version"] == "2" and "sandbox" in described["last_error"]["reason"]
+
+
+async def test_a_never_ending_loop_is_stopped_by_its_cpu_deadline(models_dir: Path) -> None:
+    sandbox = Sandbox(SandboxLimits(cpu_s=2, wall_s=30), LOOPS)
+    registry = ModelRegistry(
+        DirectoryRepository(models_dir), OrtOptions(), BatchPolicy(max_size=8), sandbox=sandbox, vetting=LOOPS
+    )
+    await registry.load_all()
+    try:
+        started = time.perf_counter()
+        with pytest.raises(ModelInvalid, match=r"more than its 2 s of CPU time"):
+            await registry.install("fraud", "2", hostile.endless_loop())
+        assert time.perf_counter() - started < 10
+        assert "CPU time" in registry.last_error["fraud"].reason and registry.active("fraud").version == "1"
+    finally:
+        await registry.aclose()
+
+
+def test_a_trial_past_its_wall_clock_is_killed() -> None:
+    sandbox = Sandbox(SandboxLimits(cpu_s=60, wall_s=2), LOOPS)
+    started = time.perf_counter()
+    with pytest.raises(ModelInvalid, match=r"wall 2 s\): loading and warm-up did not finish in time"):
+        sandbox.trial(hostile.endless_loop())
+    assert time.perf_counter() - started < 6
+
+
+def test_a_good_file_passes_once_and_is_not_tried_again() -> None:
+    sandbox = Sandbox(SandboxLimits(wall_s=30))
+    data = make_model(bias=0.25)
+    first = sandbox.trial(data)
+    assert first.seconds > 0 and sandbox.trial(data) is first
+
+
+def _unshare_allowed() -> bool:
+    import subprocess
+    import sys
+
+    probe = "import ctypes,sys; sys.exit(ctypes.CDLL(None).unshare(0x10000000 | 0x40000000) != 0)"
+    return subprocess.run([sys.executable, "-c", probe], check=False).returncode == 0
+
+
+def test_the_trial_has_no_network_where_the_kernel_allows_a_namespace() -> None:
+    verdict = Sandbox(SandboxLimits(wall_s=30)).trial(make_model(bias=0.5))
+    assert verdict.network_isolated is _unshare_allowed()
+    assert ctypes.CDLL(None) is not None  # NOTE: the check above ran in a child; this process keeps its network
