@@ -2,7 +2,8 @@
 
 onnxruntime errors never leave this module untranslated: a file that cannot be
 loaded or does not fit its metadata is `ModelInvalid`; a failing run is
-`InferenceFailed`.
+`InferenceFailed`. Every file passes the static checks (`shared.models.vetting`) before
+onnxruntime is handed its bytes.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import onnxruntime as ort
 
 from shared.domain.spec import ModelSpec
 from shared.errors import InferenceFailed, ModelInvalid
+from shared.models.vetting import DEFAULT_POLICY, VettingPolicy, vet
 from shared.settings import OrtOptions
 
 __all__ = ["OnnxModel", "choose_providers", "gpu_missing", "gpu_usable"]
@@ -110,10 +112,17 @@ class OnnxModel:
         self._outputs = [spec.score_output]
 
     @classmethod
-    def load(cls, data: bytes, options: OrtOptions) -> OnnxModel:
-        """Create the session from ONNX bytes and parse its serving metadata."""
+    def load(
+        cls, data: bytes, options: OrtOptions, policy: VettingPolicy = DEFAULT_POLICY, *, cpu_only: bool = False
+    ) -> OnnxModel:
+        """Vet the ONNX bytes (`ModelInvalid` with the reason), then create the session and parse its metadata.
+
+        `cpu_only`: the sandbox's trial (its memory cap covers host memory, not a GPU's).
+        """
+        vet(data, policy)  # NOTE: before onnxruntime parses a byte: it follows external data, runs any op
+        providers = ["CPUExecutionProvider"] if cpu_only else choose_providers(options)
         try:
-            session = ort.InferenceSession(data, _session_options(options), providers=choose_providers(options))
+            session = ort.InferenceSession(data, _session_options(options), providers=providers)
         except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph/... types
             raise ModelInvalid(f"onnxruntime cannot load the model: {_first_line(exc)}") from exc
         meta = session.get_modelmeta()

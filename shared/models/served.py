@@ -59,7 +59,9 @@ class LoadedModel:
     predictions: PredictionCache | None = None
     loaded_at: float = field(default_factory=time.time)
     load_s: float = 0.0
-    fingerprint: str = ""  # hash of the model file: a re-uploaded version never hits old cache entries
+    fingerprint: str = ""  # short hash of the model file: the key prefix of its cached predictions
+    digest: str = ""  # the file's SHA-256: what a release record and a pin vouch for
+    trial_s: float = 0.0  # the sandbox's trial of the file, part of `load_s`
     rows_run: int = 0
     batch_run_s: float | None = None  # moving average of one model run on a batch
     batcher: Batcher[tuple[str, Row], Prediction] = field(init=False)

@@ -136,7 +136,8 @@ async def test_a_cheap_model_stops_using_redis_under_auto(fraud) -> None:
     assert loaded.describe().predictions_via_redis is False
 
 
-async def test_a_re_uploaded_version_never_serves_the_old_files_predictions(models_dir: Path) -> None:
+async def test_a_re_uploaded_version_is_refused_and_its_cached_predictions_stay_its_own(models_dir: Path) -> None:
+    from shared.errors import ModelInvalid
     from tests.onnx_models import make_model
 
     cache = PredictionCache(l1_size=100, l1_ttl_s=30, l2=None, l2_ttl_s=3600)
@@ -146,9 +147,10 @@ async def test_a_re_uploaded_version_never_serves_the_old_files_predictions(mode
     await registry.load_all()
     row = np.full(4, 1, dtype=np.float32)
     before = await registry.active("fraud").score(row)
-    await registry.install("fraud", "1", make_model(bias=-40.0))  # same version, new file
+    with pytest.raises(ModelInvalid, match="its file changed after it was loaded"):  # a version's file never changes
+        await registry.install("fraud", "1", make_model(bias=-40.0))
     after = await registry.active("fraud").score(row)
-    assert after.value.source == "model" and after.value.score != before.value.score
+    assert after.value.source == "l1" and after.value.score == before.value.score
     await registry.aclose()
 
 
