@@ -6,10 +6,11 @@ Two measurements, each the project's own bench with a short duration:
 1. `python -m bench.worker --rounds 1` (the app through the real worker runtime, `make worker-venvs`):
    worker CPU per `score` invocation, per event of a 64-event `score_batch`, and ms per 64-message
    `payments` batch (skipped, and said so, without .venv-worker; `--worker-json` reuses a run's file);
-2. the open-loop load generator (bench/loadgen.py) against one process of `make run`'s server with
-   Redis (REDIS_URL, or a redis-server of our own): at each offered rate, the answered requests'
-   latency percentiles, the share refused (503), the server-side time of each answer
-   (`timings_ms.total`: the shape of a request's time inside the app) and the server's CPU per request.
+2. the open-loop load generator (bench/loadgen.py) against one, then two processes of `make run`'s
+   server with Redis (REDIS_URL, or a redis-server of our own): at each offered rate, the answered
+   requests' latency percentiles, the share refused (503), the server-side time of each answer
+   (`timings_ms.total`: the shape of a request's time inside the app) and the server's CPU per request
+   (one process's; with two, the CPU figure is the parent's alone and not used).
    The lowest rate gives the service-time shape; the others are the points the simulation is
    checked against (tests/bench/test_flashsale_validation.py).
 
@@ -74,6 +75,21 @@ def open_loop_point(port: int, pid: int, rate: float, seconds: float, offset: in
     }
 
 
+def open_loop_points(env: dict[str, str], kind: str, workers: int, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Every offered rate against `workers` processes of the app (CPU per request: the first process only)."""
+    server = start_server("flashsale", "shared.adapters.http.asgi:app", env, server=kind, workers=workers)
+    try:
+        asyncio.run(open_loop(server.port, 200, 1.0, offset=90_000_000 + workers))  # warm
+        points = []
+        for i, rate in enumerate(float(r) for r in args.rates.split(",")):
+            print(f"open loop, {workers} process(es): {rate:.0f} req/s for {args.seconds:.0f} s", flush=True)
+            offset = (i + 91 + 10 * workers) * 1_000_000
+            points.append(open_loop_point(server.port, server.process.pid, rate, args.seconds, offset))
+        return points
+    finally:
+        server.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=4.0, help="length of each open-loop rate")
@@ -102,16 +118,10 @@ def main() -> None:
     from shared.settings import Settings
 
     kind = Settings().http_server  # what `make run` serves with
-    server = start_server("flashsale", "shared.adapters.http.asgi:app", env, server=kind)
     try:
-        asyncio.run(open_loop(server.port, 200, 1.0, offset=90_000_000))  # warm
-        points = []
-        for i, rate in enumerate(float(r) for r in args.rates.split(",")):
-            print(f"open loop: {rate:.0f} req/s for {args.seconds:.0f} s", flush=True)
-            points.append(open_loop_point(server.port, server.process.pid, rate, args.seconds, (i + 91) * 1_000_000))
-        measured["open_loop_one_process"] = {"server": kind, "points": points}
+        for workers, key in ((1, "open_loop_one_process"), (2, "open_loop_two_processes")):
+            measured[key] = {"server": kind, "points": open_loop_points(env, kind, workers, args)}
     finally:
-        server.stop()
         redis.stop()
     measured["machine"]["load_avg_1m_after"] = os.getloadavg()[0]
     args.out.write_text(json.dumps(measured, indent=2) + "\n")
