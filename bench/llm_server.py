@@ -35,6 +35,8 @@ class Behaviour:
     fault: str | None = None
     retry_after: str = "2"
     risk_shift: float = 0.2  # the reviewer's score: the model's, shifted (so tests can tell them apart)
+    # a fixed answer instead: e.g. ("approve", 0.0), a reviewer that followed a note's injected instructions
+    verdict: tuple[str, float] | None = None
 
 
 @dataclass
@@ -110,13 +112,16 @@ class _Handler(BaseHTTPRequestHandler):
             )
         if behaviour.fault == "500":
             return self._send(500, {"error": {"code": "500", "message": "Internal server error"}})
-        fields = json.loads(request["messages"][-1]["content"].split("\n", 1)[1])
+        fields = json.loads(request["messages"][-1]["content"].split("\n")[1])  # NOTE: the fields' JSON line
         risk = min(1.0, float(fields["model_score"]) + behaviour.risk_shift)
         opinion: Any = {
             "risk_score": risk,
             "decision": "decline" if risk >= 0.8 else "review" if risk >= 0.5 else "approve",
             "rationale": "stand-in review: the model's score, shifted",
         }
+        if behaviour.verdict is not None:
+            decision, score = behaviour.verdict
+            opinion = {"risk_score": score, "decision": decision, "rationale": "verified by the issuing bank"}
         if behaviour.fault == "bad":
             opinion = {"risk": "high"}
         self._send(200, _completion(parts[2], json.dumps(opinion)))

@@ -11,6 +11,8 @@
     ├── ModelNotFound             404 model_not_found   NOT_FOUND          (queue: reject)
     ├── ModelInvalid              422 model_invalid     FAILED_PRECONDITION (blob: not retried)
     ├── RolloutConflict           409 rollout_conflict  FAILED_PRECONDITION (a shadow or canary the model's state refuses)
+    ├── EventIdConflict           409 event_id_conflict ALREADY_EXISTS     (queue: reject; the id's first payment keeps its result)
+    ├── EventExpired              422 event_expired     FAILED_PRECONDITION (queue: reject; older than the idempotency window)
     ├── NotReady                  503 not_ready         UNAVAILABLE        (queue: retry)
     │   ├── BatcherClosed         503 model_retired     UNAVAILABLE        (resubmit to the new version)
     │   └── SettingsError         503 not_ready         UNAVAILABLE        (the operator must fix a setting)
@@ -57,6 +59,8 @@ __all__ = [
     "BodyTimeout",
     "ControlStoreDown",
     "DeadlineExceeded",
+    "EventExpired",
+    "EventIdConflict",
     "InferenceFailed",
     "InvalidEvent",
     "MalformedJson",
@@ -143,6 +147,20 @@ class RolloutConflict(ScoringError):
     """A shadow or canary change the model's state refuses (e.g. a canary of the version that serves)."""
 
     status, grpc_status, code, retryable = 409, "FAILED_PRECONDITION", "rollout_conflict", False
+
+
+class EventIdConflict(ScoringError):
+    """An event id already names a different payment: the id binds its first content, whose result
+    stands; this one is neither scored nor given that result."""
+
+    status, grpc_status, code, retryable = 409, "ALREADY_EXISTS", "event_id_conflict", False
+
+
+class EventExpired(ScoringError):
+    """An event older than the idempotency window (EVENT_MAX_AGE_S): its first result may have been
+    published and is no longer kept, so it is not scored a second time."""
+
+    status, grpc_status, code, retryable = 422, "FAILED_PRECONDITION", "event_expired", False
 
 
 class NotReady(ScoringError):

@@ -53,6 +53,7 @@ HttpServer = Literal["granian", "uvicorn"]
 FeatureStoreKind = Literal["native", "feast"]
 PredictionSink = Literal["off", "dir", "blob"]
 PredictionEncoder = Literal["auto", "process", "inline"]
+CLOCK_SKEW_S = 300.0  # how far ahead of this replica's clock an event's timestamp may be (queue path)
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 
@@ -258,7 +259,21 @@ class ReviewPolicy:
     )
     band_low: float = setting("LLM_BAND_LOW", 0.45, "lowest local score that goes for review")
     band_high: float = setting("LLM_BAND_HIGH", 0.75, "highest local score that goes for review")
-    review_notes: bool = setting("LLM_REVIEW_NOTES", True, "events with a free-text `note` go for review too")
+    review_notes: bool = setting(
+        "LLM_REVIEW_NOTES", True, "events with a free-text `note` go for review too (a review can only escalate)"
+    )
+    may_lower: bool = setting(
+        "LLM_REVIEW_MAY_LOWER",
+        False,
+        "a review may lower a local decline to `review` when the score is inside the band (never to approve; "
+        "counted as `lowered`); off: a review only ever escalates",
+    )
+    detail_in_answers: bool = setting(
+        "LLM_REVIEW_DETAIL",
+        False,
+        "reviewed answers carry the reviewer's score and rationale and the model's own score; off: the decision "
+        "only (the detail stays at /api/reviews/{event_id} and in the prediction log)",
+    )
     timeout_ms: float = setting(
         "LLM_TIMEOUT_MS", 150.0, "longest an HTTP request waits for its review; then it answers locally, review pending"
     )
@@ -487,7 +502,7 @@ class Settings:
         "FEATURE_STORE",
         "native",
         "where user features come from: `native` (`user:{id}` in REDIS_URL, else FEATURES_FILE) or `feast` "
-        "(a Feast Redis online store, as `feast materialize` wrote it; README, Using a Feast online store)",
+        "(a Feast Redis online store, as `feast materialize` wrote it; docs/feast.md)",
     )
     feast_project: str | None = setting(
         "FEAST_PROJECT", None, "the Feast project whose online store is read (FEATURE_STORE=feast)"
@@ -522,7 +537,7 @@ class Settings:
     http_server: HttpServer = setting(
         "HTTP_SERVER",
         "uvicorn",
-        "the server `make run` uses: uvicorn (uvloop + httptools) or granian; why: README, Performance",
+        "the server `make run` uses: uvicorn (uvloop + httptools) or granian; why: docs/benchmark-history.md",
         local_only=True,
     )
     workers: int = setting(
@@ -555,7 +570,11 @@ class Settings:
         "Python GC generation-0 threshold after start-up (start-up objects frozen); `0` = Python's default",
     )
     port: int = setting("PORT", 7071, "local port of `make run` (the Functions host owns it in Azure)", local_only=True)
-    log_level: str = setting("LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING or ERROR")
+    log_level: str = setting(
+        "LOG_LEVEL",
+        "INFO",
+        "DEBUG, INFO, WARNING or ERROR: `make run`'s log level; no effect under the Functions host (host.json's `logLevel`)",
+    )
     # -- telemetry (shared/telemetry) ------------------------------------------------------
     telemetry: bool = setting(
         "TELEMETRY", True, "metrics, traces and the rejection log; `false` turns them off (a benchmark's baseline)"
@@ -580,6 +599,16 @@ class Settings:
     grpc_port: int = setting(
         "GRPC_PORT", 0, "port of the Open Inference Protocol (V2) gRPC server in the same process; `0` = none"
     )
+    grpc_keys: str | None = setting(
+        "GRPC_KEYS",
+        None,
+        "keys a gRPC call must carry in its `x-api-key` metadata, comma-separated (two during a rotation); "
+        "unset: only a server on loopback takes calls without one (docs/security.md)",
+        secret=True,
+    )
+    grpc_max_concurrent: int = setting(
+        "GRPC_MAX_CONCURRENT", 64, "gRPC calls in progress at once; past it a call is refused (RESOURCE_EXHAUSTED)"
+    )
     # -- the queue path (shared/queue) ---------------------------------------------------
     service_bus_namespace: str | None = setting(
         "ServiceBusConnection__fullyQualifiedNamespace",
@@ -597,6 +626,12 @@ class Settings:
         "RESULT_TTL_S",
         3600.0,
         "how long Redis keeps a payment's result for redeliveries; > the queues' duplicate-detection window",
+    )
+    event_max_age_s: float = setting(
+        "EVENT_MAX_AGE_S",
+        3300.0,
+        "the queue path's idempotency window: an event whose `timestamp` is older is rejected (`event_expired`), "
+        "not scored again; <= RESULT_TTL_S - 300 (clock skew); 0: off (offline replays only)",
     )
     queue_batch_budget_ms: int = setting(
         "QUEUE_BATCH_BUDGET_MS",
@@ -628,6 +663,14 @@ class Settings:
             not (self.grpc_port and self.workers > 1), "WORKERS", "1 when GRPC_PORT is set (one process binds the port)"
         )
         _check(0 <= self.grpc_port <= 65535, "GRPC_PORT", "a TCP port within 1..65535, or 0 for no gRPC server")
+        _check(1 <= self.grpc_max_concurrent <= 100_000, "GRPC_MAX_CONCURRENT", "an integer within 1..100000")
+        if self.grpc_keys is not None:
+            keys = self.grpc_keys.split(",")
+            _check(
+                all(16 <= len(k.strip()) <= 256 and k.strip().isascii() for k in keys) and len(keys) <= 4,
+                "GRPC_KEYS",
+                "1..4 comma-separated ASCII keys of 16..256 characters each",
+            )
         _check(
             self.log_level in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"), "LOG_LEVEL", "DEBUG|INFO|WARNING|ERROR"
         )
@@ -648,6 +691,11 @@ class Settings:
         _check(0 <= self.trace_sample_ratio <= 1, "TRACE_SAMPLE_RATIO", "a number within 0..1")
         _check(self.log_rejections_per_s >= 0, "LOG_REJECTIONS_PER_S", "a number >= 0")
         _check(self.result_ttl_s >= 600, "RESULT_TTL_S", "a number >= 600 (the duplicate-detection window, 10 min)")
+        _check(
+            self.event_max_age_s == 0 or 0 < self.event_max_age_s <= self.result_ttl_s - CLOCK_SKEW_S,
+            "EVENT_MAX_AGE_S",
+            f"0 (off) or seconds within (0, RESULT_TTL_S - {CLOCK_SKEW_S:.0f}]: a result must outlive its window",
+        )
         _check(
             6_000 <= self.queue_batch_budget_ms <= 270_000,
             "QUEUE_BATCH_BUDGET_MS",

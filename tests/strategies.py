@@ -71,7 +71,7 @@ def events(draw: st.DrawFn, when: st.SearchStrategy[datetime] = timestamps) -> P
         amount=draw(st.floats(0, 1e12)),
         currency=draw(st.from_regex(r"\A[A-Z]{3}\Z")),
         merchant_id=draw(ids),
-        merchant_category=draw(st.text(PRINTABLE, min_size=1, max_size=64)),
+        merchant_category=draw(st.from_regex(r"\A[0-9]{4}\Z")),
         country=draw(st.from_regex(r"\A[A-Z]{2}\Z")),
         channel=draw(st.sampled_from(["web", "app", "pos"])),
         timestamp=draw(when),

@@ -219,6 +219,7 @@ var serviceSettings = [
   { name: 'MAX_BATCH_ITEMS', value: '256' }
   { name: 'MAX_MESSAGE_BYTES', value: '262144' }
   { name: 'RESULT_TTL_S', value: '3600' } // > the queues' duplicate-detection window (servicebus.bicep)
+  { name: 'EVENT_MAX_AGE_S', value: '3300' } // the idempotency window: RESULT_TTL_S less 300 s of clock skew
   { name: 'QUEUE_BATCH_BUDGET_MS', value: '60000' } // + the host's settling < the payments lock (servicebus.bicep): nothing renews a batch's locks
   { name: 'MAX_MODEL_BYTES', value: '268435456' }
   { name: 'BODY_TIMEOUT_MS', value: '5000' }
@@ -234,6 +235,8 @@ var serviceSettings = [
   { name: 'LLM_BAND_LOW', value: '0.45' }
   { name: 'LLM_BAND_HIGH', value: '0.75' }
   { name: 'LLM_REVIEW_NOTES', value: 'true' }
+  { name: 'LLM_REVIEW_MAY_LOWER', value: 'false' } // a review only escalates (docs/reliability.md)
+  { name: 'LLM_REVIEW_DETAIL', value: 'false' } // answers carry the decision, not the reviewer's working
   { name: 'LLM_TIMEOUT_MS', value: '150' } // the HTTP path's wait; the p99 budget is 50 ms for the rest
   { name: 'LLM_QUEUE_TIMEOUT_MS', value: '5000' } // well inside QUEUE_BATCH_BUDGET_MS; never past the batch's budget
   { name: 'LLM_CALL_TIMEOUT_MS', value: '10000' }

@@ -40,6 +40,7 @@ from shared.domain.answers import (
     EventStats,
     ModelView,
     Readiness,
+    Reason,
     ReasonCode,
     Review,
     ReviewRecord,
@@ -138,6 +139,7 @@ class ScoringService:
         self._ensembles = ensembles
         self._control = control  # NOTE: the rollout's and the reviews' store; this object closes it, last
         self._default = settings.default_model
+        self._review_detail = settings.review.detail_in_answers
         self._events = 0
         self._defaulted = 0  # events scored with at least one user feature on its model default
         self._window_defaulted = 0
@@ -671,7 +673,10 @@ class ScoringService:
         risk_score = prediction.score
         review = verdict.review
         if review is not None and review.status == "done":
-            source, risk_score = "llm", review.risk_score if isinstance(review.risk_score, float) else 0.0
+            # NOTE: a review only ever raises the risk (shared/review/reviewer.py): never below the model's
+            if isinstance(review.risk_score, float) and review.risk_score > risk_score:
+                risk_score = review.risk_score
+            source = "llm"
         if timings is None:
             timings = self._timings(prediction, parse_s, spent)
             if review is not None:
@@ -681,6 +686,8 @@ class ScoringService:
         scores = verdict.scores if prediction.parts is None else {**prediction.parts, **verdict.scores}
         if self._recording:
             self._record(event, served, row, prediction.score, verdict, timings, via, arm, reasons)
+        if review is not None and not self._review_detail:  # NOTE: the decision, not the reviewer's working
+            review, scores = _outline(review), {k: v for k, v in scores.items() if k != "llm"}
         return Scored(
             event_id=event.event_id,
             risk_score=round(risk_score, 6),
@@ -695,7 +702,7 @@ class ScoringService:
             # NOTE: more than the local model's: show every opinion
             scores={k: round(v, 6) for k, v in scores.items()} if len(scores) > 1 else UNSET,
             review=UNSET if review is None else review,
-            reasons=reasons or UNSET,
+            reasons=[Reason.of(code) for code in reasons] if reasons else UNSET,
         )
 
     # -- decision records (shared/domain/records.py) ----------------------------------------
@@ -843,3 +850,8 @@ class ScoringService:
 
 def _features(served: LoadedModel | Ensemble) -> list[str]:
     return [f.name for f in served.spec.features]
+
+
+def _outline(review: Review) -> Review:
+    """What a caller learns of a review: its status, its id and why it did not decide (LLM_REVIEW_DETAIL)."""
+    return Review(review.status, review.id, review.reason)

@@ -61,6 +61,7 @@ __all__ = [
     "PredictionLogStats",
     "QueueResult",
     "Readiness",
+    "Reason",
     "ReasonCode",
     "Rejection",
     "Review",
@@ -151,6 +152,18 @@ class ReasonCode(Answer, frozen=True):
     contribution: Annotated[float, Meta(description="score minus the score with this feature on its default")]
 
 
+class Reason(Answer, frozen=True):
+    """One feature behind a score, as a caller sees it: its name and which way it moved the score.
+    Never its value (another user's chargebacks or spend); the values are in the prediction log."""
+
+    feature: str
+    effect: Literal["raises"]
+
+    @classmethod
+    def of(cls, code: ReasonCode) -> Reason:
+        return cls(code.feature, "raises")  # NOTE: only codes whose feature raised the score are chosen
+
+
 class Scored(Answer, frozen=True, gc=False):
     """The answer for one event."""
 
@@ -172,7 +185,7 @@ class Scored(Answer, frozen=True, gc=False):
     ] = UNSET
     review: Review | UnsetType = UNSET
     reasons: Annotated[
-        list[ReasonCode] | UnsetType,
+        list[Reason] | UnsetType,
         Meta(description="with ?explain=1, for review and decline: the features that raised the score most"),
     ] = UNSET
 
@@ -426,6 +439,10 @@ class ReviewRecord(Answer, frozen=True, omit_defaults=True):
     decision: Decision | UnsetType = UNSET
     scores: dict[str, float] | UnsetType = UNSET
     prompt: str | UnsetType = UNSET
+    direction: Annotated[
+        str,
+        Meta(description="what the review did to the local decision: escalated, confirmed, lowered, refused"),
+    ] = ""
 
 
 # -- rollouts: shadow, canary, drift (GET /api/models/{name}/rollout) -------------------------

@@ -12,14 +12,17 @@ Limits, as decoded:
   - numbers: `amount` within [0, 1e12] (-0.0 is 0); 1e400 or an integer past 64 bits
     is out of range: `InvalidEvent`;
   - a duplicated key: every value is checked, the last one is kept;
-  - text: ids 1..128 characters, merchant_category 1..64, note up to 1000, none with
-    a control character; currency and country exactly [A-Z]{3} and [A-Z]{2};
+  - text: ids 1..128 characters, note up to 1000, none with a control character;
+    merchant_category an ISO 18245 merchant category code (exactly four digits: the one
+    free-text field besides the note would otherwise reach the review's prompt);
+    currency and country exactly [A-Z]{3} and [A-Z]{2};
   - timestamp: RFC 3339 with an offset, naming an instant that exists in UTC
     (0001-01-01T00:00+05:00 does not: it is `InvalidEvent`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from datetime import UTC, datetime
 from typing import Annotated, Literal, TypeVar
@@ -39,6 +42,7 @@ __all__ = [
     "decode_event",
     "decode_event_raw",
     "decode_events",
+    "event_digest",
 ]
 
 # NOTE: patterns are searched (`re.search`), and `$` also matches before a final newline:
@@ -75,11 +79,23 @@ class PaymentEvent(msgspec.Struct, frozen=True):
     amount: Annotated[float, msgspec.Meta(ge=0, le=1e12)]
     currency: Annotated[str, msgspec.Meta(pattern=r"\A[A-Z]{3}\Z")]
     merchant_id: Id
-    merchant_category: Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+    merchant_category: Annotated[str, msgspec.Meta(pattern=r"\A[0-9]{4}\Z", description="ISO 18245 MCC")]
     country: Annotated[str, msgspec.Meta(pattern=r"\A[A-Z]{2}\Z")]
     channel: Literal["web", "app", "pos"]
     timestamp: Annotated[datetime, msgspec.Meta(tz=True)]
     note: Annotated[str, msgspec.Meta(max_length=1000)] | None = None
+
+
+_canonical = msgspec.json.Encoder()
+
+
+def event_digest(event: PaymentEvent) -> bytes:
+    """16 bytes naming the payment's content: the decoded event re-encoded (fields in schema order,
+    unknown fields gone, the timestamp and amount in one form), so two bodies that say the same
+    payment share it and any change of a field changes it. The idempotency record holds it."""
+    if event.timestamp.utcoffset():  # NOTE: one instant, one form: +02:00 and Z name the same payment
+        event = msgspec.structs.replace(event, timestamp=event.timestamp.astimezone(UTC))
+    return hashlib.blake2b(_canonical.encode(event), digest_size=16).digest()
 
 
 class _Batch(msgspec.Struct):

@@ -1,16 +1,24 @@
 """The second opinion on the uncertain tail: a `Decider` that asks Azure OpenAI, bounded.
 
-    decide ─ local verdict (always computed first: it is the fallback)
+    decide ─ local verdict (always computed first: it is the fallback and the floor)
        │ in the band [LLM_BAND_LOW, LLM_BAND_HIGH], or a free-text note?  no → local verdict
        ▼
-    review task ─ answer cache (by the question's canonical fields: L1, Redis, single-flight)
-       │            └ miss → bounds (breaker, rate bucket, share budget) → Azure OpenAI
+    review task ─ bounds (rate bucket, share budget: a cached answer spends them as a call does)
+       │            └ answer cache (by the question's fields AND the event's content digest:
+       │              L1, Redis, single-flight) └ miss → breaker → Azure OpenAI
        ▼
     wait at most `wait_s` (HTTP: LLM_TIMEOUT_MS; queue: LLM_QUEUE_TIMEOUT_MS)
-       ├ answered   → the reviewer's decision, both scores, the rationale
+       ├ answered   → the stricter of the local and the reviewer's decision (`bounded`)
        ├ failed     → local verdict, review failed/skipped with the reason
        └ too slow   → local verdict, review pending; the task finishes in the background
                       and its record is readable at /api/reviews/{event_id}
+
+The party the service screens writes the note (and every other field the reviewer reads), so
+the reviewer's verdict is a signal that can only make the decision stricter: approve → review →
+decline. Lowering is refused here, in code, whatever the prompt says; a team may allow one
+downgrade (LLM_REVIEW_MAY_LOWER: inside the band, decline → review only), counted as `lowered`.
+The answer cache is keyed by the event's content digest too, so one crafted question's answer
+is never handed to another event (docs/reliability.md, "The review tail's threat model").
 
 This object alone owns the review tasks, the bounds and their counters.
 """
@@ -21,13 +29,14 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from typing import Literal
 
 import msgspec
 
 from shared.domain.answers import Review, ReviewCounts, ReviewRecord, ReviewStats, ReviewStatus
 from shared.domain.decision import Decider, Verdict
-from shared.domain.events import PaymentEvent
-from shared.domain.spec import Thresholds
+from shared.domain.events import PaymentEvent, event_digest
+from shared.domain.spec import Decision, Thresholds
 from shared.errors import ReviewFailed, ReviewSkipped, ReviewTimeout
 from shared.review.client import Answer, ReviewClient
 from shared.review.guard import Breaker, ShareBudget, TokenBucket
@@ -41,6 +50,20 @@ __all__ = ["ReviewStats", "Reviewer"]
 
 log = logging.getLogger(__name__)
 SHUTDOWN_GRACE_S = 1.0
+SEVERITY: dict[Decision, int] = {"approve": 0, "review": 1, "decline": 2}
+Direction = Literal["escalated", "confirmed", "lowered", "refused"]  # refused: a lower verdict not applied
+
+
+def bounded(local: Decision, reviewed: Decision, *, may_lower: bool, in_band: bool) -> tuple[Decision, Direction]:
+    """The decision a review leaves, and what it did: never lower than `local`, but for the one
+    permitted downgrade (`may_lower`, inside the band, decline → review and no lower)."""
+    if SEVERITY[reviewed] > SEVERITY[local]:
+        return reviewed, "escalated"
+    if reviewed == local:
+        return local, "confirmed"
+    if may_lower and in_band and local == "decline":  # NOTE: to review at most, whatever the reviewer said
+        return "review", "lowered"
+    return local, "refused"
 
 
 class Reviewer:
@@ -65,6 +88,7 @@ class Reviewer:
         self._prompt = prompt
         self._clock = clock
         self._low, self._high = policy.band_low, policy.band_high
+        self._may_lower = policy.may_lower
         self._wait_s = policy.timeout_ms / 1000
         self._model = policy.deployment  # NOTE: the gen_ai.request.model of its metrics
         self._bucket = TokenBucket(policy.max_rps, policy.max_rps, clock())
@@ -121,22 +145,28 @@ class Reviewer:
         except ReviewFailed as exc:
             status: ReviewStatus = "skipped" if isinstance(exc, ReviewSkipped) else "failed"
             return local._replace(review=Review(status, event.event_id, exc.detail))
-        return self._verdict(event, local, opinion)
+        return self._bounded(event, local, opinion, local.scores["model"])[0]
 
-    def _verdict(self, event: PaymentEvent, local: Verdict, opinion: Opinion) -> Verdict:
+    def _bounded(
+        self, event: PaymentEvent, local: Verdict, opinion: Opinion, score: float
+    ) -> tuple[Verdict, Direction]:
+        """The review's verdict, never below the local decision, and what the review did to it."""
+        in_band = self._low <= score <= self._high
+        decision, direction = bounded(local.decision, opinion.decision, may_lower=self._may_lower, in_band=in_band)
+        # NOTE: the same words whether the reviewer agreed or asked for less: an answer tells the
+        # caller nothing of what its note did to the reviewer
+        why = {"escalated": "raised by review", "lowered": "lowered to review (LLM_REVIEW_MAY_LOWER)"}
+        reason = f"{why.get(direction, local.reason)}; reviewed ({self._prompt.version})"
         review = Review("done", event.event_id, risk_score=round(opinion.risk_score, 6), rationale=opinion.rationale)
-        return Verdict(
-            opinion.decision,
-            f"reviewed by Azure OpenAI ({self._prompt.version})",
-            {**local.scores, "llm": opinion.risk_score},
-            review,
-        )
+        return Verdict(decision, reason, {**local.scores, "llm": opinion.risk_score}, review), direction
 
     async def _review(self, event: PaymentEvent, score: float, local: Verdict) -> Opinion:
         """The whole review; its outcome is kept by event id, whoever still waits for it."""
         fields = self._prompt.fields(event, score, local.decision)
         try:
-            opinion, tier = await self._answers.get_or_compute(self._prompt.key(fields), lambda: self._ask(fields))
+            self._spend()  # NOTE: before the cache: a cached answer costs the budgets what a call does
+            key = self._prompt.key(fields, event_digest(event))
+            opinion, tier = await self._answers.get_or_compute(key, lambda: self._ask(fields))
         except ReviewFailed as exc:
             self._ended(event, local, exc)
             raise
@@ -149,8 +179,9 @@ class Reviewer:
         self.stats.done += 1
         if tier is not None:
             self.stats.cached += 1
-        verdict = self._verdict(event, local, opinion)
-        self._store.put(event.event_id, self._record(event, verdict, None))
+        verdict, direction = self._bounded(event, local, opinion, score)
+        metrics.llm_review(direction, self._prompt.version)
+        self._store.put(event.event_id, self._record(event, verdict, None, direction))
         if told and self.settled is not None and verdict.review is not None:
             self.settled(event.event_id, verdict.review, verdict)
         return opinion
@@ -172,12 +203,12 @@ class Reviewer:
             self.settled(event.event_id, review, None)
 
     async def _ask(self, fields: dict[str, object]) -> Opinion:
-        """One call to Azure OpenAI, if the bounds allow it now."""
+        """One call to Azure OpenAI, if the breaker allows it now."""
         try:
-            self._admit()
-        except ReviewSkipped:
-            metrics.llm_call(self._model, 0.0, outcome="skipped")
-            raise
+            now = self._clock()
+            if not self.breaker.allow(now):
+                metrics.llm_call(self._model, 0.0, outcome="skipped")
+                raise ReviewSkipped(f"breaker open for {self.breaker.open_for(now):.1f} s")
         finally:
             metrics.llm_breaker(self.breaker.state)
         self.stats.called += 1
@@ -208,16 +239,14 @@ class Reviewer:
         )
         return answer.opinion
 
-    def _admit(self) -> None:
-        """Whether the bounds let a call go now: the breaker, then the rate, then the share."""
-        now = self._clock()
-        if not self.breaker.allow(now):
-            raise ReviewSkipped(f"breaker open for {self.breaker.open_for(now):.1f} s")
-        if not self._bucket.take(now):
-            self.breaker.released()
+    def _spend(self) -> None:
+        """Whether the budgets let one more review happen now (a cached answer counts as one):
+        the rate, then the share; the breaker is asked only before a call."""
+        if not self._bucket.take(self._clock()):
+            metrics.llm_call(self._model, 0.0, outcome="skipped")
             raise ReviewSkipped(f"rate limit of {self._policy.max_rps:g} reviews/s")
         if not self._share.spend():
-            self.breaker.released()
+            metrics.llm_call(self._model, 0.0, outcome="skipped")
             raise ReviewSkipped(f"share limit of {self._policy.max_share:.0%} of events")
 
     def _failed(self, started: float, error: str, exc: ReviewFailed | None = None) -> None:
@@ -226,7 +255,9 @@ class Reviewer:
         outcome = "timeout" if error == "timeout" else "error"
         metrics.llm_call(self._model, time.perf_counter() - started, outcome=outcome, error=error)
 
-    def _record(self, event: PaymentEvent, verdict: Verdict, review: Review | None) -> ReviewRecord:
+    def _record(
+        self, event: PaymentEvent, verdict: Verdict, review: Review | None, direction: str = ""
+    ) -> ReviewRecord:
         review = review or verdict.review
         assert review is not None  # noqa: S101 narrows the type for mypy; an invariant, never an input check
         return ReviewRecord(
@@ -239,6 +270,7 @@ class Reviewer:
             verdict.decision,
             {k: round(v, 6) for k, v in verdict.scores.items()},
             self._prompt.version,
+            direction,
         )
 
     async def record(self, event_id: str) -> ReviewRecord | None:

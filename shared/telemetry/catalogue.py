@@ -248,6 +248,14 @@ CATALOGUE: tuple[Spec, ...] = (
         ("gen_ai.request.model", "scoring.outcome"),
     ),
     Spec(
+        "scoring.llm.reviews",
+        "counter",
+        "{review}",
+        "ended reviews by what they did to the local decision (scoring.direction: escalated, confirmed, "
+        "lowered: a permitted downgrade, refused: a lower verdict not applied) and the prompt's version",
+        ("scoring.direction", "scoring.prompt"),
+    ),
+    Spec(
         "scoring.llm.failures",
         "counter",
         "{call}",

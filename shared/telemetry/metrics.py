@@ -205,6 +205,7 @@ QUEUE_MESSAGES: Counter = _ALL["scoring.queue.messages"]  # type: ignore[assignm
 QUEUE_AGE: Histogram = _ALL["scoring.queue.message.age"]  # type: ignore[assignment]
 QUEUE_BATCH: Histogram = _ALL["messaging.process.duration"]  # type: ignore[assignment]
 LLM_CALLS: Counter = _ALL["scoring.llm.calls"]  # type: ignore[assignment]
+LLM_REVIEWS: Counter = _ALL["scoring.llm.reviews"]  # type: ignore[assignment]
 LLM_FAILURES: Counter = _ALL["scoring.llm.failures"]  # type: ignore[assignment]
 LLM_BREAKER: Gauge = _ALL["scoring.llm.breaker.state"]  # type: ignore[assignment]
 LLM_TOKENS: Histogram = _ALL["gen_ai.client.token.usage"]  # type: ignore[assignment]
@@ -334,6 +335,12 @@ def queue_age(seconds: float) -> None:
 def queue_batch(queue: str, seconds: float) -> None:
     """One invocation's batch of messages from `queue`."""
     QUEUE_BATCH.series(("servicebus", queue)).record(seconds)
+
+
+def llm_review(direction: str, prompt: str) -> None:
+    """One ended review by what it did to the local decision: escalated, confirmed, lowered
+    (a permitted downgrade, LLM_REVIEW_MAY_LOWER) or refused (a lower verdict not applied)."""
+    LLM_REVIEWS.add((direction, prompt))
 
 
 def llm_call(

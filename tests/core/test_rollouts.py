@@ -128,7 +128,8 @@ def test_explain_names_the_features_behind_a_decline(client: TestClient) -> None
     # z gains 0.1 * log1p(50000) ≈ 1.08 from the amount, 0.5 * (3 - 1) from the count over its default
     # of 1, 0.23 from channel=web; u1's average (50) is under its default (60): occluding it raises the score
     assert features == ["log_amount", "user_txn_count_24h", "channel=web"]
-    assert all(r["contribution"] > 0 for r in explained["reasons"])
+    # names and directions only: never the user's own values (chargebacks, spend), which stay in the log
+    assert all(set(r) == {"feature", "effect"} and r["effect"] == "raises" for r in explained["reasons"])
     small = client.post("/api/score?explain=1", json=event(amount=0.01, channel="app")).json()
     assert small["decision"] == "approve" and "reasons" not in small  # only review and decline explain
 

@@ -59,7 +59,7 @@ def assert_admissible(event: PaymentEvent) -> None:
     assert event.timestamp.tzinfo is not None and representable(event.timestamp)
     for field in ("event_id", "user_id", "merchant_id"):
         assert 1 <= len(getattr(event, field)) <= 128
-    assert 1 <= len(event.merchant_category) <= 64 and len(event.note or "") <= 1000
+    assert len(event.merchant_category) == 4 and event.merchant_category.isdigit() and len(event.note or "") <= 1000
     for field in TEXT_FIELDS:
         assert not CONTROL & set(getattr(event, field) or ""), field
 

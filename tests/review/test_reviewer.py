@@ -32,21 +32,32 @@ def payment(**fields: object) -> object:
     return decode_event(orjson.dumps(event(**fields)))
 
 
-async def test_an_event_in_the_band_gets_the_reviewers_decision_with_both_scores(
+async def test_a_reviewed_answer_gives_the_decision_and_keeps_the_reviewers_working_for_the_admin_plane(
     services: Build, reviewing: Callable[..., Settings], llm: LlmServer
 ) -> None:
     core = await services(reviewing(**ALL, review_notes=False))
     body = to_builtins(await core.score(payment(note=None)))  # type: ignore[arg-type]
     assert body["source"] == "llm", body
-    assert body["reason"] == "reviewed by Azure OpenAI (fraud-review/1)"
+    assert body["reason"].endswith("reviewed (fraud-review/2)")
+    assert "scores" not in body and body["review"] == {"status": "done", "id": "evt-1"}  # no rationale, no scores
+    kept = await core.review("evt-1")
+    assert kept.status == "done" and kept.decision == body["decision"] and kept.prompt == "fraud-review/2"
+    assert isinstance(kept.scores, dict) and kept.scores["llm"] == pytest.approx(
+        min(1.0, kept.scores["model"] + 0.2), abs=1e-3
+    )
+    assert body["risk_score"] == kept.scores["llm"]  # the higher of the two: a review only raises the risk
+    assert kept.rationale.startswith("stand-in") and kept.direction in ("escalated", "confirmed")
+    assert (reviews := core.stats().reviews) is not None and reviews.prompt_tokens > 0
+
+
+async def test_with_review_detail_on_the_answer_carries_both_scores_and_the_rationale(
+    services: Build, reviewing: Callable[..., Settings], llm: LlmServer
+) -> None:
+    core = await services(reviewing(**ALL, review_notes=False, detail_in_answers=True))
+    body = to_builtins(await core.score(payment(note=None)))  # type: ignore[arg-type]
     scores = body["scores"]
     assert isinstance(scores, dict) and scores["llm"] == pytest.approx(min(1.0, scores["model"] + 0.2), abs=1e-3)
-    assert body["risk_score"] == scores["llm"]
-    review = body["review"]
-    assert isinstance(review, dict) and review["status"] == "done" and review["rationale"].startswith("stand-in")
-    kept = await core.review("evt-1")
-    assert kept.status == "done" and kept.decision == body["decision"] and kept.prompt == "fraud-review/1"
-    assert (reviews := core.stats().reviews) is not None and reviews.prompt_tokens == 180
+    assert body["review"]["rationale"].startswith("stand-in")
 
 
 async def test_events_outside_the_band_without_a_note_never_leave(
@@ -77,7 +88,7 @@ async def test_only_the_listed_fields_leave_the_service_and_never_an_id(
     sent = orjson.dumps(llm.requests[0]["body"]).decode()
     for identifier in ("evt-secret-7", "u-secret-9", "m-secret-3"):
         assert identifier not in sent
-    fields = orjson.loads(llm.requests[0]["body"]["messages"][1]["content"].split("\n", 1)[1])
+    fields = orjson.loads(llm.requests[0]["body"]["messages"][1]["content"].split("\n")[1])
     assert set(fields) <= set(SENT_FIELDS)
 
 
@@ -185,15 +196,27 @@ async def test_the_share_of_traffic_reviewed_is_capped(
     assert 10 <= len(llm.requests) <= 20  # the share, plus the few saved up at the start
 
 
-async def test_the_same_question_is_answered_once(
+async def test_the_same_payment_is_reviewed_once_and_its_answer_is_never_handed_to_another_event(
     services: Build, reviewing: Callable[..., Settings], llm: LlmServer
 ) -> None:
     core = await services(reviewing(**ALL))
     first = await core.score(payment(event_id="q1"))  # type: ignore[arg-type]
-    again = await core.score(payment(event_id="q2"))  # type: ignore[arg-type]
+    again = await core.score(payment(event_id="q1"))  # type: ignore[arg-type]  # a redelivery
     assert first.source == again.source == "llm" and first.risk_score == again.risk_score
     assert len(llm.requests) == 1 and to_builtins(core.stats())["reviews"]["cached"] == 1
+    other = await core.score(payment(event_id="q2"))  # type: ignore[arg-type]  # the same question, another event
+    assert other.source == "llm" and len(llm.requests) == 2
     assert (await core.review("q2")).status == "done"
+
+
+async def test_a_cached_answer_spends_the_rate_budget_as_a_call_does(
+    services: Build, reviewing: Callable[..., Settings], llm: LlmServer
+) -> None:
+    core = await services(reviewing(**ALL, max_rps=1.0))
+    first = await core.score(payment(event_id="b1"))  # type: ignore[arg-type]
+    again = await core.score(payment(event_id="b1"))  # type: ignore[arg-type]
+    assert first.source == "llm" and again.review is not None and again.review.status == "skipped"
+    assert len(llm.requests) == 1
 
 
 async def test_shutdown_does_not_wait_for_a_slow_review(

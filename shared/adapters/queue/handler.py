@@ -1,7 +1,9 @@
 """One invocation's batch of payments: each gets exactly one verdict, and each result is sent once.
 
-    decode      over MAX_MESSAGE_BYTES, bad JSON, schema violation → rejected at once (its own fault)
-    look up     results kept by event_id → a duplicate republishes the kept bytes
+    decode      over MAX_MESSAGE_BYTES, bad JSON, schema violation, a timestamp outside the
+                idempotency window (EVENT_MAX_AGE_S) → rejected at once (its own fault)
+    look up     results kept by event_id, with their payment's digest → the same payment is a
+                duplicate (the kept bytes republished); other content under that id, a conflict
     score       the rest concurrently, each through the core's `score` (they share model batches)
     keep        SET NX per result: the first result of a payment wins, everywhere
     publish     one send: results to risk-completed (message_id = event_id), rejections to risk-rejected
@@ -30,13 +32,22 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from msgspec.structs import asdict
 
-from shared.adapters.queue.idempotency import MemoryResultStore, RedisResultStore, ResultStore
+from shared.adapters.queue.idempotency import Kept, MemoryResultStore, RedisResultStore, ResultStore
 from shared.adapters.queue.messages import Incoming, Outbound, enqueued_iso, rejection_record
 from shared.adapters.queue.publisher import Publisher, ServiceBusPublisher
 from shared.domain.answers import QueueResult, encode
-from shared.domain.events import PaymentEvent, decode_event
-from shared.errors import DeadlineExceeded, Overloaded, PayloadTooLarge, PublishFailed, ScoringError
-from shared.settings import Settings
+from shared.domain.events import PaymentEvent, decode_event, event_digest
+from shared.errors import (
+    DeadlineExceeded,
+    EventExpired,
+    EventIdConflict,
+    InvalidEvent,
+    Overloaded,
+    PayloadTooLarge,
+    PublishFailed,
+    ScoringError,
+)
+from shared.settings import CLOCK_SKEW_S, Settings
 from shared.telemetry import metrics, process
 from shared.telemetry.tracing import sampled
 
@@ -102,6 +113,7 @@ class Delivery:
     msg: Incoming
     span: Any = None  # the message's span, when sampled
     event: PaymentEvent | None = None
+    digest: bytes = b""  # the payment's content digest, once decoded
     parse_s: float = 0.0
     primary: Delivery | None = None
     verdict: Handled | None = None
@@ -123,12 +135,16 @@ class QueueHandler:
         *,
         max_message_bytes: int,
         budget: BatchBudget | None = None,
+        max_age_s: float = 0.0,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._service = service
         self._store = store
         self.publisher = publisher
         self._cap = max_message_bytes
         self._budget = budget or BatchBudget()
+        self._max_age_s = max_age_s  # the idempotency window (EVENT_MAX_AGE_S); 0: none
+        self._clock = clock
         self._core: ScoringService | None = None  # once scoring reached it: where the queue's health is reported
 
     @classmethod
@@ -156,7 +172,14 @@ class QueueHandler:
             )
         store = store or MemoryResultStore(settings.result_ttl_s)
         budget = BatchBudget.of(settings.queue_batch_budget_ms)
-        return cls(service, store, publisher, max_message_bytes=settings.max_message_bytes, budget=budget)
+        return cls(
+            service,
+            store,
+            publisher,
+            max_message_bytes=settings.max_message_bytes,
+            budget=budget,
+            max_age_s=settings.event_max_age_s,
+        )
 
     async def handle(self, messages: Sequence[Incoming]) -> list[Handled]:
         """A verdict per message, in order, within the budget; raises nothing a message caused."""
@@ -174,25 +197,46 @@ class QueueHandler:
         return verdicts
 
     def _decode_all(self, batch: list[Delivery]) -> list[Delivery]:
-        """Each delivery decoded or rejected (its own fault); the first delivery of each payment."""
+        """Each delivery decoded or rejected (its own fault); the first delivery of each payment.
+        A second delivery of the same id with other content is a conflict, not a follower."""
         first: dict[str, Delivery] = {}  # event_id → the batch's first delivery carrying it
         for d in batch:
             t0 = time.perf_counter()
             try:
                 event = self._decode(d.msg)
             except ScoringError as exc:
-                d.verdict = Handled(d.msg.message_id, "rejected", rejection_record(d.msg, exc), exc)
+                _reject(d, exc)
                 continue
-            d.event, d.parse_s = event, time.perf_counter() - t0
+            d.event, d.digest, d.parse_s = event, event_digest(event), time.perf_counter() - t0
             primary = first.setdefault(event.event_id, d)
-            if primary is not d:
+            if primary is d:
+                continue
+            if primary.digest == d.digest:
                 d.primary = primary
+            else:
+                _reject(d, _conflict())
         return list(first.values())
 
     def _decode(self, msg: Incoming) -> PaymentEvent:
         if len(msg.body) > self._cap:
             raise PayloadTooLarge(f"message of {len(msg.body)} bytes exceeds MAX_MESSAGE_BYTES ({self._cap})")
-        return decode_event(msg.body)
+        event = decode_event(msg.body)
+        if self._max_age_s:
+            self._check_window(event)
+        return event
+
+    def _check_window(self, event: PaymentEvent) -> None:
+        """An event is scored only inside the idempotency window: a result outlives its window
+        (RESULT_TTL_S > EVENT_MAX_AGE_S + CLOCK_SKEW_S), so an older one may have been answered
+        already, its result gone: it is refused, never scored a second time."""
+        age = self._clock() - event.timestamp.timestamp()
+        if age > self._max_age_s:
+            raise EventExpired(
+                f"the event is {age:.0f} s old, past the idempotency window of {self._max_age_s:.0f} s "
+                "(EVENT_MAX_AGE_S): it may have been answered already; not scored again"
+            )
+        if -age > CLOCK_SKEW_S:
+            raise InvalidEvent(f"timestamp is {-age:.0f} s ahead of this replica's clock (at most {CLOCK_SKEW_S:.0f})")
 
     async def _settle(self, primaries: list[Delivery], started: float, until: float) -> None:
         """A verdict on every primary by loop time `until`: kept result, new result, or failure."""
@@ -218,8 +262,10 @@ class QueueHandler:
         for d, found in zip(primaries, kept, strict=True):
             if found is None:
                 fresh.append(d)
+            elif found.answers(d.digest):
+                d.verdict = Handled(d.msg.message_id, "duplicate", found.body)
             else:
-                d.verdict = Handled(d.msg.message_id, "duplicate", found)
+                _reject(d, _conflict())
         return fresh
 
     async def _score_all(
@@ -243,15 +289,18 @@ class QueueHandler:
 
     async def _keep(self, scored: list[Delivery], bodies: list[bytes], until: float) -> None:
         """SET NX per result: the first result of a payment wins (one kept by another replica first: a duplicate)."""
-        items = [(d.decoded.event_id, body) for d, body in zip(scored, bodies, strict=True)]
+        items = [(d.decoded.event_id, Kept(d.digest, body)) for d, body in zip(scored, bodies, strict=True)]
         try:
             stored = await _by(until, self._store.keep(items), "keeping results")
         except ScoringError as exc:
             _fail(scored, exc)
             return
-        for d, body, kept_body in zip(scored, bodies, stored, strict=True):
-            outcome: Outcome = "completed" if kept_body == body else "duplicate"  # NOTE: another replica won
-            d.verdict = Handled(d.msg.message_id, outcome, kept_body)
+        for d, body, kept in zip(scored, bodies, stored, strict=True):
+            if not kept.answers(d.digest):  # NOTE: another replica kept another payment under this id first
+                _reject(d, _conflict())
+                continue
+            outcome: Outcome = "completed" if kept.body == body else "duplicate"  # NOTE: another replica won
+            d.verdict = Handled(d.msg.message_id, outcome, kept.body)
 
     @staticmethod
     async def _score(
@@ -360,6 +409,18 @@ def _follow_primaries(batch: list[Delivery]) -> None:
             assert first is not None  # noqa: S101 narrows the type for mypy; an invariant, never an input check
             outcome: Outcome = "duplicate" if first.outcome in ("completed", "duplicate") else first.outcome
             d.verdict = Handled(d.msg.message_id, outcome, first.body, first.error)
+
+
+def _conflict() -> EventIdConflict:
+    return EventIdConflict(
+        "this event_id already names a different payment; its first payment's result stands, and this one "
+        "is neither scored nor given it (send a new event_id for a new payment)"
+    )
+
+
+def _reject(d: Delivery, exc: ScoringError) -> None:
+    """The message's own fault: a rejection record, published to risk-rejected."""
+    d.verdict = Handled(d.msg.message_id, "rejected", rejection_record(d.msg, exc), exc)
 
 
 def _fail(which: list[Delivery], exc: ScoringError) -> None:

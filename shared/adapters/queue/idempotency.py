@@ -1,5 +1,9 @@
 """Results kept by payment `event_id`, so a redelivery republishes the first result byte for byte.
 
+An id binds its content: each result is kept with the digest of the payment it answers
+(`shared.domain.events.event_digest`), and the handler hands a kept result only to a message
+carrying the same payment; the same id with other content is a conflict, never that result.
+
 `RedisResultStore` is the real store (shared by every replica): `keep` is a SET NX with a
 TTL per key, so when two replicas score the same payment the first write wins and the
 other publishes the winner's bytes. Every key has a TTL (Redis runs volatile-lru, and the
@@ -16,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Sequence
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeVar
 
 from shared.errors import ResultStoreDown
 from shared.stores.cache import codec
@@ -24,20 +28,43 @@ from shared.stores.cache import codec
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-__all__ = ["MemoryResultStore", "RedisResultStore", "ResultStore"]
+__all__ = ["Kept", "MemoryResultStore", "RedisResultStore", "ResultStore"]
 
 T = TypeVar("T")
 KEY = "result:"  # under the deployment's REDIS_KEY_PREFIX
+MARK = b"\x01"  # a kept value: MARK, the 16-byte digest, the result (a JSON result starts with `{`)
+DIGEST_BYTES = 16
+
+
+class Kept(NamedTuple):
+    """A kept result and the digest of the payment it answers (None: a record from before digests,
+    kept by an older release for at most RESULT_TTL_S; it matches any content, as it did then)."""
+
+    digest: bytes | None
+    body: bytes
+
+    def answers(self, digest: bytes) -> bool:
+        """Whether this result answers the payment with `digest`."""
+        return self.digest is None or self.digest == digest
+
+    def pack(self) -> bytes:
+        return MARK + (self.digest or b"") + self.body
+
+    @classmethod
+    def unpack(cls, value: bytes) -> Kept:
+        if value[:1] == MARK and len(value) > DIGEST_BYTES:
+            return cls(value[1 : 1 + DIGEST_BYTES], value[1 + DIGEST_BYTES :])
+        return cls(None, value)
 
 
 class ResultStore(Protocol):
-    """Results by event id; a failure raises `ResultStoreDown`."""
+    """Results by event id, each with its payment's digest; a failure raises `ResultStoreDown`."""
 
-    async def find(self, event_ids: Sequence[str]) -> list[bytes | None]:
+    async def find(self, event_ids: Sequence[str]) -> list[Kept | None]:
         """The stored result of each id, or None where none is stored."""
         ...
 
-    async def keep(self, items: Sequence[tuple[str, bytes]]) -> list[bytes]:
+    async def keep(self, items: Sequence[tuple[str, Kept]]) -> list[Kept]:
         """Store each result unless one is stored already; returns the result that is kept."""
         ...
 
@@ -50,21 +77,21 @@ class MemoryResultStore:
     def __init__(self, ttl_s: float = 3600.0) -> None:
         self.ttl_s = ttl_s
         self.down = False
-        self._data: dict[str, tuple[bytes, float]] = {}
+        self._data: dict[str, tuple[Kept, float]] = {}
 
-    async def find(self, event_ids: Sequence[str]) -> list[bytes | None]:
+    async def find(self, event_ids: Sequence[str]) -> list[Kept | None]:
         self._check()
         now = time.monotonic()
-        found: list[bytes | None] = []
+        found: list[Kept | None] = []
         for event_id in event_ids:
             value, expires = self._data.get(event_id, (None, 0.0))
             found.append(value if expires > now else None)
         return found
 
-    async def keep(self, items: Sequence[tuple[str, bytes]]) -> list[bytes]:
+    async def keep(self, items: Sequence[tuple[str, Kept]]) -> list[Kept]:
         self._check()
         now = time.monotonic()
-        kept: list[bytes] = []
+        kept: list[Kept] = []
         for event_id, value in items:
             stored = self._data.get(event_id)
             if stored is None or stored[1] <= now:
@@ -99,13 +126,13 @@ class RedisResultStore:
         client = redis_client(url, timeout_s=timeout_s, use_entra=use_entra)
         return cls(client, ttl_s=ttl_s, prefix=prefix, timeout_s=timeout_s)
 
-    async def find(self, event_ids: Sequence[str]) -> list[bytes | None]:
+    async def find(self, event_ids: Sequence[str]) -> list[Kept | None]:
         if not event_ids:
             return []
         values = await self._call(self._client.mget([self._prefix + e for e in event_ids]))
-        return [codec.decode(_as_bytes(v)) for v in values]
+        return [_kept(v) for v in values]
 
-    async def keep(self, items: Sequence[tuple[str, bytes]]) -> list[bytes]:
+    async def keep(self, items: Sequence[tuple[str, Kept]]) -> list[Kept]:
         """One pipeline of SET NX PX; where a key existed, one MGET reads the value that won.
 
         NOTE: single-key commands, not a script: Azure Managed Redis is clustered, and a
@@ -118,7 +145,7 @@ class RedisResultStore:
         async def run() -> list[object]:
             async with self._client.pipeline(transaction=False) as pipe:
                 for key, (_, value) in zip(keys, items, strict=True):
-                    pipe.set(key, codec.encode(value), nx=True, px=self._ttl_ms)
+                    pipe.set(key, codec.encode(value.pack()), nx=True, px=self._ttl_ms)
                 return list(await pipe.execute())
 
         written = await self._call(run())
@@ -127,7 +154,7 @@ class RedisResultStore:
         if lost:
             winners = await self._call(self._client.mget([keys[i] for i in lost]))
             for i, winner in zip(lost, winners, strict=True):
-                decoded = codec.decode(_as_bytes(winner))
+                decoded = _kept(winner)
                 if decoded is not None:  # NOTE: expired between the two calls: ours stands
                     kept[i] = decoded
         return kept
@@ -143,6 +170,11 @@ class RedisResultStore:
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+def _kept(value: bytes | str | None) -> Kept | None:
+    decoded = codec.decode(_as_bytes(value))
+    return None if decoded is None else Kept.unpack(decoded)
 
 
 def _as_bytes(value: bytes | str | None) -> bytes | None:

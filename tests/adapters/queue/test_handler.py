@@ -76,20 +76,43 @@ async def test_the_same_message_twice_keeps_one_result_and_publishes_it_identica
     store, publisher = MemoryResultStore(), MemoryPublisher()
     batch = batch_over(service, store, publisher)
     [first] = await batch.handle([message("dup-1")])
-    [again] = await batch.handle([message("dup-1", delivery=2, amount=999.0)])  # a redelivery, even altered
+    [again] = await batch.handle([message("dup-1", delivery=2)])  # a redelivery
     assert (first.outcome, again.outcome) == ("completed", "duplicate")
     assert [m.body for m in publisher.sent] == [first.body, first.body]  # byte for byte
     assert [m.message_id for m in publisher.sent] == ["dup-1", "dup-1"]
     assert len(publisher.delivered(COMPLETED_QUEUE)) == 1  # what duplicate detection lets through
-    assert await store.find(["dup-1"]) == [first.body]
+    [kept] = await store.find(["dup-1"])
+    assert kept is not None and kept.body == first.body
+
+
+async def test_a_reused_event_id_with_other_content_is_a_conflict_never_the_first_result(
+    service: ScoringService,
+) -> None:
+    store, publisher = MemoryResultStore(), MemoryPublisher()
+    batch = batch_over(service, store, publisher)
+    [first] = await batch.handle([message("dup-2", amount=12.0)])
+    [again] = await batch.handle([message("dup-2", message_id="m-2", amount=999.0)])
+    assert (first.outcome, again.outcome) == ("completed", "rejected")
+    assert again.error is not None and again.error.code == "event_id_conflict"
+    assert [m.queue for m in publisher.sent] == [COMPLETED_QUEUE, REJECTED_QUEUE]
+    assert again.body is not None and first.body is not None and first.body not in again.body
 
 
 async def test_a_payment_twice_in_one_batch_yields_one_result(service: ScoringService) -> None:
     batch = batch_over(service)
-    handled = await batch.handle([message("p-1", message_id="m-a"), message("p-1", message_id="m-b", amount=5.0)])
+    handled = await batch.handle([message("p-1", message_id="m-a"), message("p-1", message_id="m-b")])
     assert [h.outcome for h in handled] == ["completed", "duplicate"]
     assert handled[0].body == handled[1].body
     assert {m.message_id for m in sent(batch)} == {"p-1"}
+
+
+async def test_one_id_with_two_payments_in_one_batch_scores_the_first_and_refuses_the_second(
+    service: ScoringService,
+) -> None:
+    batch = batch_over(service)
+    handled = await batch.handle([message("p-2", message_id="m-a"), message("p-2", message_id="m-b", amount=5.0)])
+    assert [h.outcome for h in handled] == ["completed", "rejected"]
+    assert handled[1].error is not None and handled[1].error.code == "event_id_conflict"
 
 
 @pytest.mark.parametrize(
@@ -149,7 +172,7 @@ async def test_publishing_failed_fails_what_it_carried_and_the_redelivery_sends_
     kept = await store.find(["pf-1"])
     publisher.down = False
     [redelivered] = await batch.handle([message("pf-1", delivery=2)])
-    assert redelivered.outcome == "duplicate" and [m.body for m in publisher.sent] == kept
+    assert redelivered.outcome == "duplicate" and [m.body for m in publisher.sent] == [k.body for k in kept if k]
 
 
 class Crash(BaseException):
@@ -206,7 +229,7 @@ async def test_a_crash_at_each_point_ends_in_exactly_one_published_result(servic
     assert sorted(m.message_id for m in delivered) == ["c-1", "c-2"]
     for m in delivered:  # every publish of a payment carried the same bytes
         assert {o.body for o in publisher.sent if o.message_id == m.message_id} == {m.body}
-    assert [await store.find([m.message_id]) for m in delivered] == [[m.body] for m in delivered]
+    assert [[k.body for k in await store.find([m.message_id]) if k] for m in delivered] == [[m.body] for m in delivered]
 
 
 async def test_two_replicas_scoring_the_same_payment_publish_the_first_kept_result(service: ScoringService) -> None:

@@ -9,13 +9,14 @@ from typing import Any
 
 import pytest
 
-from shared.adapters.queue.idempotency import KEY, MemoryResultStore, RedisResultStore
+from shared.adapters.queue.idempotency import KEY, Kept, MemoryResultStore, RedisResultStore
 from shared.errors import ResultStoreDown
 from shared.settings import Settings
 from shared.stores.cache import codec
 from tests.conftest import closed_port
 
 REPO = Path(__file__).resolve().parents[3]
+A, B = b"a" * 16, b"b" * 16  # two payments' digests
 
 
 def duplicate_detection_window_s() -> float:
@@ -36,13 +37,16 @@ async def test_redis_keeps_the_first_result_with_a_ttl_compressed(
 ) -> None:
     store = RedisResultStore.from_url(redis_url, ttl_s=3600, prefix=redis_prefix)
     try:
-        first = b'{"event_id":"e-1","risk_score":0.5}' * 8
+        first = Kept(A, b'{"event_id":"e-1","risk_score":0.5}' * 8)
+        other = Kept(B, b"other")
         assert await store.find(["e-1", "e-2"]) == [None, None]
         assert await store.keep([("e-1", first)]) == [first]
-        assert await store.keep([("e-1", b"a second, different result"), ("e-2", b"other")]) == [first, b"other"]
-        assert await store.find(["e-1", "e-2", "e-3"]) == [first, b"other", None]
+        assert await store.keep([("e-1", Kept(B, b"a second, different result")), ("e-2", other)]) == [first, other]
+        assert await store.find(["e-1", "e-2", "e-3"]) == [first, other, None]
         raw = await redis_client.get(redis_prefix + KEY + "e-1")
-        assert raw[:1] == codec.LZ4 and codec.decode(raw) == first  # compressed like the cache
+        assert raw[:1] == codec.LZ4 and codec.decode(raw) == first.pack()  # compressed like the cache
+        [found] = await store.find(["e-1"])
+        assert found is not None and found.answers(A) and not found.answers(B)  # the id binds its payment
         ttl = await redis_client.pttl(redis_prefix + KEY + "e-1")
         assert 3_500_000 < ttl <= 3_600_000  # volatile-lru: every key the service writes expires
     finally:
@@ -52,7 +56,9 @@ async def test_redis_keeps_the_first_result_with_a_ttl_compressed(
 async def test_two_writers_at_once_keep_one_result(redis_url: str, redis_prefix: str, redis_client: Any) -> None:
     stores = [RedisResultStore.from_url(redis_url, ttl_s=60, prefix=redis_prefix) for _ in range(4)]
     try:
-        kept = await asyncio.gather(*(s.keep([("race", f"result {i}".encode())]) for i, s in enumerate(stores)))
+        kept = await asyncio.gather(
+            *(s.keep([("race", Kept(bytes([i]) * 16, f"result {i}".encode()))]) for i, s in enumerate(stores))
+        )
         assert len({k[0] for k in kept}) == 1
     finally:
         for s in stores:
@@ -65,15 +71,28 @@ async def test_redis_down_is_an_error_never_a_miss() -> None:
         with pytest.raises(ResultStoreDown, match="result store: redis"):
             await store.find(["e-1"])
         with pytest.raises(ResultStoreDown):
-            await store.keep([("e-1", b"x")])
+            await store.keep([("e-1", Kept(A, b"x"))])
+    finally:
+        await store.aclose()
+
+
+async def test_a_record_from_before_digests_still_answers_its_redeliveries(
+    redis_url: str, redis_prefix: str, redis_client: Any
+) -> None:
+    """A rolling deploy meets results an older release kept (no digest) for at most RESULT_TTL_S."""
+    store = RedisResultStore.from_url(redis_url, ttl_s=60, prefix=redis_prefix)
+    try:
+        await redis_client.set(redis_prefix + KEY + "old", codec.encode(b'{"event_id":"old"}'), px=60_000)
+        [found] = await store.find(["old"])
+        assert found == Kept(None, b'{"event_id":"old"}') and found.answers(A)
     finally:
         await store.aclose()
 
 
 async def test_memory_store_keeps_the_first_and_expires() -> None:
     store = MemoryResultStore(ttl_s=1.0)
-    assert await store.keep([("a", b"1")]) == [b"1"]
-    assert await store.keep([("a", b"2")]) == [b"1"]
+    assert await store.keep([("a", Kept(A, b"1"))]) == [Kept(A, b"1")]
+    assert await store.keep([("a", Kept(B, b"2"))]) == [Kept(A, b"1")]
     await asyncio.sleep(1.05)
     assert await store.find(["a"]) == [None]
     store.down = True

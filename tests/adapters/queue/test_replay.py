@@ -34,6 +34,7 @@ def replay(path: Path, settings: Settings, **env: str) -> tuple[int, list[dict[s
         "MODELS_DIR": settings.models_dir,
         "FEATURES_FILE": settings.features_file or "",
         "PYTHONPATH": str(REPO),
+        "EVENT_MAX_AGE_S": "0",  # NOTE: the fixture events are days old; the window's own test sets it
         **env,
     }
     done = subprocess.run(
@@ -58,6 +59,13 @@ def test_replay_prints_one_verdict_per_message_in_process(settings: Settings, tm
     assert out[3]["reason"].startswith("malformed_json") and out[4]["reason"].startswith("invalid_event")
     assert all(o["body"] is None for o in out[3:]) and out[0]["reason"] is None
     assert "store in-process" in err
+
+
+def test_replay_inside_the_idempotency_window_refuses_events_older_than_it(settings: Settings, tmp_path: Path) -> None:
+    code, out, err = replay(write_events(tmp_path / "events.jsonl"), settings, EVENT_MAX_AGE_S="3300")
+    assert code == 0, err
+    assert [o["outcome"] for o in out] == ["rejected"] * 5
+    assert out[0]["reason"].startswith("event_expired") and out[3]["reason"].startswith("malformed_json")
 
 
 def test_replay_with_redis_remembers_results_across_runs(
