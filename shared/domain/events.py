@@ -29,7 +29,7 @@ from typing import Annotated, Literal, TypeVar
 
 import msgspec
 
-from shared.errors import InvalidEvent, MalformedJson, ScoringError, TooManyItems
+from shared.errors import EventIdConflict, InvalidEvent, MalformedJson, ScoringError, TooManyItems
 
 __all__ = [
     "EXAMPLE_EVENT",
@@ -207,7 +207,9 @@ def decode_batch(body: bytes, max_items: int) -> list[msgspec.Raw]:
 def decode_events(body: bytes, max_items: int) -> list[PaymentEvent | ScoringError]:
     """Every item of `{"events": [...]}` validated on its own: an event, or its error in its slot.
 
-    The envelope itself (unreadable, empty, too many items) fails the whole batch.
+    The envelope itself (unreadable, empty, too many items) fails the whole batch. An event id
+    binds its content: a later item with the id of an earlier one and other content gets
+    `EventIdConflict` in its slot (the same payment twice is scored twice, to the same answer).
 
     NOTE: a batch of valid events is decoded in one call, its items' text checks and instant
     checks then applied to each (only where the body has escapes or non-ASCII, as for one
@@ -231,7 +233,7 @@ def decode_events(body: bytes, max_items: int) -> list[PaymentEvent | ScoringErr
                 _check_instant(ts)
         except ScoringError as exc:
             items[k] = exc
-    return items
+    return _bound(items)
 
 
 def _decode_each(body: bytes, max_items: int) -> list[PaymentEvent | ScoringError]:
@@ -241,6 +243,20 @@ def _decode_each(body: bytes, max_items: int) -> list[PaymentEvent | ScoringErro
             items.append(decode_event_raw(raw))
         except ScoringError as exc:
             items.append(exc)
+    return _bound(items)
+
+
+def _bound(items: list[PaymentEvent | ScoringError]) -> list[PaymentEvent | ScoringError]:
+    """Each id to its first item's content: a later item with other content is a conflict."""
+    first: dict[str, PaymentEvent] = {}
+    for k, item in enumerate(items):
+        if isinstance(item, ScoringError):
+            continue
+        seen = first.setdefault(item.event_id, item)
+        if seen is not item and seen != item:  # NOTE: struct equality: every field, instants as instants
+            items[k] = EventIdConflict(
+                f"event_id already names item {items.index(seen)} of this batch, with other content"
+            )
     return items
 
 

@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.domain.events import decode_batch, decode_event, decode_event_raw
-from shared.errors import InvalidEvent, MalformedJson, TooManyItems
+from shared.domain.events import PaymentEvent, decode_batch, decode_event, decode_event_raw, decode_events
+from shared.errors import EventIdConflict, InvalidEvent, MalformedJson, TooManyItems
 from tests.conftest import event
 
 
@@ -141,3 +141,14 @@ def test_the_readme_quick_start_scores_the_documented_example_event() -> None:
     assert body is not None, "the quick start's curl example was not found"
     assert json.loads(body[1]) == EXAMPLE_EVENT
     assert decode_event(json.dumps(EXAMPLE_EVENT).encode()).event_id == "evt-1001"
+
+
+@pytest.mark.parametrize("escaped", [False, True])  # the one-call path, and the per-item path
+def test_in_one_batch_an_event_id_binds_its_first_content(escaped: bool) -> None:
+    same_instant = event(timestamp="2026-11-29T05:12:00+02:00")
+    items = [event(), same_instant, event(amount=9_999.0), event(event_id="evt-2", amount=9_999.0)]
+    if escaped:
+        items.append({"broken": True})
+    decoded = decode_events(json.dumps({"events": items}).encode(), 256)
+    assert [type(x) for x in decoded[:4]] == [PaymentEvent, PaymentEvent, EventIdConflict, PaymentEvent]
+    assert isinstance(decoded[2], EventIdConflict) and decoded[2].status == 409
