@@ -154,7 +154,17 @@ seed: $(VENV)/.runtime
 model: $(VENV)/.dev
 	$(PY) scripts/train_demo_model.py
 
-## readme: rewrite the README's settings table from shared/settings.py
+## candidate: a different fraud model from the demo data (CANDIDATE_ARGS="--seed 7") in .run/candidate/, for docs/rollouts.md
+.PHONY: candidate
+candidate: $(VENV)/.dev
+	$(PY) scripts/train_candidate.py $(CANDIDATE_ARGS)
+
+## check-platforms: requirements.txt's pins have wheels on Linux x86_64/arm64, macOS and Windows (PLATFORM_ARGS=--resolve: the whole tree)
+.PHONY: check-platforms
+check-platforms: $(VENV)/.runtime
+	$(PY) scripts/check_platforms.py $(PLATFORM_ARGS)
+
+## readme: rewrite the settings table (docs/settings.md) from shared/settings.py
 readme: $(VENV)/.runtime
 	@$(PY) scripts/readme_settings.py
 

@@ -1,4 +1,4 @@
-"""Rewrite the README's settings table from the declarations in shared/settings.py (`make readme`)."""
+"""Rewrite the settings table of docs/settings.md from the declarations in shared/settings.py (`make readme`)."""
 
 from __future__ import annotations
 
@@ -7,15 +7,15 @@ from pathlib import Path
 
 from shared.settings import markdown_table
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "settings.md"
 
 
 def main() -> int:
-    text = README.read_text()
+    text = PAGE.read_text()
     start = text.index("| setting | type | default | meaning |")
-    end = text.index("\n\n", start)
-    README.write_text(text[:start] + markdown_table() + text[end:])
-    print(f"{README.name}: settings table rewritten")
+    end = text.index("\n\n", start) if "\n\n" in text[start:] else len(text.rstrip("\n"))
+    PAGE.write_text(text[:start] + markdown_table() + text[end:].rstrip("\n") + "\n")
+    print(f"docs/{PAGE.name}: settings table rewritten")
     return 0
 
 

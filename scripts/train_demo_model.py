@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/train_demo_model.py            # writes models/fraud/1/model.onnx
     .venv/bin/python scripts/train_demo_model.py --version 2
+    (a different candidate from the same data: scripts/train_candidate.py)
 
 Reproducible (fixed seed). The ONNX file carries its serving metadata
 (`shared.domain.spec`): feature order and defaults, score output, thresholds.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -109,6 +111,22 @@ def build_spec() -> ModelSpec:
     )
 
 
+def export(clf: GradientBoostingClassifier, x: np.ndarray, spec: ModelSpec, description: str | None = None) -> onnx.ModelProto:
+    """The fitted trees as ONNX: input `features` [batch, columns], the serving metadata of `spec`."""
+    if description is not None:
+        spec = replace(spec, description=description)
+    onx = to_onnx(clf, x[:1], options={id(clf): {"zipmap": False}}, target_opset=17, initial_types=None)
+    onx.graph.input[0].name = "features"
+    for node in onx.graph.node:
+        node.input[:] = ["features" if name == "X" else name for name in node.input]
+    onx.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    onx.graph.input[0].type.tensor_type.shape.dim[0].ClearField("dim_value")
+    for key, value in spec.to_metadata().items():
+        onnx.helper.set_model_props(onx, {**{p.key: p.value for p in onx.metadata_props}, key: value})
+    onnx.checker.check_model(onx)
+    return onx
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", default="1")
@@ -125,15 +143,7 @@ def main() -> None:
     auc = roc_auc_score(y[split:], clf.predict_proba(x[split:])[:, 1])
 
     spec = build_spec()
-    onx = to_onnx(clf, x[:1], options={id(clf): {"zipmap": False}}, target_opset=17, initial_types=None)
-    onx.graph.input[0].name = "features"
-    for node in onx.graph.node:
-        node.input[:] = ["features" if name == "X" else name for name in node.input]
-    onx.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
-    onx.graph.input[0].type.tensor_type.shape.dim[0].ClearField("dim_value")
-    for key, value in spec.to_metadata().items():
-        onnx.helper.set_model_props(onx, {**{p.key: p.value for p in onx.metadata_props}, key: value})
-    onnx.checker.check_model(onx)
+    onx = export(clf, x, spec)
 
     out = Path(args.models_dir) / "fraud" / args.version / "model.onnx"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """Imports run one way, every module imports alone, and the Functions path stays light.
 
-The layers are drawn in shared/__init__.py's docstring (and the README's map); this test
+The layers are drawn in shared/__init__.py's docstring (and docs/architecture.md's map); this test
 holds the code to them. A module may import its own layer or any layer below, never above.
 """
 
@@ -126,7 +126,7 @@ def drawn_layers(text: str) -> list[set[str]]:
     return [{"shared." + n for n in row.split(", ")} for row in rows]
 
 
-@pytest.mark.parametrize("document", ["shared/__init__.py", "README.md"])
+@pytest.mark.parametrize("document", ["shared/__init__.py", "docs/architecture.md"])
 def test_the_maps_draw_the_layers_the_code_follows(document: str) -> None:
     assert drawn_layers((REPO / document).read_text()) == LAYERS
 
@@ -168,8 +168,8 @@ print(json.dumps({"heavy": [m for m in sys.modules if m.split(".")[0] in ("onnxr
 
 
 def map_names(readme: str) -> set[str]:
-    """Every module or package name the README's map of the tree mentions (`x.py`, `x/`, `x` in a list)."""
-    block = readme.split("## How it fits together", 1)[1].split("```", 2)[1]
+    """Every module or package name the map of the tree (docs/architecture.md) mentions (`x.py`, `x/`, `x` in a list)."""
+    block = readme.split("# How it fits together", 1)[1].split("```", 2)[1]
     return set(re.findall(r"([a-z_0-9]+)(?:\.py|/)", block)) | set(re.findall(r"(?:·|:|/)\s+([a-z_0-9]+)\b", block))
 
 
@@ -179,6 +179,6 @@ def unmapped(readme: str) -> list[str]:
 
 
 def test_the_readme_map_names_every_module_of_the_tree() -> None:
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "docs" / "architecture.md").read_text()
     assert unmapped(readme) == []
     assert unmapped(readme.replace("routes.py", "table.py")) == ["routes"]  # mutation: a module the map lost

@@ -413,7 +413,7 @@ MUTATIONS = [
         "windows-skips-the-hooks",
         "windows_hooks",
         "azure.yaml",
-        "    windows:\n      shell: pwsh\n      run: ./infra/hooks/windows-unsupported.ps1\n",
+        "    windows:\n      shell: pwsh\n      run: ./infra/hooks/postdeploy.ps1\n",
         "",
     ),
     (

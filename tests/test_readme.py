@@ -1,0 +1,172 @@
+"""The README is an entry point, and what it says holds: its length, its order, its links, its API
+table (against the route table), its commands (against the Makefile), its figures (against
+docs/benchmark.md) and its costs (against infra/'s defaults). The same links check covers docs/."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from shared.adapters.http.routes import ROUTES, RouteSpec
+from shared.domain.events import EXAMPLE_EVENT
+
+REPO = Path(__file__).resolve().parent.parent
+README = REPO / "README.md"
+MAX_LINES = 300
+SECTIONS = [
+    "Prerequisites",
+    "The two commands",
+    "One request and its answer",
+    "Deploy to Azure",
+    "The API",
+    "Performance",
+    "Where to read on",
+]
+# NOTE: the routes that change what serves the fleet take the host's master key (issue 42's admin plane)
+CONTROL = {"model_activate", "model_rollout", "model_shadow", "model_canary", "model_promote"}
+
+
+def headings(text: str) -> list[str]:
+    """The `## ` headings of a markdown text, outside code blocks."""
+    found, code = [], False
+    for line in text.splitlines():
+        code ^= line.startswith("```")
+        if not code and line.startswith("## "):
+            found.append(line[3:].strip())
+    return found
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    text, code, found = page.read_text(), False, set()
+    for line in text.splitlines():
+        code ^= line.startswith("```")
+        if not code and (heading := re.match(r"^#{1,6} (.+)$", line)):
+            found.add(slug(heading[1]))
+    return found
+
+
+def broken_links(page: Path) -> list[str]:
+    """Every relative link of `page` whose file, or whose anchor in a markdown file, does not exist."""
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+        if re.match(r"^[a-z]+:", target):
+            continue
+        path, _, anchor = target.partition("#")
+        resolved = (page.parent / path).resolve() if path else page
+        if not resolved.exists():
+            broken.append(f"{target} (no such file)")
+        elif anchor and resolved.suffix == ".md" and anchor not in anchors(resolved):
+            broken.append(f"{target} (no such heading)")
+    return broken
+
+
+def test_the_readme_is_an_entry_point_in_the_order_a_new_user_needs() -> None:
+    text = README.read_text()
+    assert len(text.splitlines()) <= MAX_LINES, f"README.md has {len(text.splitlines())} lines, over {MAX_LINES}"
+    assert headings(text) == SECTIONS
+
+
+@pytest.mark.parametrize("page", ["README.md", *sorted(str(p.relative_to(REPO)) for p in (REPO / "docs").glob("*.md"))])
+def test_every_link_resolves(page: str) -> None:
+    assert broken_links(REPO / page) == []
+
+
+def test_the_link_check_catches_a_missing_page_and_a_missing_heading(tmp_path: Path) -> None:
+    (tmp_path / "there.md").write_text("# Title\n\n## A section\n")
+    page = tmp_path / "page.md"
+    page.write_text("[a](there.md#a-section) [b](gone.md) [c](there.md#no-section) [d](https://example.com/x)\n")
+    assert broken_links(page) == ["gone.md (no such file)", "there.md#no-section (no such heading)"]
+
+
+def api_rows(text: str) -> dict[tuple[str, str], tuple[str, str]]:
+    """(method, path) → (plane, auth) of the README's API table."""
+    rows = re.findall(r"^\| `(GET|POST|PUT|DELETE) (/[^`]*)` \| [^|]* \| (\w+) \| ([a-z ]+) \|$", text, re.M)
+    return {(method, path): (plane, auth) for method, path, plane, auth in rows}
+
+
+def expected(route: RouteSpec) -> tuple[str, str]:
+    plane = "probe" if route.auth == "anonymous" else route.plane
+    auth = "anonymous" if route.auth == "anonymous" else "admin key" if route.name in CONTROL else "function key"
+    return plane, auth
+
+
+def routes_of_the_table() -> dict[tuple[str, str], tuple[str, str]]:
+    table = {}
+    for route in ROUTES:
+        paths = (
+            [route.path.replace("{probe}", p) for p in ("live", "ready")] if route.name == "health" else [route.path]
+        )
+        table |= {(method, path): expected(route) for method in route.methods for path in paths}
+    return table
+
+
+def test_the_api_table_is_the_route_table_with_plane_and_auth() -> None:
+    assert api_rows(README.read_text()) == routes_of_the_table()
+
+
+def test_the_api_table_check_catches_a_wrong_plane_and_a_lost_route() -> None:
+    text = README.read_text()
+    wrong = text.replace(
+        "| `PUT /api/models/{name}/canary` | a share of users scored by a candidate version | admin |",
+        "| `PUT /api/models/{name}/canary` | a share | data |",
+    )
+    assert api_rows(wrong) != routes_of_the_table()
+    lost = "\n".join(line for line in text.splitlines() if "`GET /api/stats`" not in line)
+    assert api_rows(lost) != routes_of_the_table()
+
+
+def make_targets() -> set[str]:
+    return set(re.findall(r"^([a-z][a-z0-9-]*):", (REPO / "Makefile").read_text(), re.M))
+
+
+def test_every_make_command_the_readme_names_is_a_target() -> None:
+    named = set(re.findall(r"\bmake (?:[A-Z_]+=\S+ )*([a-z][a-z0-9-]*)", README.read_text()))
+    assert named, "no make command found"
+    assert named <= make_targets(), named - make_targets()
+
+
+def test_the_example_event_is_the_one_the_smoke_test_sends() -> None:
+    smoke = (REPO / "infra" / "hooks" / "smoke.sh").read_text()
+    assert json.loads(re.search(r"^event='(\{.*\})'$", smoke, re.M)[1]) == EXAMPLE_EVENT  # type: ignore[index]
+    powershell = (REPO / "infra" / "hooks" / "smoke.ps1").read_text()
+    assert json.loads(re.search(r"^\$payment = '(\{.*\})'$", powershell, re.M)[1]) == EXAMPLE_EVENT  # type: ignore[index]
+
+
+def test_the_performance_figures_are_docs_benchmarks() -> None:
+    section = README.read_text().split("## Performance", 1)[1].split("\n## ", 1)[0]
+    figures = re.findall(r"\d[\d,]*\.?\d*(?: ms| µs|\u00d7)?", "".join(re.findall(r"\|[^|\n]*\|\s*([^|\n]+)\|\n", section)))
+    benchmark = (REPO / "docs" / "benchmark.md").read_text()
+    assert len(figures) >= 8
+    assert [f for f in figures if f not in benchmark] == []
+
+
+def test_the_costs_name_infra_defaults() -> None:
+    main = (REPO / "infra" / "main.bicep").read_text()
+    section = README.read_text().split("**What it costs at the defaults**", 1)[1].split("\n\n", 2)[1]
+    for param, value in [
+        ("dedicatedProfileType", "D8"),
+        ("serviceBusSku", "Premium"),
+        ("serviceBusMessagingUnits", "1"),
+        ("redisSku", "Balanced_B5"),
+        ("registrySku", "Standard"),
+        ("minReplicas", "2"),
+        ("deployOpenAi", "false"),
+    ]:
+        assert re.search(rf"^param {param} \w+ = '?{value}'?$", main, re.M), f"infra/main.bicep: {param} is not {value}"
+        assert value in section or value.lower() in section.lower(), f"README's cost table lacks {param}={value}"
+
+
+def test_the_deploy_settings_the_readme_names_exist() -> None:
+    text = README.read_text()
+    hooks = "".join(p.read_text() for p in (REPO / "infra" / "hooks").iterdir())
+    parameters = (REPO / "infra" / "main.parameters.json").read_text()
+    for name in set(re.findall(r"\b(SCORING_[A-Z_]+)\b", text)):
+        assert name in hooks or name in parameters, name
