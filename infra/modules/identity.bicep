@@ -1,5 +1,8 @@
 // Two user-assigned identities, each with the least it needs:
-// - app: what the code and the Functions host use at run time (data-plane roles only).
+// - app: what the code and the Functions host use at run time (data-plane roles only). On
+//   storage it reads the models container, writes the prediction log's, and owns only the host's
+//   own containers: never a blob role on the account (storage.bicep; checks/model_roles.py).
+//   Publishing a model is the publisher's grant (Blob Data Contributor on `models`), not the app's.
 // - platform: what Container Apps itself uses to pull the image (AcrPull) and what the
 //   KEDA Service Bus scaler uses to read queue depth. It is attached to the app with
 //   lifecycle 'None', so no container can request a token for it.

@@ -1,6 +1,8 @@
 // One storage account for the Functions host (AzureWebJobsStorage: leases, keys,
 // blob-trigger receipts and poison queue), the `models` container the blob trigger
 // watches, and the `predictions` container the prediction log appends to (WORM: below).
+// The runtime identity holds a blob role on each container it uses, never on the account
+// (the role assignments below): it reads models, writes only the prediction log.
 // Shared-key access is disabled: every client authenticates with Entra ID.
 // The Event Grid system topic lives here; its BlobCreated subscription needs the
 // Functions `blobs_extension` system key, which exists only once the app runs, so
@@ -35,6 +37,7 @@ param systemTopicName string
 param appPrincipalId string
 
 var blobDataOwnerRoleId = 'b7e6dc6d-f1e8-4753-8033-0f276bb0955b'
+var blobDataReaderRoleId = '2a2b9908-6ea1-4ae2-8e65-a410df84e7d1'
 var blobDataContributorRoleId = 'ba92f5b4-2d11-453d-a403-e96b0029c9fe'
 var queueDataContributorRoleId = '974c5e8b-45b9-4653-ba55-5f855dd0fb88'
 var tableDataContributorRoleId = '0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3'
@@ -97,8 +100,7 @@ resource modelsContainer 'Microsoft.Storage/storageAccounts/blobServices/contain
 // time-based retention policy (WORM) lets a client create blobs and, with allowProtectedAppendWrites,
 // append blocks to an append blob, but refuses an overwrite or a delete of any blob until
 // `predictionRetentionDays` after its last append: that holds for every principal, the app's identity
-// (Blob Data Owner on the account, for the host) included, where no role assignment could (a role
-// narrower than the account's adds nothing to it). The policy is left unlocked: locking it is an
+// (the writer, Blob Data Contributor on this container) and any account-wide role included. The policy is left unlocked: locking it is an
 // operator's irreversible decision (it can then only be extended, and the account cannot be deleted
 // while the container holds it: docs/platform.md P43). Point-in-time restore and last-access tracking are
 // incompatible with immutable storage and stay off on this account (P43).
@@ -120,9 +122,7 @@ resource predictionsWorm 'Microsoft.Storage/storageAccounts/blobServices/contain
 }
 
 // The writer's own grant, on the predictions container only. The role's data actions include delete;
-// the WORM policy above is what refuses it. NOTE: while the host needs Blob Data Owner on the whole
-// account (below), this adds no access: it states what the writer needs, and it is what stays if the
-// host's storage moves to an account of its own.
+// the WORM policy above is what refuses it.
 resource predictionsWriter 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
   name: guid(predictionsContainer.id, appPrincipalId, blobDataContributorRoleId)
   scope: predictionsContainer
@@ -133,16 +133,59 @@ resource predictionsWriter 'Microsoft.Authorization/roleAssignments@2022-04-01' 
   }
 }
 
-// The Functions host needs Blob Data Owner (leases, key storage, blob-trigger receipts),
-// Queue Data Contributor (blob-trigger poison queue) and Table Data Contributor (host
-// state). The same roles cover reading the models container.
-resource blobOwner 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
-  name: guid(account.id, appPrincipalId, blobDataOwnerRoleId)
-  scope: account
+// Least privilege for the runtime identity (the app's code and the Functions host share it):
+// - models: Blob Data Reader on the `models` container only. It reads model files; it can neither
+//   write nor overwrite one, so nothing running in a replica can publish a model (docs/models.md).
+//   The Blob trigger's connection reads the blob; its poison queue needs the Queue role below.
+// - the host's own blobs: Blob Data Owner on the two containers the host uses (leases and
+//   blob-trigger receipts in azure-webjobs-hosts, its keys in azure-webjobs-secrets), declared here
+//   so the role has a scope narrower than the account; never Owner on the account, which would
+//   cover every container (models and the prediction log included).
+// - Queue Data Contributor (blob-trigger queues, poison queue) and Table Data Contributor (host
+//   diagnostic events) on the account, as the Functions docs list (docs/platform.md).
+resource hostLeasesContainer 'Microsoft.Storage/storageAccounts/blobServices/containers@2023-05-01' = {
+  parent: blobService
+  name: 'azure-webjobs-hosts'
+  properties: {
+    publicAccess: 'None'
+  }
+}
+
+resource hostKeysContainer 'Microsoft.Storage/storageAccounts/blobServices/containers@2023-05-01' = {
+  parent: blobService
+  name: 'azure-webjobs-secrets'
+  properties: {
+    publicAccess: 'None'
+  }
+}
+
+resource hostLeasesOwner 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(hostLeasesContainer.id, appPrincipalId, blobDataOwnerRoleId)
+  scope: hostLeasesContainer
   properties: {
     principalId: appPrincipalId
     principalType: 'ServicePrincipal'
     roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', blobDataOwnerRoleId)
+  }
+}
+
+resource hostKeysOwner 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(hostKeysContainer.id, appPrincipalId, blobDataOwnerRoleId)
+  scope: hostKeysContainer
+  properties: {
+    principalId: appPrincipalId
+    principalType: 'ServicePrincipal'
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', blobDataOwnerRoleId)
+  }
+}
+
+resource modelsReader 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(modelsContainer.id, appPrincipalId, blobDataReaderRoleId)
+  scope: modelsContainer
+  properties: {
+    principalId: appPrincipalId
+    principalType: 'ServicePrincipal'
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', blobDataReaderRoleId)
   }
 }
 

@@ -28,6 +28,10 @@ BUILT_IN_ROLES: dict[str, tuple[str, str]] = {
         "Storage Blob Data Owner",
         f"{LEARN_ROLES}/storage#storage-blob-data-owner",
     ),
+    "2a2b9908-6ea1-4ae2-8e65-a410df84e7d1": (
+        "Storage Blob Data Reader",
+        f"{LEARN_ROLES}/storage#storage-blob-data-reader",
+    ),
     "ba92f5b4-2d11-453d-a403-e96b0029c9fe": (
         "Storage Blob Data Contributor",
         f"{LEARN_ROLES}/storage#storage-blob-data-contributor",
@@ -58,7 +62,10 @@ BUILT_IN_ROLES: dict[str, tuple[str, str]] = {
 # Application Insights Entra ingestion (https://learn.microsoft.com/azure/azure-monitor/app/azure-ad-authentication).
 EXPECTED_GRANTS: dict[str, set[tuple[str, str]]] = {
     "app": {
-        ("Storage Blob Data Owner", "Microsoft.Storage/storageAccounts"),
+        # the host's own containers only (azure-webjobs-hosts, -secrets); which containers: checks/model_roles.py
+        ("Storage Blob Data Owner", "Microsoft.Storage/storageAccounts/blobServices/containers"),
+        # the models container, read only (storage.bicep `modelsReader`)
+        ("Storage Blob Data Reader", "Microsoft.Storage/storageAccounts/blobServices/containers"),
         # the prediction log's writer, on its container only (storage.bicep `predictionsWriter`)
         ("Storage Blob Data Contributor", "Microsoft.Storage/storageAccounts/blobServices/containers"),
         ("Storage Queue Data Contributor", "Microsoft.Storage/storageAccounts"),
