@@ -36,7 +36,7 @@ from pathlib import Path
 from shared.errors import ModelInvalid
 from shared.models.vetting import DEFAULT_POLICY, VettingPolicy
 
-__all__ = ["Sandbox", "SandboxLimits", "Verdict"]
+__all__ = ["Sandbox", "SandboxLimits", "Verdict", "child_env"]
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository (or app) root: the child imports `shared` from it
 _CLONE_NEWUSER, _CLONE_NEWNET = 0x10000000, 0x40000000
@@ -106,7 +106,6 @@ class Sandbox:
         ]
 
     def _run(self, data: bytes) -> bool:
-        env = {"PATH": os.defpath, "PYTHONPATH": str(ROOT), "PYTHONNOUSERSITE": "1", "OMP_NUM_THREADS": "1"}
         with tempfile.TemporaryDirectory(prefix="model-trial-") as scratch:
             child = subprocess.Popen(  # noqa: S603 this interpreter and this module: a fixed argv, no shell
                 self._argv(),
@@ -114,7 +113,7 @@ class Sandbox:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 cwd=scratch,
-                env=env,
+                env=child_env(),
                 start_new_session=True,  # NOTE: its own process group, killed whole at the deadline
             )
             try:
@@ -148,6 +147,16 @@ class Sandbox:
         what = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
         last = (err.decode(errors="replace").strip().splitlines() or [""])[-1][:200]
         return f"the trial process died ({what}){': ' + last if last else ''}"
+
+
+def child_env() -> dict[str, str]:
+    """No secrets (no connection strings, no identity endpoint settings): only where to find code.
+
+    NOTE: the child imports what this process imports: under the Functions worker the app's
+    packages are on `sys.path` through the worker, not through the interpreter's site-packages.
+    """
+    path = dict.fromkeys([str(ROOT), *(p for p in sys.path if p and os.path.isdir(p))])
+    return {"PATH": os.defpath, "PYTHONPATH": os.pathsep.join(path), "PYTHONNOUSERSITE": "1", "OMP_NUM_THREADS": "1"}
 
 
 # -- the child ------------------------------------------------------------------------------

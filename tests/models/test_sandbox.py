@@ -24,7 +24,7 @@ from shared.core.service import ScoringService
 from shared.errors import ModelInvalid
 from shared.models.registry import ModelRegistry
 from shared.models.repository import DirectoryRepository, ModelRef
-from shared.models.sandbox import Sandbox, SandboxLimits
+from shared.models.sandbox import Sandbox, SandboxLimits, child_env
 from shared.models.vetting import VettingPolicy
 from shared.settings import BatchPolicy, OrtOptions, Settings
 from tests.conftest import event
@@ -139,3 +139,13 @@ def test_the_trial_has_no_network_where_the_kernel_allows_a_namespace() -> None:
     verdict = Sandbox(SandboxLimits(wall_s=30)).trial(make_model(bias=0.5))
     assert verdict.network_isolated is _unshare_allowed()
     assert ctypes.CDLL(None) is not None  # NOTE: the check above ran in a child; this process keeps its network
+
+
+def test_the_child_finds_what_the_serving_process_imports_and_no_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+    import sys
+
+    monkeypatch.setenv("ModelStorage", "DefaultEndpointsProtocol=https;AccountKey=c2VjcmV0")
+    env = child_env()
+    assert set(env) == {"PATH", "PYTHONPATH", "PYTHONNOUSERSITE", "OMP_NUM_THREADS"}
+    assert set(env["PYTHONPATH"].split(os.pathsep)) >= {p for p in sys.path if p and os.path.isdir(p)}
