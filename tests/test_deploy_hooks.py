@@ -112,7 +112,14 @@ def az_calls(tmp_path: Path) -> list[str]:
 def test_postdeploy_publishes_then_smoke_tests_then_subscribes(
     app_url: str, azurite_connection: str, container: str, tmp_path: Path
 ) -> None:
-    done = run_hook("postdeploy.sh", tmp_path, azurite_connection, container, SERVICE_SCORING_URI=app_url)
+    done = run_hook(
+        "postdeploy.sh",
+        tmp_path,
+        azurite_connection,
+        container,
+        SERVICE_SCORING_URI=app_url,
+        SCORING_SMOKE_TIMEOUT_S="60",
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     steps = [
