@@ -137,7 +137,11 @@ def missing_wheel(pin: Requirement, platform: Platform, files: list[dict[str, ob
             continue
         _, version, _, tags = parse_wheel_filename(filename)
         requires = item.get("requires-python")
-        if version == wanted and tags & accepted and (not requires or Version(f"{PYTHON}.0") in SpecifierSet(str(requires))):
+        if (
+            version == wanted
+            and tags & accepted
+            and (not requires or Version(f"{PYTHON}.0") in SpecifierSet(str(requires)))
+        ):
             return None
     return f"{pin}: no wheel for CPython {PYTHON} on {platform.name}"
 

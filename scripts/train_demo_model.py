@@ -111,7 +111,9 @@ def build_spec() -> ModelSpec:
     )
 
 
-def export(clf: GradientBoostingClassifier, x: np.ndarray, spec: ModelSpec, description: str | None = None) -> onnx.ModelProto:
+def export(
+    clf: GradientBoostingClassifier, x: np.ndarray, spec: ModelSpec, description: str | None = None
+) -> onnx.ModelProto:
     """The fitted trees as ONNX: input `features` [batch, columns], the serving metadata of `spec`."""
     if description is not None:
         spec = replace(spec, description=description)

@@ -142,7 +142,9 @@ def test_the_example_event_is_the_one_the_smoke_test_sends() -> None:
 
 def test_the_performance_figures_are_docs_benchmarks() -> None:
     section = README.read_text().split("## Performance", 1)[1].split("\n## ", 1)[0]
-    figures = re.findall(r"\d[\d,]*\.?\d*(?: ms| µs|\u00d7)?", "".join(re.findall(r"\|[^|\n]*\|\s*([^|\n]+)\|\n", section)))
+    figures = re.findall(
+        r"\d[\d,]*\.?\d*(?: ms| µs|\u00d7)?", "".join(re.findall(r"\|[^|\n]*\|\s*([^|\n]+)\|\n", section))
+    )
     benchmark = (REPO / "docs" / "benchmark.md").read_text()
     assert len(figures) >= 8
     assert [f for f in figures if f not in benchmark] == []
