@@ -99,7 +99,7 @@ def expected(route: RouteSpec) -> tuple[str, str]:
 
 
 def routes_of_the_table() -> dict[tuple[str, str], tuple[str, str]]:
-    table = {}
+    table: dict[tuple[str, str], tuple[str, str]] = {}
     for route in ROUTES:
         paths = (
             [route.path.replace("{probe}", p) for p in ("live", "ready")] if route.name == "health" else [route.path]
