@@ -10,6 +10,7 @@ app, its readiness, `/api/score`.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import stat
 import subprocess
@@ -189,3 +190,18 @@ def test_the_publish_script_creates_a_missing_container_and_says_so(
     assert f"created the blob container '{container}' (it was missing)" in done.stdout
     again = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0 and "created" not in again.stdout
+
+
+def test_every_hook_has_a_powershell_twin_with_the_same_constants() -> None:
+    """Windows runs the .ps1 twins (azure.yaml `windows:` blocks, docs/platform.md P21): same steps, same values."""
+    for posix in HOOKS.glob("*.sh"):
+        twin = posix.with_suffix(".ps1")
+        assert twin.is_file(), f"{posix.name} has no PowerShell twin"
+        sh, ps1 = posix.read_text(), twin.read_text()
+        for constant in re.findall(r"\"(2\d{3}-\d\d-\d\d|/model\.onnx|Storage Blob Data Contributor)\"", sh):
+            assert constant in ps1, f"{twin.name} lacks {constant}"
+        for step in re.findall(r'"\$here/([\w-]+)\.sh"', sh):
+            assert f"$PSScriptRoot/{step}.ps1" in ps1, f"{twin.name} does not run {step}.ps1"
+    steps = re.findall(r'"\$here/([\w-]+)\.sh"', (HOOKS / "postdeploy.sh").read_text())
+    assert steps == ["keda-scale-rules", "publish-seed-model", "smoke", "eventgrid-subscription"]
+    assert re.findall(r"\$PSScriptRoot/([\w-]+)\.ps1", (HOOKS / "postdeploy.ps1").read_text()) == steps
