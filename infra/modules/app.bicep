@@ -250,6 +250,10 @@ var serviceSettings = [
   { name: 'TRACE_SAMPLE_RATIO', value: '0.01' }
   { name: 'LOG_REJECTIONS_PER_S', value: '10' }
   { name: 'GRPC_PORT', value: string(grpcPort) } // the V2 gRPC server in the same process (ingress below)
+  // NOTE: empty = every gRPC call is refused (UNAUTHENTICATED) until an operator sets the keys as a
+  // Container App secret (docs/deploy.md, "Keys"): a key is a secret, and this template holds none.
+  { name: 'GRPC_KEYS', value: '' }
+  { name: 'GRPC_MAX_CONCURRENT', value: '64' } // calls at once; the next are RESOURCE_EXHAUSTED
   // The record of every decision: hourly append blobs in the WORM `predictions` container (storage.bicep).
   { name: 'PREDICTION_LOG', value: 'blob' }
   { name: 'PREDICTION_LOG_DIR', value: '' } // PREDICTION_LOG=dir only

@@ -24,6 +24,12 @@ A request admitted has `request_timeout_ms` to finish; past it the work is cance
 Every entry takes admission the same way: `async with admission.admitted(): ...` (single
 events, named models, batches, V2 REST and gRPC). This object alone owns the slots, the
 wait queue and the counts of what it admitted and refused.
+
+A V2 request's tensors cost event-loop time to decode (a 1 MiB BYTES tensor ~130 ms), so the
+V2 adapters take their slot *before* decoding: `async with admission.admitted(before_decode=True)`
+holds it for the task, and the core's own `admitted()` inside it, in the same task, takes no
+second slot (a context variable says the task holds one). A flood of large bodies is then
+counted and refused like any other work, before it is decoded.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from contextvars import ContextVar
 from types import TracebackType
 
 from shared.domain.answers import AdmissionStats
@@ -39,11 +46,15 @@ from shared.runtime.deadlines import Deadlines
 from shared.settings import AdmissionPolicy
 from shared.telemetry import metrics
 
-__all__ = ["INTERVAL_S", "Admission", "Admitted"]
+__all__ = ["INTERVAL_S", "Admission", "Admitted", "Holding"]
 
 RECENT_S = 10.0  # readiness says "overloaded" this long after the last refusal
 INTERVAL_S = 0.1  # waits past target for this long: the queue stands (CoDel's interval)
 RELEASE_ALPHA = 0.05  # weight of the newest interval between slots freed in its moving average
+
+
+# The admission and task that hold a slot taken before decoding (`admitted(before_decode=True)`).
+_HELD: ContextVar[tuple[Admission, asyncio.Task[object] | None] | None] = ContextVar("admission_held", default=None)
 
 
 class _Waiter:
@@ -80,10 +91,13 @@ class Admission:
 
     # -- what every entry calls ---------------------------------------------------------
 
-    def admitted(self) -> Admitted:
+    def admitted(self, *, before_decode: bool = False) -> Admitted:
         """`async with admission.admitted():` a slot (waiting for one if need be), then the
-        work under the request deadline; `Overloaded` or `DeadlineExceeded` otherwise."""
-        return Admitted(self)
+        work under the request deadline; `Overloaded` or `DeadlineExceeded` otherwise.
+
+        `before_decode`: the slot is the task's for the whole request, so an `admitted()` of
+        the core inside it takes none of its own (the V2 adapters, which decode first)."""
+        return Holding(self) if before_decode else Admitted(self)
 
     def refuses(self) -> bool:
         """Whether a request arriving now is turned away at once (then it is counted as shed):
@@ -254,16 +268,19 @@ class Admission:
 
 class Admitted:
     """One request's admission: a slot on enter, the request deadline while inside, the slot
-    back on exit; a cancellation by the deadline leaves as `DeadlineExceeded`."""
+    back on exit; a cancellation by the deadline leaves as `DeadlineExceeded`. Inside a slot
+    the same task took before decoding (`Holding`), it takes nothing and gives nothing back."""
 
     __slots__ = ("_admission", "_task")
 
     def __init__(self, admission: Admission) -> None:
         self._admission = admission
-        self._task: asyncio.Task[object] | None = None
+        self._task: asyncio.Task[object] | None = None  # NOTE: None after enter: inside the task's own slot
 
     async def __aenter__(self) -> None:
         admission = self._admission
+        if (held := _HELD.get()) is not None and held[0] is admission and held[1] is asyncio.current_task():
+            return  # NOTE: the task's slot, taken before decoding, covers this work
         if admission.inflight < admission.limit and not admission._waiting:  # NOTE: `take`, inlined: the hot path
             admission.inflight += 1
             admission.total_admitted += 1
@@ -275,10 +292,28 @@ class Admitted:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         admission, task = self._admission, self._task
-        assert task is not None  # noqa: S101 narrows the type: __aenter__ set it
+        if task is None:
+            return  # NOTE: inside a slot taken before decoding: its holder gives it back
         try:
             if kind is not None and (late := admission.expired(task)) is not None:
                 raise late from None  # NOTE: the deadline cancelled the work, whatever it raised then
         finally:
             admission.deadlines.disarm(task)
             admission.leave()
+
+
+class Holding(Admitted):
+    """`admitted(before_decode=True)`: a slot the task holds for the whole request, decoding
+    included; the core's `admitted()` inside it, in the same task, takes no second one."""
+
+    __slots__ = ()
+
+    async def __aenter__(self) -> None:
+        await super().__aenter__()
+        _HELD.set((self._admission, asyncio.current_task()))
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        _HELD.set(None)
+        await super().__aexit__(kind, exc, tb)

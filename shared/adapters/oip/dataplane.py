@@ -81,6 +81,21 @@ class DataPlane:
     def model_ready(self, name: str, version: str | None) -> bool:
         return self.core.model_ready(name, version or None)
 
+    def check_head(self, model: str, version: str | None, name: str, datatype: str, shape: tuple[int, ...]) -> None:
+        """Refuse an input the model cannot take from its head alone, before its data is decoded
+        (a BYTES tensor sent to an FP32 model costs nothing to refuse here)."""
+        info = self.core.metadata(model, version or None)
+        (expected,) = info.inputs
+        if name != expected.name:
+            raise BadRequest(f"unknown input {name!r}: model {info.name!r} takes {expected.name!r}")
+        if datatype != expected.datatype:
+            raise BadRequest(f"input {name!r} is {datatype}; the model takes {expected.datatype}")
+        if len(shape) != 2 or shape[1] != expected.shape[1] or not 1 <= shape[0] <= self._max_rows:
+            raise BadRequest(
+                f"input {name!r} has shape {list(shape)}; expected [rows, {expected.shape[1]}] "
+                f"with 1..{self._max_rows} rows (columns: {', '.join(info.features)})"
+            )
+
     async def infer(self, request: InferRequest) -> InferResponse:
         info = self.core.metadata(request.model, request.version or None)
         matrix = self._rows(request, info)

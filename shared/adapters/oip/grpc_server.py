@@ -6,10 +6,19 @@ path (`/inference.GRPCInferenceService/ModelInfer`...) over the messages generat
 `proto/grpc_predict_v2.proto`. Tensors come as typed `contents` or as `raw_input_contents`;
 the answer uses the form the request used. An error is the status its class names
 (`ScoringError.grpc_status`: INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE...) with its detail.
+
+The port is outside the Functions host (no host key guards it), so the server guards itself:
+every call carries one of GRPC_KEYS in its `x-api-key` metadata (compared in constant time),
+else UNAUTHENTICATED; with no keys set, only a server on loopback answers (elsewhere every
+call is refused, and the start logs why). At most GRPC_MAX_CONCURRENT
+calls run at once (grpc answers the next RESOURCE_EXHAUSTED), a message is at most a V2
+REST body's cap each way, and an inference takes its admission slot before its tensors are
+decoded, having been checked against the model's input from its head alone.
 """
 
 from __future__ import annotations
 
+import hmac
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -26,11 +35,13 @@ from shared.errors import BadRequest, ScoringError, log_answered
 if TYPE_CHECKING:
     from shared.core.service import ScoringService
 
-__all__ = ["SERVICE", "handler", "serve_grpc"]
+__all__ = ["KEY_METADATA", "SERVICE", "handler", "serve_grpc"]
 
 log = logging.getLogger(__name__)
 
 SERVICE = "inference.GRPCInferenceService"
+KEY_METADATA = "x-api-key"
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
 M = TypeVar("M", bound=Message)
 Behavior = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Message]]
 
@@ -53,11 +64,22 @@ _CONTENTS = {
 
 async def serve_grpc(service: ScoringService, host: str, port: int, *, grace_s: float = 1.0) -> None:
     """Serve until cancelled (the core's background job), then stop within `grace_s`."""
-    cap = service.settings.max_body_bytes * 16
+    settings = service.settings
+    keys: tuple[bytes, ...] | None = _keys(settings.grpc_keys)
+    if not keys and host in LOOPBACK:
+        keys = None  # NOTE: no key on loopback (`make run`, tests): nothing else can reach the port
+    elif not keys:
+        log.error("GRPC_KEYS is not set: every gRPC call on %s:%d is refused (UNAUTHENTICATED)", host, port)
+    cap = settings.max_body_bytes * 16
     server = grpc.aio.server(
-        options=[("grpc.max_receive_message_length", cap), ("grpc.so_reuseport", 0)],
+        options=[
+            ("grpc.max_receive_message_length", cap),
+            ("grpc.max_send_message_length", cap),
+            ("grpc.so_reuseport", 0),
+        ],
+        maximum_concurrent_rpcs=settings.grpc_max_concurrent,
     )
-    server.add_generic_rpc_handlers((handler(DataPlane(service)),))
+    server.add_generic_rpc_handlers((handler(DataPlane(service), keys),))
     if server.add_insecure_port(f"{host}:{port}") == 0:
         raise OSError(f"GRPC_PORT {port}: cannot bind {host}:{port}")
     await server.start()
@@ -68,8 +90,12 @@ async def serve_grpc(service: ScoringService, host: str, port: int, *, grace_s: 
         await server.stop(grace_s)
 
 
-def handler(plane: DataPlane) -> grpc.GenericRpcHandler[Any, Any]:
-    """The service's methods over `plane`."""
+def _keys(setting: str | None) -> tuple[bytes, ...]:
+    return tuple(k.strip().encode() for k in setting.split(",")) if setting else ()
+
+
+def handler(plane: DataPlane, keys: tuple[bytes, ...] | None = None) -> grpc.GenericRpcHandler[Any, Any]:
+    """The service's methods over `plane`; unless `keys` is None, a call without one of them is refused."""
 
     async def server_live(request: pb.ServerLiveRequest, context: Any) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=True)
@@ -96,7 +122,8 @@ def handler(plane: DataPlane) -> grpc.GenericRpcHandler[Any, Any]:
         )
 
     async def model_infer(request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
-        response = await plane.infer(decode_infer(request))
+        async with plane.core.admission.admitted(before_decode=True):  # NOTE: decoding is work: admitted first
+            response = await plane.infer(decode_infer(request, plane.check_head))
         return encode_infer(response, raw=bool(request.raw_input_contents))
 
     methods: dict[str, tuple[Behavior, type[Message]]] = {
@@ -111,7 +138,7 @@ def handler(plane: DataPlane) -> grpc.GenericRpcHandler[Any, Any]:
         SERVICE,
         {
             name: grpc.unary_unary_rpc_method_handler(
-                _guarded(name, behavior),
+                _guarded(name, behavior, keys),
                 request_deserializer=message.FromString,
                 response_serializer=lambda m: m.SerializeToString(),
             )
@@ -120,10 +147,14 @@ def handler(plane: DataPlane) -> grpc.GenericRpcHandler[Any, Any]:
     )
 
 
-def _guarded(name: str, behavior: Behavior) -> Behavior:
-    """Our errors become their gRPC status; anything else is INTERNAL, logged once."""
+def _guarded(name: str, behavior: Behavior, keys: tuple[bytes, ...] | None) -> Behavior:
+    """A call without one of `keys` is UNAUTHENTICATED (none at all when `keys` is empty; None:
+    no key asked); our errors become their gRPC status; anything else is INTERNAL, logged once."""
 
     async def call(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Message:
+        if keys is not None and not _carries_key(context, keys):
+            log.warning("gRPC %s refused: no valid %s metadata", name, KEY_METADATA)
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, f"a valid key in `{KEY_METADATA}` metadata")
         try:
             return await behavior(request, context)
         except ScoringError as exc:
@@ -137,14 +168,29 @@ def _guarded(name: str, behavior: Behavior) -> Behavior:
     return call
 
 
-def decode_infer(request: pb.ModelInferRequest) -> InferRequest:
-    """The transport-free request; `raw_input_contents` (one entry per input) or typed contents."""
+def _carries_key(context: grpc.aio.ServicerContext[Any, Any], keys: tuple[bytes, ...]) -> bool:
+    """Whether the call's `x-api-key` is one of `keys`: each compared in constant time, all of them."""
+    sent = [v for k, v in context.invocation_metadata() or () if k == KEY_METADATA]
+    if len(sent) != 1:
+        return False
+    given = sent[0].encode() if isinstance(sent[0], str) else bytes(sent[0])
+    return any([hmac.compare_digest(given, key) for key in keys])  # NOTE: a list: every key is compared
+
+
+Check = Callable[[str, str | None, str, str, tuple[int, ...]], None]
+
+
+def decode_infer(request: pb.ModelInferRequest, check: Check | None = None) -> InferRequest:
+    """The transport-free request; `raw_input_contents` (one entry per input) or typed contents.
+    `check(model, version, name, datatype, shape)` refuses an input before its data is decoded."""
     raw = request.raw_input_contents
     if raw and len(raw) != len(request.inputs):
         raise BadRequest(f"{len(raw)} raw_input_contents for {len(request.inputs)} inputs")
     inputs = []
     for i, tensor in enumerate(request.inputs):
         shape = tuple(tensor.shape)
+        if check is not None:
+            check(request.model_name, request.model_version or None, tensor.name, tensor.datatype, shape)
         if raw:
             data = codec.from_raw(tensor.datatype, shape, raw[i])
         else:

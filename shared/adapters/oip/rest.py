@@ -33,6 +33,7 @@ __all__ = ["HEADER_LENGTH", "V2Endpoints"]
 
 HEADER_LENGTH = "inference-header-content-length"
 Endpoint = Callable[[Request], Awaitable[Response]]
+Check = Callable[[str, str | None, str, str, tuple[int, ...]], None]
 
 
 def _json(body: object, status: int = 200) -> Response:
@@ -83,9 +84,11 @@ class V2Endpoints:
         return _json(V2ModelReady(request.path_params["name"], ready), 200 if ready else 400)
 
     async def infer(self, request: Request) -> Response:
-        body = await self.read_body(request)
-        decoded, binary_out = decode_infer(request, body)
-        return encode_infer(await (await self.plane()).infer(decoded), binary_out)
+        plane = await self.plane()
+        body = await self.read_body(request)  # NOTE: bounded by the body cap and BODY_TIMEOUT_MS
+        async with plane.core.admission.admitted(before_decode=True):  # NOTE: decoding is work: admitted first
+            decoded, binary_out = decode_infer(request, body, plane.check_head)
+            return encode_infer(await plane.infer(decoded), binary_out)
 
 
 _METHODS = {
@@ -116,8 +119,9 @@ def _v2(endpoint: Endpoint) -> Endpoint:
     return guarded
 
 
-def decode_infer(request: Request, body: bytes) -> tuple[InferRequest, bool]:
-    """The request, and whether its outputs are to be sent binary."""
+def decode_infer(request: Request, body: bytes, check: Check | None = None) -> tuple[InferRequest, bool]:
+    """The request, and whether its outputs are to be sent binary; `check(model, version, name,
+    datatype, shape)` refuses an input before its data is decoded."""
     from shared.adapters.oip import codec
     from shared.adapters.oip.dataplane import InferRequest, NamedTensor
 
@@ -131,8 +135,11 @@ def decode_infer(request: Request, body: bytes) -> tuple[InferRequest, bool]:
         raise BadRequest("an inference request is a JSON object with an `inputs` list")
     binary, offset = body, split
     inputs = []
+    model, version = request.path_params["name"], request.path_params.get("version")
     for item in raw["inputs"]:
         name, datatype, shape, params = _tensor_head(item)
+        if check is not None:
+            check(model, version, name, datatype, tuple(shape))
         size = params.get("binary_data_size")
         if size is not None:
             if not isinstance(size, int) or size < 0 or offset + size > len(binary):
