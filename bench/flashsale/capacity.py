@@ -44,19 +44,24 @@ class Sizing:
 
 
 def knee(path: str, windows: ReplicaWindows, p99_ms: float, max_refused: float) -> float:
-    """The highest per-replica event rate whose p99 and refused share stay within the targets."""
+    """The highest per-replica event rate whose p99 and refused share stay within the targets
+    (coarse steps of ~25 %, then 2 % from the last rate that held)."""
     if path == "servicebus":
         raise ValueError("the queue path has no per-request knee: see size()")
-    best, rate = 0.0, 5.0
-    while rate < 200_000:
+
+    def holds(rate: float) -> bool:
         window, latencies = windows.at(path, rate)
         refused = 1 - len(window.latencies_s) / max(window.arrived, 1)
         p99 = float(np.quantile(latencies, 0.99)) if latencies.size else math.inf
-        if p99 > p99_ms or refused > max_refused:
-            break
-        best = rate * (BATCH if path == "http-batch" else 1)
-        rate *= 1.02
-    return best
+        return p99 <= p99_ms and refused <= max_refused
+
+    # NOTE: on the cache's grid of rates 2 % apart (1.02**k), 11 steps (~25 %) at a time, then one
+    best, k = 0, math.floor(math.log(5.0) / math.log(1.02))
+    for stride in (11, 1):
+        k = best or k
+        while 1.02**k < 200_000 and holds(1.02**k):
+            best, k = k, k + stride
+    return (1.02**best if best else 0.0) * (BATCH if path == "http-batch" else 1)
 
 
 def size(
@@ -69,13 +74,16 @@ def size(
     provisional: Provisional,
     *,
     max_refused: float = 0.001,
+    scenario: Scenario | None = None,
+    preroll_s: float = 900.0,
 ) -> Sizing:
-    """Steps 1-5 of the module docstring for `path` ("http-single", "http-batch" or "servicebus")."""
-    scenario = step(peak, burst)
+    """Steps 1-5 of the module docstring for `path` ("http-single", "http-batch" or "servicebus");
+    `scenario` replaces the step (peak, burst x peak within a minute, for 10 minutes)."""
+    scenario = scenario or step(peak, burst)
     windows = ReplicaWindows(times, admission_rule(rules), seed=11)
 
     def run(r: ScaleRules) -> Run:
-        return simulate(scenario, path, r, times, provisional, windows=windows)
+        return simulate(scenario, path, r, times, provisional, windows=windows, preroll_s=preroll_s)
 
     current = run(rules)
     if path == "servicebus":

@@ -57,19 +57,6 @@ def test_a_replica_beyond_the_nodes_waits_for_a_node_then_its_start() -> None:
     assert control.ready(235.0) == 4  # and at most one readiness period
 
 
-def test_a_burst_past_max_replicas_is_refused_and_a_fleet_sized_for_it_holds(times: ServiceTimes) -> None:
-    capacity = 1 / float(np.mean(times.single_cpu))  # events/s one replica's worker does
-    rules = read_scale_rules()
-    peak = 0.5 * rules.max_replicas * capacity
-    sale = step(peak, 3.0, before_min=1, hold_min=2)
-    today = simulate(sale, "http-single", rules, times, PROVISIONAL, preroll_s=120)
-    burst = [m for m in today.minutes if m.offered > 2.5 * peak]
-    assert burst and all(m.refused_share > 0.2 for m in burst)  # 1.5x what 12 replicas do
-    sized = int(np.ceil(3 * peak / (0.6 * capacity)))
-    enough = rules.with_(min_replicas=sized, max_replicas=sized)
-    assert simulate(sale, "http-single", enough, times, PROVISIONAL, preroll_s=120).holds(50.0, 0.001)
-
-
 def test_a_queue_burst_past_capacity_builds_a_backlog_that_drains_after(times: ServiceTimes) -> None:
     rules = read_scale_rules()
     per_replica = rules.max_message_batch / (float(np.mean(times.queue_fixed)) + 64 * times.queue_per_message_s)
