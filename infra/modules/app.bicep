@@ -183,6 +183,9 @@ var hostSettings = [
   // One worker process per replica: the warm sessions, caches and batchers are per process, and
   // the gRPC port can be bound once (docs/capacity.md). Scale with replicas.
   { name: 'FUNCTIONS_WORKER_PROCESS_COUNT', value: '1' }
+  // The host refuses a larger body (413) before buffering it for the worker; the app's largest cap is a
+  // batch's or a V2 request's, MAX_BODY_BYTES x 16 (docs/platform.md P65; tests/infra/test_edges.py).
+  { name: 'FUNCTIONS_REQUEST_BODY_SIZE_LIMIT', value: '1048576' }
 ]
 
 // shared/settings.py APP_SETTING_NAMES, one entry each (values are strings).
