@@ -12,18 +12,35 @@ Inputs: infra/ and host.json (bench/flashsale/infra.py), bench/flashsale/measure
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 from bench.flashsale import capacity, report
 from bench.flashsale.arrivals import SCENARIOS
 from bench.flashsale.fleet import PATHS, Run, simulate
 from bench.flashsale.infra import read_scale_rules
-from bench.flashsale.inputs import PROVISIONAL, load_measured, service_times
+from bench.flashsale.inputs import PROVISIONAL, Provisional, Spread, load_measured, service_times
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 OVERRIDES = ("min_replicas", "max_replicas", "http_concurrent_requests", "queue_messages_per_replica")
+
+
+def _provisional(args: argparse.Namespace) -> Provisional:
+    """PROVISIONAL, with the start-up delays a what-if names ("median,p99" seconds)."""
+
+    def spread(value: str | None, default: Spread) -> Spread:
+        if value is None:
+            return default
+        median, _, p99 = value.partition(",")
+        return Spread(float(median), float(p99 or median))
+
+    return replace(
+        PROVISIONAL,
+        replica_start_s=spread(args.replica_start_s, PROVISIONAL.replica_start_s),
+        node_start_s=spread(args.node_start_s, PROVISIONAL.node_start_s),
+    )
 
 
 def _run(args: argparse.Namespace) -> None:
@@ -39,7 +56,7 @@ def _run(args: argparse.Namespace) -> None:
         scenario = SCENARIOS[name](args.peak, args.burst)
         step_s = 15.0 if name == "diurnal" else 1.0
         for path in paths:
-            runs.append(simulate(scenario, path, rules, times, PROVISIONAL, step_s=step_s))
+            runs.append(simulate(scenario, path, rules, times, _provisional(args), step_s=step_s))
         print(f"\n{scenario.name}: {scenario.describe}", flush=True)
         if len(paths) == 1:
             print(report.minutes_table(runs[-1], every=60 if name == "diurnal" else 1))
@@ -58,7 +75,7 @@ def _capacity(args: argparse.Namespace) -> None:
     rules = read_scale_rules()
     times = service_times(load_measured())
     found = capacity.size(
-        args.path, args.peak, args.burst, args.p99_ms, rules, times, PROVISIONAL, max_refused=args.max_refused
+        args.path, args.peak, args.burst, args.p99_ms, rules, times, _provisional(args), max_refused=args.max_refused
     )
     print(
         f"{found.scenario.describe}; path {found.path}; target p99 <= {args.p99_ms:g} ms, refused <= {args.max_refused:.2%}"
@@ -91,6 +108,8 @@ def main() -> None:
         one.add_argument("--burst", type=float, default=3.0, help="the burst's multiple of the peak")
         one.add_argument("--p99-ms", type=float, default=50.0)
         one.add_argument("--out", type=Path, default=REPO / "bench-out" / "flashsale")
+        for delay in ("replica-start-s", "node-start-s"):  # NOTE: what-ifs of the PROVISIONAL start-up delays
+            one.add_argument("--" + delay, metavar="MEDIAN[,P99]")
     sub.choices["run"].add_argument("--scenario", default="all", choices=["all", *SCENARIOS])
     sub.choices["run"].add_argument("--path", default="all", choices=["all", *PATHS])
     for name in OVERRIDES:  # NOTE: what-ifs: a value instead of infra/'s
