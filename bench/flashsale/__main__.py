@@ -5,6 +5,10 @@
     python -m bench.flashsale capacity --peak 10000 --burst 3 --p99-ms 50 [--path http-single]
                                   [--max-refused 0.001] [--out bench-out/flashsale]      (make capacity)
 
+What-ifs: `run` takes --min-replicas, --max-replicas, --http-concurrent-requests and
+--queue-messages-per-replica instead of infra/'s; both take --replica-start-s and --node-start-s
+("MEDIAN[,P99]" seconds) instead of the PROVISIONAL start-up delays.
+
 Inputs: infra/ and host.json (bench/flashsale/infra.py), bench/flashsale/measured.json (measured;
 `python -m bench.flashsale.measure` rewrites it) and the PROVISIONAL figures (bench/flashsale/inputs.py).
 """
