@@ -1,4 +1,4 @@
-"""The README's Feast example: Feast materialises the demo users into Redis; the demo model learns to read them.
+"""The Feast example of docs/feast.md: Feast materialises the demo users into Redis; the demo model learns to read them.
 
     .venv/bin/python scripts/feast_demo.py [--project fraud_demo] [--models .run/feast-models]
 
