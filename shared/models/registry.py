@@ -31,7 +31,7 @@ from typing import Literal
 
 from shared.domain.answers import LoadError, ModelView
 from shared.domain.feast_spec import FromServingFeast
-from shared.errors import ModelInvalid, ModelNotFound, NotReady
+from shared.errors import ModelInvalid, ModelNotFound, ModelSourceError, NotReady
 from shared.models.onnx import OnnxModel
 from shared.models.repository import ModelRef, ModelRepository, Release, check_ref, version_key
 from shared.models.sandbox import Sandbox
@@ -160,7 +160,7 @@ class ModelRegistry:
         ref = ModelRef(name, version)
         sha256 = hashlib.sha256(data).hexdigest()
         try:
-            release = await asyncio.to_thread(self.repository.release, ref)
+            release = await self._release(ref)
             self._check_digest(ref, sha256, release)
             loaded = await asyncio.to_thread(self._load, name, version, data, digest)
             loaded.digest = sha256
@@ -178,6 +178,19 @@ class ModelRegistry:
         self._emit(RegistryEvent("loaded", name, version, digest))
         await self._retire(await self._activate(loaded))
         return loaded
+
+    async def _release(self, ref: ModelRef) -> Release | None:
+        """The version's release record; None when it has none, or when the source cannot say now.
+
+        NOTE: a Blob trigger hands the bytes in while the store may be down: the file is then
+        taken as unrecorded (its digest still may not change, and it stays a candidate unless
+        AUTO_PROMOTE), rather than refused while the current version serves on.
+        """
+        try:
+            return await asyncio.to_thread(self.repository.release, ref)
+        except ModelSourceError as exc:
+            log.warning("%s/%s: release record unreadable (%s); taken as unrecorded", *ref, exc.detail)
+            return None
 
     def _check_digest(self, ref: ModelRef, sha256: str, release: Release | None) -> None:
         """`ModelInvalid` when the file is not the one published (or first loaded) under its version."""
