@@ -1,8 +1,8 @@
 """The azd postdeploy hook, replayed: publish the seed model, then the smoke test, then Event Grid.
 
-infra/hooks/postdeploy.sh runs as azd runs it (POSIX sh, the hook's environment), against Azurite
-as the models container and the app served as `make run` serves it, reading its models from that
-container only. `az` is a stand-in on the PATH that records each call and answers the few reads
+infra/hooks/postdeploy.sh runs as azd runs it (POSIX sh, from the repository root, azd's outputs as
+its environment: docs/platform.md P67), against Azurite as the models container and the app served
+as `make run` serves it, reading its models from that container only (AUTO_PROMOTE off, as in Azure). `az` is a stand-in on the PATH that records each call and answers the few reads
 the hooks make (azd and Azure cannot run here); everything else is real: the publish script, the
 app, its readiness, `/api/score`.
 """
