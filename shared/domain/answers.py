@@ -424,6 +424,9 @@ class Stats(Answer, frozen=True):
     reviews: ReviewCounts | None
     admission: AdmissionStats
     prediction_log: PredictionLogStats | UnsetType = UNSET
+    readiness: Annotated[
+        Readiness | UnsetType, Meta(description="readiness with its reasons (the anonymous probe says ready or not)")
+    ] = UNSET
 
 
 class ReviewRecord(Answer, frozen=True, omit_defaults=True):

@@ -412,15 +412,17 @@ async def test_a_model_blob_over_the_cap_is_refused_unread(
 
 
 async def test_a_malformed_redis_url_under_the_host_is_a_503_naming_it() -> None:
-    """No traceback, no secret, no path: one line on readiness; the worker and its warm-up live on."""
+    """No traceback, no secret, no path: one line on a keyed route (the anonymous probe says not
+    ready, no more); the worker and its warm-up live on."""
     handlers = FunctionHandlers(ServiceHolder(lambda: Settings.from_env({"REDIS_URL": "redis//:s3cret@cache:6380"})))
     handlers.warm_up_soon()
     assert handlers._warm_up is not None
     await handlers._warm_up  # logs the reason, raises nothing
     r = await handlers.http(http_request("GET", "/api/health/ready"))
-    body = json.loads(r.get_body())
-    assert r.status_code == 503 and body["detail"] == (
-        "invalid settings: REDIS_URL: expected a redis://, rediss:// or unix:// URL with a host"
+    assert r.status_code == 503 and json.loads(r.get_body()) == {"status": "not_ready", "models": []}
+    r = await handlers.http(http_request("GET", "/api/stats"))
+    assert r.status_code == 503 and json.loads(r.get_body())["detail"] == (
+        "REDIS_URL: expected a redis://, rediss:// or unix:// URL with a host"
     )
     r = await handlers.http(http_request("POST", "/api/score", event()))
     assert r.status_code == 503 and "s3cret" not in r.get_body().decode()

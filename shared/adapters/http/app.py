@@ -36,7 +36,7 @@ from shared.adapters.http.body import read_body, read_json_body
 from shared.adapters.http.routes import ROUTES
 from shared.adapters.oip.rest import V2Endpoints
 from shared.core.holder import ServiceHolder
-from shared.domain.answers import Batch, ErrorBody, IndexedError, Liveness, ModelList, encode, error_body
+from shared.domain.answers import Batch, ErrorBody, IndexedError, Liveness, ModelList, Readiness, encode, error_body
 from shared.domain.control import decode_note
 from shared.domain.events import decode_activation, decode_canary
 from shared.errors import Overloaded, ScoringError, log_answered, retry_after
@@ -172,7 +172,8 @@ class Endpoints:
         return json_response(await (await self.core()).review(request.path_params["event_id"]))
 
     async def stats(self, request: Request) -> Response:
-        return json_response((await self.core()).stats())
+        stats = (await self.core()).stats()
+        return json_response(msgspec.structs.replace(stats, readiness=self.holder.readiness()))
 
     async def metrics(self, request: Request) -> Response:
         from shared.telemetry.setup import configure
@@ -189,6 +190,8 @@ class Endpoints:
         if probe != "ready":
             raise HTTPException(404)
         readiness = self.holder.readiness()
+        if self.hosted:  # NOTE: anonymous under the host: ready or not, no more; the why is keyed (/api/stats)
+            readiness = Readiness(status=readiness.status, models=[])
         return json_response(readiness, 200 if readiness.ready else 503)
 
     async def openapi(self, request: Request) -> Response:
