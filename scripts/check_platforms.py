@@ -32,7 +32,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.tags import Tag, compatible_tags, cpython_tags, mac_platforms
-from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 REPO = Path(__file__).resolve().parent.parent
@@ -129,19 +129,17 @@ def files_of(project: str) -> list[dict[str, object]]:
 
 def missing_wheel(pin: Requirement, platform: Platform, files: list[dict[str, object]]) -> str | None:
     """Why `pin` has no wheel a CPython 3.11 on `platform` installs; None when it has one."""
-    (spec,) = pin.specifier  # NOTE: every line of requirements.txt pins one version (==)
-    wanted, accepted = Version(spec.version), platform.wheel_tags()
+    accepted, python = platform.wheel_tags(), Version(f"{PYTHON}.0")
     for item in files:
         filename = str(item["filename"])
         if not filename.endswith(".whl") or item.get("yanked"):
             continue
-        _, version, _, tags = parse_wheel_filename(filename)
+        try:
+            _, version, _, tags = parse_wheel_filename(filename)
+        except InvalidWheelFilename:  # NOTE: old uploads the index still lists (`py36+`); pip skips them too
+            continue
         requires = item.get("requires-python")
-        if (
-            version == wanted
-            and tags & accepted
-            and (not requires or Version(f"{PYTHON}.0") in SpecifierSet(str(requires)))
-        ):
+        if version in pin.specifier and tags & accepted and (not requires or python in SpecifierSet(str(requires))):
             return None
     return f"{pin}: no wheel for CPython {PYTHON} on {platform.name}"
 

@@ -45,6 +45,19 @@ def test_the_pins_resolve_to_wheels_on_every_platform() -> None:
     assert done.stdout.count("resolves") == len(PLATFORMS), done.stdout
 
 
+LAPTOPS = ("linux-x86_64", "linux-arm64", "macos-arm64", "macos-x86_64")
+
+
+# NOTE: what `make test` installs besides the app's pins (the 3.13 worker runtime is optional: its tests skip)
+@pytest.mark.parametrize(
+    "requirements",
+    ["requirements-dev.txt", "requirements-infra.txt", "requirements-feast.txt", "requirements-worker311.txt"],
+)
+def test_make_test_installs_on_every_laptop(requirements: str) -> None:
+    done = check("--requirements", str(REPO / requirements), *LAPTOPS)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_the_check_fails_on_a_pin_without_a_wheel_there(tmp_path: Path) -> None:
     """Mutation: the GPU build for every platform (as before the markers) fails on macOS and Linux arm64."""
     unmarked = tmp_path / "requirements.txt"
