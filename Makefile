@@ -15,7 +15,10 @@ LINTED := shared tests function_app.py scripts bench
 help:
 	@grep -E '^## ' $(MAKEFILE_LIST) | sed -E 's/^## ([a-z-]+): /  make \1\t/' | expand -t 22
 
+# NOTE: a laptop's python3 may be older (macOS's own is 3.9): say which to use instead of failing in pip
 $(VENV)/.runtime: requirements.txt
+	@test -x $(PY) || $(PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] < (3, 11))' 2>/dev/null || { \
+		echo "make: $(PYTHON) is not Python 3.11 or newer ($$($(PYTHON) -V 2>&1)); try: make PYTHON=python3.11 $(MAKECMDGOALS)" >&2; exit 2; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "installing runtime dependencies into $(VENV) (first run only)..."
 	@$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
