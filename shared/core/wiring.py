@@ -111,7 +111,7 @@ async def build_service(settings: Settings) -> ScoringService:
     rollout = Rollout(registry, source, control, poll_s=settings.model_poll_s)
     from shared.models.ensembles.catalog import Ensembles
 
-    ensembles = Ensembles(registry, source, settings.ort, settings.batch.max_size)
+    ensembles = Ensembles(registry, source, settings.ort, settings.batch.max_size, sandbox=sandbox)
     reviewer = build_reviewer(settings, redis, control) if settings.review.enabled else None
     decisions, traffic, shadows, drift = build_rollouts(settings, registry, rollout, control)
     service = ScoringService(

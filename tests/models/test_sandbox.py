@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -149,3 +149,18 @@ def test_the_child_finds_what_the_serving_process_imports_and_no_secret(monkeypa
     env = child_env()
     assert set(env) == {"PATH", "PYTHONPATH", "PYTHONNOUSERSITE", "OMP_NUM_THREADS"}
     assert set(env["PYTHONPATH"].split(os.pathsep)) >= {p for p in sys.path if p and os.path.isdir(p)}
+
+
+async def test_a_stacking_meta_model_is_tried_in_the_sandbox_too(
+    models_dir: Path, settings: Settings, services: Callable[[Settings], Awaitable[ScoringService]]
+) -> None:
+    from tests.models.ensembles.test_ensembles import B_FEATURES, MEMBERS, add_model, declare
+
+    add_model(models_dir, "fraud_b", "1", make_model(bias=-2.0, features=B_FEATURES))
+    folder = declare(models_dir, "stack", {"members": MEMBERS, "method": "stacking", "meta_model": "meta.onnx"})
+    (folder / "meta.onnx").write_bytes(hostile.memory_bomb())
+    base = rss()
+    service = await services(settings)
+    assert rss() - base < 100 * MiB  # NOTE: the service's own start-up (two models, the app) included
+    assert not service.model_ready("stack")
+    assert "refused by the sandbox" in str(to_builtins(service.models())[-1]["last_error"])

@@ -19,6 +19,7 @@ from shared.models.ensembles.ensemble import Ensemble
 from shared.models.onnx import OnnxModel
 from shared.models.registry import ModelRegistry, RegistryEvent
 from shared.models.repository import ModelRef, ModelRepository, version_key
+from shared.models.sandbox import Sandbox
 from shared.settings import OrtOptions
 
 __all__ = ["ENSEMBLE_FILE", "Ensembles"]
@@ -31,8 +32,17 @@ ENSEMBLE_FILE = "ensemble.json"
 class Ensembles:
     """Declared ensembles by name; `get` answers the active build."""
 
-    def __init__(self, registry: ModelRegistry, source: ModelRepository, ort: OrtOptions, warm_rows: int = 8) -> None:
+    def __init__(
+        self,
+        registry: ModelRegistry,
+        source: ModelRepository,
+        ort: OrtOptions,
+        warm_rows: int = 8,
+        *,
+        sandbox: Sandbox | None = None,
+    ) -> None:
         self._registry = registry
+        self._sandbox = sandbox  # NOTE: a meta-model is a model file too: tried in a child first
         self._source = source
         self._ort = ort
         self._warm_rows = warm_rows
@@ -71,6 +81,8 @@ class Ensembles:
         self._declared[ref.name] = declaration
 
     def _load_meta(self, data: bytes) -> OnnxModel:
+        if self._sandbox is not None:
+            self._sandbox.trial(data)
         model = OnnxModel.load(data, self._ort)
         model.warm(self._warm_rows)
         return model
