@@ -5,7 +5,13 @@ docs/benchmark.md) and its costs (against infra/'s defaults). The same links che
 from __future__ import annotations
 
 import json
+import os
 import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -170,3 +176,40 @@ def test_the_deploy_settings_the_readme_names_exist() -> None:
     parameters = (REPO / "infra" / "main.parameters.json").read_text()
     for name in set(re.findall(r"\b(SCORING_[A-Z_]+)\b", text)):
         assert name in hooks or name in parameters, name
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[int]:
+    """The app as `make run` serves it (the committed model, no Redis), on a free port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PORT": str(port), "REDIS_URL": "", "PREDICTION_LOG": "off"}
+    log = (tmp_path / "app.log").open("w")
+    app = subprocess.Popen([sys.executable, "-m", "shared"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        yield port
+    finally:
+        app.terminate()
+        app.wait(timeout=30)
+        log.close()
+
+
+def test_the_one_request_answers_as_the_readme_shows(served: int) -> None:
+    """The README's two curl commands, run as written (on another port), answer what it shows."""
+    section = README.read_text().split("## One request and its answer", 1)[1]
+    commands, shown = re.search(r"```bash\n(.*?)```\n```json\n(.*?)```", section, re.S).groups()  # type: ignore[union-attr]
+    script = commands.replace("localhost:7071", f"localhost:{served}")
+    ready, score = script.split("\n", 1)
+    for _ in range(200):  # NOTE: the first start warms the model (about a second)
+        if subprocess.run(["sh", "-c", ready], capture_output=True, text=True).stdout.startswith('{"status":"ready"'):
+            break
+        time.sleep(0.1)
+    done = subprocess.run(["sh", "-c", score], capture_output=True, text=True, timeout=60)
+    answer = json.loads(done.stdout)
+    expected = json.loads(shown)
+    assert set(answer) == set(expected)
+    assert {k: v for k, v in answer.items() if k != "timings_ms"} == {
+        k: v for k, v in expected.items() if k != "timings_ms"
+    }
+    assert set(answer["timings_ms"]) == set(expected["timings_ms"])
