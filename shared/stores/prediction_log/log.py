@@ -34,7 +34,9 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 
-from shared.domain.answers import PredictionLogStats
+import msgspec
+
+from shared.domain.answers import PredictionLogStats, Review
 from shared.domain.records import DecisionRecord, encode_records
 from shared.errors import SinkError
 from shared.settings import PredictionLogPolicy
@@ -280,6 +282,8 @@ class PredictionLog:
         """The chunk's records by partition (model, version, UTC hour), each in arrival order."""
         groups: dict[tuple[str, str, int], list[DecisionRecord]] = {}
         for record in chunk:
+            if getattr(record.review, "rationale", ""):  # NOTE: a review is on few records (the uncertain tail)
+                record.review = _without_rationale(record.review)
             hour = (record.model, record.version, int(record.at // 3600))  # NOTE: epoch hours are UTC hours
             group = groups.get(hour)
             if group is None:
@@ -465,3 +469,12 @@ def _leading(pending: _Pending, limit: int) -> bytes:
 
 def _name(fn: Subscriber) -> str:
     return getattr(fn, "__qualname__", None) or type(fn).__name__
+
+
+def _without_rationale(review: Review) -> Review:
+    """A review as the log keeps it: its status, score and reason, not the reviewer's free text.
+
+    NOTE: the rationale is the model's prose and may quote the payment's note (the user's own
+    words); the log is immutable for its retention, so it keeps none. The rationale stays on
+    `GET /api/reviews/{event_id}` for REVIEW_TTL_S (docs/security.md, "Records")."""
+    return msgspec.structs.replace(review, rationale="")

@@ -439,3 +439,21 @@ async def test_with_storage_unreachable_records_wait_in_memory_and_land_once_it_
         await eventually(lambda: log.stats().written == 3000, what="the records after the outage")
         assert len(blob_lines(service, container)) == 3000
         assert log.problem() is None and balanced(log.stats())
+
+
+async def test_a_reviews_rationale_is_never_written_and_the_rest_of_the_review_is(tmp_path: Path) -> None:
+    """The reviewer's prose may quote the payment's note: the immutable log keeps its outcome only."""
+    from shared.domain.answers import Review
+
+    log = PredictionLog(POLICY, DirectorySink(tmp_path, "r1"), replica="r1")
+    reviewed = decision(1)
+    reviewed.review = Review("done", "evt-1", risk_score=0.91, rationale='note says "wire it to my cousin Ada"')
+    log.add(reviewed)
+    outcome = decision(2)
+    outcome.review = Review("done", "evt-2", risk_score=0.4, rationale="the user wrote: Ada Lovelace, 12 Elm St")
+    log.add_outcome(outcome)
+    await log.flush()
+    data = (tmp_path / FILE).read_bytes()
+    assert b"Ada" not in data and b"rationale" not in data
+    reviews = [line["review"] for line in lines_of(tmp_path / FILE)]
+    assert [(r["status"], r["risk_score"]) for r in reviews] == [("done", 0.91), ("done", 0.4)]
