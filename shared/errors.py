@@ -25,6 +25,7 @@
     │   ├── Overloaded            503 overloaded        UNAVAILABLE        (shed at once, Retry-After; queue: retry)
     │   └── DeadlineExceeded      503 deadline_exceeded DEADLINE_EXCEEDED  (work abandoned, Retry-After; queue: retry)
     ├── InferenceFailed           500 inference_failed  INTERNAL           (queue: retry)
+    ├── Unexpected                500 unexpected        INTERNAL           (queue: reject that message alone, never its batch)
     │   └── BatchShapeError       500 batch_shape       INTERNAL
     ├── ReviewNotFound            404 review_not_found  NOT_FOUND          (no review of that event is kept)
     └── ReviewFailed              502 review_failed     UNAVAILABLE        (the local decision stands)
@@ -84,6 +85,7 @@ __all__ = [
     "SinkError",
     "TooManyItems",
     "Unavailable",
+    "Unexpected",
     "Unshareable",
     "UnsupportedMediaType",
     "log_answered",
@@ -231,6 +233,13 @@ class DeadlineExceeded(Unavailable):
 
     grpc_status, code = "DEADLINE_EXCEEDED", "deadline_exceeded"
     retry_after_s = 1.0
+
+
+class Unexpected(ScoringError):
+    """A fault of ours that one message met (a foreign exception no adapter translated): that message
+    is rejected with the exception's class, and its batch's other messages go on."""
+
+    status, code, retryable = 500, "unexpected", False
 
 
 class InferenceFailed(ScoringError):

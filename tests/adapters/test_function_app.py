@@ -262,11 +262,13 @@ async def test_bad_message_is_rejected_with_reason_and_body(handlers: FunctionHa
 
 async def test_a_batch_with_a_transient_failure_raises_after_publishing_the_rest(settings: Settings) -> None:
     """The host abandons the whole batch; the redelivery republishes the same bytes under the same ids."""
-    from shared.adapters.queue.idempotency import MemoryResultStore
+    from dataclasses import replace
+
+    from shared.adapters.queue.idempotency import Kept, MemoryResultStore
     from shared.errors import BatchIncomplete
 
     class OneDown(MemoryResultStore):
-        async def find(self, event_ids: Any) -> list[bytes | None]:
+        async def find(self, event_ids: Any) -> list[Kept | None]:
             if "flaky" in event_ids and self.down:
                 raise ResultStoreDown("result store: redis TimeoutError")
             return await super().find(event_ids)
@@ -274,7 +276,8 @@ async def test_a_batch_with_a_transient_failure_raises_after_publishing_the_rest
     from shared.errors import ResultStoreDown
 
     store, publisher = OneDown(), MemoryPublisher()
-    h = FunctionHandlers(ServiceHolder(lambda: settings), publisher=publisher, store=store)
+    short = replace(settings, queue_batch_budget_ms=6000)  # the outage outlasts the (shortest) budget
+    h = FunctionHandlers(ServiceHolder(lambda: short), publisher=publisher, store=store)
     try:
         store.down = True
         batch = [sb_message(json.dumps(event(event_id="flaky")).encode(), "flaky"), sb_message(b"{", "m-bad")]
@@ -369,10 +372,13 @@ async def test_a_message_over_max_message_bytes_is_rejected_with_an_excerpt_size
 
 
 async def test_a_bad_message_is_rejected_and_a_bad_configuration_retried(settings: Settings, tmp_path: Path) -> None:
-    """The message's own fault is rejected at once; the service's state or configuration is retried."""
+    """The message's own fault is rejected at once; the service's state or configuration is retried
+    (waited for inside the batch budget first: the shortest the settings allow)."""
     from dataclasses import replace
 
     from shared.errors import BatchIncomplete
+
+    settings = replace(settings, queue_batch_budget_ms=6000)
 
     publisher = MemoryPublisher()
     misnamed = FunctionHandlers(ServiceHolder(lambda: replace(settings, default_model="nope")), publisher=publisher)
@@ -450,7 +456,7 @@ from tests.conftest import event
 
 async def main():
     publisher = ServiceBusPublisher(namespace="payments.servicebus.windows.net")
-    h = FunctionHandlers(ServiceHolder(lambda: Settings.from_env({})), publisher=publisher)
+    h = FunctionHandlers(ServiceHolder(lambda: Settings.from_env({"QUEUE_BATCH_BUDGET_MS": "6000"})), publisher=publisher)
     body = json.dumps(event(event_id="no-aiohttp")).encode()
     msg = ServiceBusMessage(body=body, message_id="no-aiohttp", user_properties={}, delivery_count=1, application_properties={})
     try:

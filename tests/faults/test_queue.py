@@ -29,28 +29,40 @@ OwnRedis = Callable[..., RedisServer]
 async def test_the_publisher_failing(
     settings: Settings, own_redis: OwnRedis, replicas: Replicas, queue: Queue, publisher: MemoryPublisher
 ) -> None:
-    replica = replicas(over_redis(settings, await seeded(own_redis().url)))
+    redis_url = await seeded(own_redis().url)
+    replica = replicas(over_redis(settings, redis_url))
     service = await replica.start()
     queue.send([payment(f"q-before-{i}", i) for i in range(16)])
     await queue.drain(replica.handlers)
     failed = await replica.metric("scoring_queue_messages_total", scoring_outcome="failed")
 
-    publisher.down = True  # the output queue cannot be reached
-    queue.send([payment(f"q-down-{i}", 100 + i) for i in range(48)])
+    publisher.down = True  # the output queue cannot be reached: a short outage is waited out in the batch
+    queue.send([payment(f"q-blip-{i}", 100 + i) for i in range(16)])
 
-    async def twice() -> list[bool]:
-        return [await queue.deliver(replica.handlers) for _ in range(2)]
+    async def back_after(seconds: float) -> None:
+        await asyncio.sleep(seconds)
+        publisher.down = False
 
-    answers, delivered = await asyncio.gather(replica.load("http", 200), twice())
+    answers, delivered, _ = await asyncio.gather(
+        replica.load("http", 200), queue.deliver(replica.handlers), back_after(1.0)
+    )
     assert {r.status_code for r in answers} == {200}  # HTTP goes on
-    assert delivered == [False, False] and len(queue.pending) == 48  # abandoned, redelivered: nothing lost
+    assert delivered and queue.abandoned == 0  # held, then sent: no delivery spent
+    assert await replica.metric("scoring_queue_messages_total", scoring_outcome="failed") == failed
+
+    # an outage longer than the batch budget (the shortest the settings allow): the batch goes back
+    replica = replicas(over_redis(settings, redis_url, queue_batch_budget_ms=6000))
+    service = await replica.start()
+    publisher.down = True
+    queue.send([payment(f"q-down-{i}", 200 + i) for i in range(48)])
+    assert not await queue.deliver(replica.handlers) and len(queue.pending) == 48  # abandoned: nothing lost
     assert any(r.startswith("queue: ") and "publish_failed" in r for r in await replica.degraded())
     assert await replica.metric("scoring_degraded", scoring_component="queue") == 1
-    assert await replica.metric("scoring_queue_messages_total", scoring_outcome="failed") == failed + 96
+    assert await replica.metric("scoring_queue_messages_total", scoring_outcome="failed") == failed + 48
 
     publisher.down = False
     await queue.drain(replica.handlers)
-    assert len(queue.results()) == 64
+    assert len(queue.results()) == 80
     assert queue.republished_identically()  # the results were kept before the send failed
     assert await replica.degraded() == []
     assert await replica.metric("scoring_degraded", scoring_component="queue") == 0

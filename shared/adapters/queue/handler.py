@@ -8,10 +8,17 @@
     keep        SET NX per result: the first result of a payment wins, everywhere
     publish     one send: results to risk-completed (message_id = event_id), rejections to risk-rejected
 
-A transient failure (store down, no model ready, publishing failed) marks only the messages
-it touched `failed`; the adapter raises afterwards so the host abandons the batch and Service
-Bus redelivers it (dead-lettering after the queue's max delivery count). Whatever was kept
-or sent before is republished byte for byte, and duplicate detection drops the republish.
+A dependency outage (the result store down, no model ready, publishing failing) is waited out
+inside the batch: the call is tried again with backoff and full jitter until the budget's share
+for it runs out (`_held`). A held batch holds its messages' locks, so an outage spends no
+delivery count while it lasts (a failed batch is redelivered at once: five deliveries in a
+millisecond would dead-letter valid payments). Only then does it mark the messages it touched
+`failed`; the adapter raises afterwards so the host abandons the batch and Service Bus
+redelivers it (dead-lettering after the queue's max delivery count: an outage of up to
+maxDeliveryCount x QUEUE_BATCH_BUDGET_MS is absorbed, docs/capacity.md). Whatever was kept or
+sent before is republished byte for byte, and duplicate detection drops the republish. A fault
+of ours that one message meets (an exception no adapter translated) rejects that message alone
+(`unexpected`), never its neighbours.
 
 Every batch settles within its `BatchBudget`. The host renews no lock of a batch invocation
 (docs/platform.md P1): a message is locked from its receipt until the host completes it after
@@ -28,7 +35,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from msgspec.structs import asdict
 
@@ -42,10 +49,14 @@ from shared.errors import (
     EventExpired,
     EventIdConflict,
     InvalidEvent,
+    ModelSourceError,
+    NotReady,
     Overloaded,
     PayloadTooLarge,
     PublishFailed,
     ScoringError,
+    Unavailable,
+    Unexpected,
 )
 from shared.settings import CLOCK_SKEW_S, Settings
 from shared.telemetry import metrics, process
@@ -65,6 +76,9 @@ OVERLOAD_WAIT_S = 5.0  # how long a message waits out a full model queue before 
 # NOTE: the SDK's retries stay well inside the publish share of the budget (its default backoff
 # may wait up to 120 s between tries); the budget's own timeout is the hard bound.
 PUBLISH_RETRY = {"retry_total": 3, "retry_backoff_factor": 0.5, "retry_backoff_max": 2.0}
+HOLD_FIRST_S = 0.05  # the first wait after a dependency outage; doubling (full jitter) up to HOLD_MAX_S
+HOLD_MAX_S = 2.0
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,7 +258,7 @@ class QueueHandler:
         if not fresh:
             return
         try:
-            service = self._core = await self._service()
+            service = self._core = await _held(until, self._service, "starting the service")
         except ScoringError as exc:
             _fail(fresh, exc)
             return
@@ -254,7 +268,8 @@ class QueueHandler:
     async def _look_up(self, primaries: list[Delivery], until: float) -> list[Delivery]:
         """Kept results become duplicates (republished byte for byte); the rest, to score."""
         try:
-            kept = await _by(until, self._store.find([d.decoded.event_id for d in primaries]), "looking up results")
+            ids = [d.decoded.event_id for d in primaries]
+            kept = await _held(until, lambda: self._store.find(ids), "looking up results")
         except ScoringError as exc:
             _fail(primaries, exc)
             return []
@@ -291,7 +306,7 @@ class QueueHandler:
         """SET NX per result: the first result of a payment wins (one kept by another replica first: a duplicate)."""
         items = [(d.decoded.event_id, Kept(d.digest, body)) for d, body in zip(scored, bodies, strict=True)]
         try:
-            stored = await _by(until, self._store.keep(items), "keeping results")
+            stored = await _held(until, lambda: self._store.keep(items), "keeping results")
         except ScoringError as exc:
             _fail(scored, exc)
             return
@@ -328,6 +343,8 @@ class QueueHandler:
                             return exc
                     except ScoringError as exc:
                         return exc
+                    except Exception as exc:  # NOTE: a fault of ours: this message alone is rejected
+                        return Unexpected(f"{type(exc).__name__} while scoring this message (see the log)")
                     await asyncio.sleep(pause)
                     waited, pause = waited + pause, min(pause * 2, 0.5)
         except TimeoutError:
@@ -352,9 +369,8 @@ class QueueHandler:
             carried.append(d)
         failure: ScoringError | None = None
         try:
-            async with asyncio.timeout_at(until):
-                await self.publisher.publish(outbound)
-        except TimeoutError:
+            await _held(until, lambda: self.publisher.publish(outbound), "publishing")
+        except DeadlineExceeded:
             failure = PublishFailed("publishing outlasted the queue batch budget (QUEUE_BATCH_BUDGET_MS)")
         except ScoringError as exc:
             failure = exc
@@ -443,6 +459,28 @@ def _measure(batch: list[Delivery], verdicts: list[Handled], started: float) -> 
         if d.span is not None:
             d.span.set_attribute("scoring.outcome", verdict.outcome)
             d.span.end()
+
+
+def _outage(exc: BaseException) -> bool:
+    """A dependency down or not ready (the result store, the publisher, the model store): worth waiting out."""
+    return isinstance(exc, (Unavailable, NotReady, ModelSourceError)) and not isinstance(exc, Overloaded)
+
+
+async def _held(until: float, call: Callable[[], Awaitable[T]], what: str) -> T:
+    """`call()`, tried again after a dependency outage with backoff and full jitter while loop time
+    `until` allows another wait; the last failure (or `DeadlineExceeded`) once it does not."""
+    from tenacity import AsyncRetrying, retry_if_exception, stop_before_delay, wait_random_exponential
+
+    retrying = AsyncRetrying(
+        retry=retry_if_exception(_outage),
+        wait=wait_random_exponential(multiplier=HOLD_FIRST_S, max=HOLD_MAX_S),
+        stop=stop_before_delay(max(0.0, until - asyncio.get_running_loop().time())),
+        reraise=True,
+    )
+    async for attempt in retrying:
+        with attempt:
+            return await _by(until, call(), what)  # type: ignore[no-any-return]
+    raise AssertionError("unreachable: tenacity returns or re-raises")  # pragma: no cover
 
 
 async def _by(until: float, work: Awaitable[Any], what: str) -> Any:

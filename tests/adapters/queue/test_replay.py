@@ -82,7 +82,9 @@ def test_replay_with_redis_remembers_results_across_runs(
 
 def test_replay_exits_1_when_a_message_could_not_be_handled(settings: Settings, tmp_path: Path) -> None:
     path = write_events(tmp_path / "events.jsonl")
-    code, out, _ = replay(path, settings, REDIS_URL=f"redis://127.0.0.1:{closed_port()}/0")
+    code, out, _ = replay(
+        path, settings, REDIS_URL=f"redis://127.0.0.1:{closed_port()}/0", QUEUE_BATCH_BUDGET_MS="6000"
+    )
     assert code == 1
     assert [o["outcome"] for o in out] == ["failed", "failed", "failed", "rejected", "rejected"]
     assert out[0]["reason"].startswith("result_store_down")
