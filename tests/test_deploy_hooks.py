@@ -30,6 +30,11 @@ case "$*" in
   *"rest --method get"*) echo true ;;
   *"function keys show"*) echo local-key ;;
   *"containerapp show"*) echo 127.0.0.1 ;;
+  *"account show --query user.type"*) echo user ;;
+  *"ad signed-in-user show"*) echo 11111111-2222-3333-4444-555555555555 ;;
+  *"storage account show"*"--query id"*) echo /subscriptions/0/resourceGroups/rg-replay/providers/Microsoft.Storage/storageAccounts/streplay ;;
+  *"storage account show"*"primaryEndpoints.blob"*) echo https://127.0.0.1:9/ ;;
+  *"account get-access-token"*) exit 1 ;;
 esac
 """
 
@@ -91,6 +96,7 @@ def run_hook(script: str, tmp_path: Path, azurite: str, container: str, **env: s
         "SERVICE_SCORING_RESOURCE_ID": "/subscriptions/0/resourceGroups/rg-replay/providers/Microsoft.App/containerApps/x",
         "SCORING_SCALE": '{"allowScalingRuleOverride":true,"minReplicas":2,"maxReplicas":12,"rules":[]}',
         "EVENTGRID_SYSTEM_TOPIC_NAME": "evgt-replay-models",
+        "STORAGE_ACCOUNT_NAME": "streplay",
         "MODELS_CONTAINER": container,
     }
     full = {
@@ -205,3 +211,19 @@ def test_every_hook_has_a_powershell_twin_with_the_same_constants() -> None:
     steps = re.findall(r'"\$here/([\w-]+)\.sh"', (HOOKS / "postdeploy.sh").read_text())
     assert steps == ["keda-scale-rules", "publish-seed-model", "smoke", "eventgrid-subscription"]
     assert re.findall(r"\$PSScriptRoot/([\w-]+)\.ps1", (HOOKS / "postdeploy.ps1").read_text()) == steps
+
+
+def test_in_azure_the_publisher_gets_a_data_role_on_the_models_container_only(
+    azurite_connection: str, container: str, tmp_path: Path
+) -> None:
+    """Without a connection string (Azure): the signed-in user is granted Storage Blob Data Contributor
+    scoped to the models container, before any publish is tried (here the account cannot be reached)."""
+    done = run_hook(
+        "publish-seed-model.sh", tmp_path, azurite_connection, container, ModelStorage="", SCORING_SEED_ATTEMPTS="1"
+    )
+    assert done.returncode == 1 and "could not be published" in done.stderr, done.stdout + done.stderr
+    calls = az_calls(tmp_path)
+    (grant,) = [c for c in calls if c.startswith("az role assignment create")]
+    scope = f"/subscriptions/0/resourceGroups/rg-replay/providers/Microsoft.Storage/storageAccounts/streplay/blobServices/default/containers/{container}"
+    assert f"--scope {scope} " in grant and "--role Storage Blob Data Contributor" in grant
+    assert "--assignee-object-id 11111111-2222-3333-4444-555555555555 --assignee-principal-type User" in grant

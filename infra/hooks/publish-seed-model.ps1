@@ -32,11 +32,17 @@ if (-not $env:ModelStorage) {
   }
   $account = az storage account show -g $env:AZURE_RESOURCE_GROUP -n $env:STORAGE_ACCOUNT_NAME -o json | Out-String | ConvertFrom-Json
   $env:ModelStorage__blobServiceUri = $account.primaryEndpoints.blob
-  $principal = if ($env:AZURE_PRINCIPAL_ID) { $env:AZURE_PRINCIPAL_ID } else { az ad signed-in-user show --query id -o tsv }
+  # NOTE: a user (az login) or a service principal (CI): its object id and type, for the role assignment
+  if ((az account show --query user.type -o tsv) -eq 'servicePrincipal') {
+    $type = 'ServicePrincipal'
+    $principal = if ($env:AZURE_PRINCIPAL_ID) { $env:AZURE_PRINCIPAL_ID } else { az ad sp show --id (az account show --query user.name -o tsv) --query id -o tsv }
+  } else {
+    $type = 'User'
+    $principal = if ($env:AZURE_PRINCIPAL_ID) { $env:AZURE_PRINCIPAL_ID } else { az ad signed-in-user show --query id -o tsv }
+  }
   $scope = "$($account.id)/blobServices/default/containers/$($env:MODELS_CONTAINER)"
   $held = az role assignment list --assignee $principal --scope $scope --role 'Storage Blob Data Contributor' --query '[0].id' -o tsv
   if (-not $held) {
-    $type = if ($env:AZURE_PRINCIPAL_TYPE) { $env:AZURE_PRINCIPAL_TYPE } else { 'User' }
     az role assignment create --assignee-object-id $principal --assignee-principal-type $type `
       --role 'Storage Blob Data Contributor' --scope $scope --output none
     if ($LASTEXITCODE -ne 0) { throw "seed model: cannot grant Storage Blob Data Contributor on $scope" }

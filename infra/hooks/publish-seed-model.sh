@@ -12,7 +12,8 @@
 # It publishes with the project's own script (scripts/publish_model.py: the file is vetted, loaded
 # and warmed in its sandbox first), then promotes the version: in Azure a new version is only a
 # candidate until promoted (AUTO_PROMOTE is off there; docs/models.md), and the seed must serve. In Azure (azd's outputs STORAGE_ACCOUNT_NAME, AZURE_RESOURCE_GROUP) it
-# first grants the signed-in principal (AZURE_PRINCIPAL_ID, else `az ad signed-in-user show`)
+# first grants the signed-in principal (AZURE_PRINCIPAL_ID, else the user or service principal az is
+# signed in as)
 # "Storage Blob Data Contributor" on the models container only: the account takes no keys, so
 # publishing needs a data role, and a new role takes a minute or more to apply (the loop below waits).
 # With `ModelStorage` set (a connection string: Azurite locally, the hook's replay test) it
@@ -42,12 +43,19 @@ if [ -z "${ModelStorage:-}" ]; then
   ModelStorage__blobServiceUri="$(az storage account show -g "$AZURE_RESOURCE_GROUP" -n "$STORAGE_ACCOUNT_NAME" \
     --query primaryEndpoints.blob -o tsv)"
   export ModelStorage__blobServiceUri
-  principal="${AZURE_PRINCIPAL_ID:-$(az ad signed-in-user show --query id -o tsv)}"
+  # NOTE: a user (az login) or a service principal (CI): its object id and type, for the role assignment
+  if [ "$(az account show --query user.type -o tsv)" = "servicePrincipal" ]; then
+    type=ServicePrincipal
+    principal="${AZURE_PRINCIPAL_ID:-$(az ad sp show --id "$(az account show --query user.name -o tsv)" --query id -o tsv)}"
+  else
+    type=User
+    principal="${AZURE_PRINCIPAL_ID:-$(az ad signed-in-user show --query id -o tsv)}"
+  fi
   scope="$account_id/blobServices/default/containers/$MODELS_CONTAINER"
   if [ -z "$(az role assignment list --assignee "$principal" --scope "$scope" \
     --role "Storage Blob Data Contributor" --query '[0].id' -o tsv)" ]; then
     az role assignment create --assignee-object-id "$principal" \
-      --assignee-principal-type "${AZURE_PRINCIPAL_TYPE:-User}" \
+      --assignee-principal-type "$type" \
       --role "Storage Blob Data Contributor" --scope "$scope" --output none
     echo "seed model: granted Storage Blob Data Contributor on the $MODELS_CONTAINER container to $principal"
   fi
