@@ -335,6 +335,12 @@ class PredictionLogPolicy:
     directory: str = setting(
         "PREDICTION_LOG_DIR", ".run/predictions", "the local directory of the prediction log (PREDICTION_LOG=dir)"
     )
+    max_mb: int = setting(
+        "PREDICTION_LOG_MAX_MB",
+        256,
+        "most MiB of the local prediction log a process keeps (PREDICTION_LOG=dir): past it, its oldest files go",
+        local_only=True,
+    )
     container: str = setting(
         "PREDICTION_LOG_CONTAINER",
         "predictions",
@@ -377,6 +383,7 @@ class PredictionLogPolicy:
         _check(0.0 <= self.sample <= 1.0, "PREDICTION_LOG_SAMPLE", f"a share within 0..1, got {self.sample}")
         _check(100 <= self.buffer <= 10_000_000, "PREDICTION_LOG_BUFFER", "an integer within 100..10000000")
         _check(0.05 <= self.flush_s <= 300, "PREDICTION_LOG_FLUSH_S", "a number of seconds within 0.05..300")
+        _check(8 <= self.max_mb <= 1_048_576, "PREDICTION_LOG_MAX_MB", "an integer within 8..1048576 (MiB)")
         _check(0.0 <= self.close_s <= 60, "PREDICTION_LOG_CLOSE_S", "a number of seconds within 0..60")
         _check(bool(self.container), "PREDICTION_LOG_CONTAINER", "a blob container name")
         _check(self.encoder in ("auto", "process", "inline"), "PREDICTION_LOG_ENCODER", "one of auto|process|inline")

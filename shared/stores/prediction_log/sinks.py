@@ -11,7 +11,10 @@ A write either lands whole or raises `SinkError`, whose `landed` says how many l
 of the lines did land (always whole lines) and `permanent` whether the rest can ever land.
 The log owns the retries (sinks make none of their own); a sink makes them exact:
 
-    DirectorySink   a failed append is truncated back to where it began: nothing half-written
+    DirectorySink   a failed append is truncated back to where it began: nothing half-written;
+                    it keeps at most `max_bytes` of its own files (PREDICTION_LOG_MAX_MB): an
+                    hour's file rolls to its next segment past an eighth of that, and past the
+                    cap the oldest files go first (a developer can leave `make run` running)
     BlobSink        each block is appended at the offset the sink expects (`appendpos_condition`);
                     a retry of a block that did land (its answer lost to a timeout) is refused
                     with AppendPositionConditionNotMet, and the sink finds the block in place
@@ -99,24 +102,67 @@ def _check_replica(replica: str) -> str:
 
 
 class DirectorySink:
-    """Hourly JSONL files under `root` (`make run`); file I/O runs in a worker thread."""
+    """Hourly JSONL files under `root` (`make run`), at most `max_bytes` of them; file I/O runs
+    in a worker thread."""
 
     name = "dir"
     write_bytes = 1 << 20  # NOTE: a second's records at capacity are ~9 MB: joining them at once held the loop ms
 
-    def __init__(self, root: Path, replica: str) -> None:
+    def __init__(self, root: Path, replica: str, max_bytes: int = 256 << 20) -> None:
         self.root = root
         self._replica = _check_replica(replica)
+        self.max_bytes = max_bytes
+        self._segment_bytes = max(4096, max_bytes // 8)
+        self._sizes: dict[Path, int] = {}  # this writer's files, oldest first, and their sizes
+        self._segments: dict[Partition, int] = {}  # the segment each partition appends to now
+        self.removed_bytes = 0  # what the cap took, oldest first
+        self._scanned = False
 
     async def write(self, partition: Partition, lines: bytes, count: int) -> None:
-        path = self.root / object_name(partition, self._replica)
         try:
-            await asyncio.to_thread(_append, path, lines)
+            await asyncio.to_thread(self._write, partition, lines)
         except OSError as exc:
             raise SinkError(f"{type(exc).__name__}: {exc.strerror or exc}") from exc
 
+    def _write(self, partition: Partition, lines: bytes) -> None:
+        """In the writer's thread (one write at a time): append, roll, and keep under the cap."""
+        if not self._scanned:
+            self._scan()
+        segment = self._segments.get(partition, 0)
+        path = self.root / object_name(partition, self._replica, segment)
+        if self._sizes.get(path, 0) and self._sizes[path] + len(lines) > self._segment_bytes:
+            segment += 1
+            path = self.root / object_name(partition, self._replica, segment)
+        self._segments[partition] = segment
+        _append(path, lines)
+        self._sizes[path] = self._sizes.pop(path, 0) + len(lines)  # NOTE: re-inserted: newest last
+        self._trim(keep=path)
+
+    def _scan(self) -> None:
+        """What an earlier run of this writer left, oldest first: it counts against the cap."""
+        found = sorted(self.root.glob(f"model=*/version=*/date=*/hour=*/{self._replica}*.jsonl"), key=_mtime)
+        self._sizes = {path: path.stat().st_size for path in found}
+        self._scanned = True
+        self._trim(keep=None)
+
+    def _trim(self, keep: Path | None) -> None:
+        total = sum(self._sizes.values())
+        for path in list(self._sizes):
+            if total <= self.max_bytes:
+                return
+            if path == keep:
+                continue
+            size = self._sizes.pop(path)
+            path.unlink(missing_ok=True)
+            total -= size
+            self.removed_bytes += size
+
     async def aclose(self) -> None:
         return None  # NOTE: every write opens and closes its file: nothing is held open
+
+
+def _mtime(path: Path) -> float:
+    return path.stat().st_mtime
 
 
 def _append(path: Path, lines: bytes) -> None:
@@ -361,7 +407,7 @@ def sink_from_settings(settings: Settings, replica: str) -> Sink | None:
     if policy.sink == "off":
         return None
     if policy.sink == "dir":
-        return DirectorySink(Path(policy.directory), replica)
+        return DirectorySink(Path(policy.directory), replica, policy.max_mb << 20)
     return BlobSink.connect(
         container=policy.container,
         connection_string=settings.model_storage,

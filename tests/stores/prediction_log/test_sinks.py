@@ -53,6 +53,37 @@ def test_a_partition_no_path_can_hold_is_refused_for_good(partition: Partition) 
     assert refused.value.permanent
 
 
+def on_disk(root: Path) -> int:
+    return sum(p.stat().st_size for p in root.rglob("*.jsonl"))
+
+
+async def test_the_local_log_stays_under_its_cap_and_keeps_the_newest_records(tmp_path: Path) -> None:
+    cap = 64 << 10
+    sink = DirectorySink(tmp_path, "r1", max_bytes=cap)
+    hours = [("fraud", "3", f"2026-12-01T{h:02d}") for h in (10, 11, 12)]
+    for i in range(300):  # ~27 KB an hour-partition ... ~27 MB in all without the cap
+        await sink.write(hours[i * 3 // 300], lines(i * 10, 10), 10)
+    assert on_disk(tmp_path) <= cap and sink.removed_bytes > 0
+    newest = b"".join(p.read_bytes() for p in sorted(tmp_path.rglob("hour=12/*.jsonl")))
+    assert lines(2990, 10) in newest  # the last write is there
+    assert not list(tmp_path.rglob("hour=10/*.jsonl"))  # the oldest hour went first
+    assert len(list(tmp_path.rglob("hour=12/r1*.jsonl"))) > 1  # an hour rolls to segments: it can shrink too
+
+
+async def test_a_restarted_writer_counts_what_it_left_against_the_cap(tmp_path: Path) -> None:
+    first = DirectorySink(tmp_path, "r1", max_bytes=1 << 20)
+    for i in range(100):
+        await first.write(HOUR, lines(i * 100, 100), 100)
+    left = on_disk(tmp_path)
+    assert left > 64 << 10
+    again = DirectorySink(tmp_path, "r1", max_bytes=64 << 10)
+    await again.write(("fraud", "3", "2026-12-01T11"), lines(0, 10), 10)
+    assert on_disk(tmp_path) <= 64 << 10 and again.removed_bytes > 0
+    other = DirectorySink(tmp_path, "r2", max_bytes=8 << 10)  # another process beside it: its own files only
+    await other.write(HOUR, lines(0, 10), 10)
+    assert on_disk(tmp_path) > 8 << 10
+
+
 def test_a_replica_name_must_be_a_plain_file_name(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="replica"):
         DirectorySink(tmp_path, "../r1")
