@@ -121,6 +121,43 @@ resource predictionsWorm 'Microsoft.Storage/storageAccounts/blobServices/contain
   }
 }
 
+// The log's end: a lifecycle rule deletes a log blob one day after its WORM retention ran out (the
+// retention counts from a blob's last append; so does `daysAfterModificationGreaterThan`), so the log
+// keeps decisions for `predictionRetentionDays` and no longer (docs/platform.md P68,
+// tests/infra/test_log_retention.py). This account has no other lifecycle rule.
+resource predictionsLifecycle 'Microsoft.Storage/storageAccounts/managementPolicies@2023-05-01' = {
+  parent: account
+  name: 'default'
+  properties: {
+    policy: {
+      rules: [
+        {
+          name: 'prediction-log-retention'
+          enabled: true
+          type: 'Lifecycle'
+          definition: {
+            filters: {
+              blobTypes: [
+                'appendBlob'
+              ]
+              prefixMatch: [
+                '${predictionsContainerName}/'
+              ]
+            }
+            actions: {
+              baseBlob: {
+                delete: {
+                  daysAfterModificationGreaterThan: predictionRetentionDays + 1
+                }
+              }
+            }
+          }
+        }
+      ]
+    }
+  }
+}
+
 // The writer's own grant, on the predictions container only. The role's data actions include delete;
 // the WORM policy above is what refuses it.
 resource predictionsWriter 'Microsoft.Authorization/roleAssignments@2022-04-01' = {

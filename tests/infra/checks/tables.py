@@ -107,6 +107,7 @@ RESOURCE_MODELS: dict[str, tuple[str | None, str]] = {
         "azure.mgmt.storage",
         "ImmutabilityPolicy",
     ),
+    "microsoft.storage/storageaccounts/managementpolicies": ("azure.mgmt.storage", "ManagementPolicy"),
     "microsoft.eventgrid/systemtopics": ("azure.mgmt.eventgrid", "SystemTopic"),
     "microsoft.cache/redisenterprise": ("azure.mgmt.redisenterprise", "Cluster"),
     "microsoft.cache/redisenterprise/databases": ("azure.mgmt.redisenterprise", "Database"),
