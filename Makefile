@@ -118,6 +118,12 @@ bench-rollouts: $(VENV)/.dev node_modules/.installed
 	@command -v wrk >/dev/null || { echo "installing wrk (apt-get)"; apt-get install -y -qq wrk >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq wrk; }; }
 	@PY=$(PY) scripts/with_services.sh $(PY) -m bench.rollouts --out bench-out $(BENCH_ARGS)
 
+## soak: 20 minutes of sustained misses on two servers side by side (log on, log off): RSS and req/s a minute
+.PHONY: soak
+soak: $(VENV)/.dev
+	@command -v wrk >/dev/null || { echo "installing wrk (apt-get)"; apt-get install -y -qq wrk >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq wrk; }; }
+	$(PY) -m bench.soak --out bench-out $(SOAK_ARGS)
+
 ## fuzz: schemathesis from GET /api/openapi.json at a served app: >= 10,000 requests; 0 5xx, 0 hangs, 4xx all JSON
 .PHONY: fuzz
 FUZZ_EXAMPLES ?= 1000
