@@ -45,6 +45,7 @@ __all__ = ["LoadError", "ModelRegistry", "RegistryEvent", "fingerprint"]
 log = logging.getLogger(__name__)
 
 EventKind = Literal["loaded", "activated", "retired", "failed"]
+CANDIDATES_DEEP = 8  # at start, how many versions past keep_versions are tried for a promoted one
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,9 +122,10 @@ class ModelRegistry:
             by_name.setdefault(ref.name, []).append(ref.version)
         for name, versions in by_name.items():
             loaded = 0
-            for version in sorted(versions, key=version_key, reverse=True):  # newest first
-                if loaded >= self._keep and (self.auto_promote or self.promoted.get(name)):
-                    break  # NOTE: with candidates, on until a promoted version is loaded too
+            for tried, version in enumerate(sorted(versions, key=version_key, reverse=True)):  # newest first
+                enough = self.auto_promote or self.promoted.get(name) or tried >= self._keep + CANDIDATES_DEEP
+                if loaded >= self._keep and enough:
+                    break  # NOTE: with candidates, on (a bounded way) until a promoted version is loaded too
                 if await self.load(ModelRef(name, version)):
                     loaded += 1  # NOTE: a bad file left in the source must not keep a new replica down
             pinned = self.pins.get(name)

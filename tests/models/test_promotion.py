@@ -216,3 +216,16 @@ async def test_a_blob_swapped_after_publishing_is_refused_by_its_digest(
     with pytest.raises(ModelInvalid, match="is not the digest recorded at publish"):
         await a.install_model(ref, swapped)
     assert await served(a) == "1" and a.models()[0].last_error is not None
+
+
+async def test_at_start_a_promoted_version_below_newer_candidates_is_found_and_serves(models_dir: Path) -> None:
+    source = DirectoryRepository(models_dir)
+    for version in ("2", "3", "4"):
+        publish_version(source, ModelRef("fraud", version), make_model(bias=float(version)))
+    promote_version(source, FRAUD_2)
+    reg = registry(models_dir, auto_promote=False)
+    await reg.load_all()
+    try:
+        assert reg.active("fraud").version == "2" and reg.candidates("fraud") == ["3", "4"]
+    finally:
+        await reg.aclose()
