@@ -51,6 +51,15 @@ param outputQueueNames array = [
   'risk-rejected'
 ]
 
+@description('How long a rejected message (a payment that could not be scored, as it came: user id and note included) waits for its consumers; then it is deleted, never dead-lettered.')
+param rejectionTtl string = 'P3D'
+
+@description('The output queue of rejections, which keeps less than the others (rejectionTtl).')
+param rejectionQueueName string = 'risk-rejected'
+
+@description('Where the rejection queue\'s dead letters go to expire: a dead-letter queue never observes a TTL and is never cleaned up by itself (docs/platform.md P69).')
+param rejectedDeadLettersName string = 'risk-rejected-dead'
+
 @description('Peek-lock duration of the input queue. The trigger is a batch trigger, whose locks nothing renews (docs/platform.md P1): the lock must outlast the whole batch, i.e. QUEUE_BATCH_BUDGET_MS plus the host\'s settling, and functionTimeout (tests/infra checks both). Longer means a crashed replica\'s messages return later.')
 param lockDuration string = 'PT2M'
 
@@ -129,6 +138,9 @@ resource inputQueue 'Microsoft.ServiceBus/namespaces/queues@2026-01-01' = {
   }
 }
 
+// NOTE: the rejection queue holds raw bodies (user ids, notes): an expired one is deleted, not kept
+// in a dead-letter queue that never expires; one its consumers fail on is forwarded to
+// `rejectedDeadLetters`, where the same TTL applies (tests/infra/test_rejection_retention.py).
 resource outputQueues 'Microsoft.ServiceBus/namespaces/queues@2026-01-01' = [for queueName in outputQueueNames: {
   parent: namespace
   name: queueName
@@ -139,8 +151,9 @@ resource outputQueues 'Microsoft.ServiceBus/namespaces/queues@2026-01-01' = [for
     // payment that is scored twice still yields one result event downstream.
     requiresDuplicateDetection: true
     duplicateDetectionHistoryTimeWindow: duplicateDetectionWindow
-    deadLetteringOnMessageExpiration: true
-    defaultMessageTimeToLive: 'P7D'
+    deadLetteringOnMessageExpiration: queueName != rejectionQueueName
+    defaultMessageTimeToLive: (queueName == rejectionQueueName) ? rejectionTtl : 'P7D'
+    forwardDeadLetteredMessagesTo: (queueName == rejectionQueueName) ? rejectedDeadLetters.name : null
     enablePartitioning: false
     requiresSession: false
     enableBatchedOperations: true
@@ -149,6 +162,24 @@ resource outputQueues 'Microsoft.ServiceBus/namespaces/queues@2026-01-01' = [for
 }]
 
 // Runtime identity: receive on the input queue only, send on the output queues only.
+// The rejection queue's dead letters, as an ordinary queue: its TTL applies, and what expires is deleted.
+resource rejectedDeadLetters 'Microsoft.ServiceBus/namespaces/queues@2026-01-01' = {
+  parent: namespace
+  name: rejectedDeadLettersName
+  properties: {
+    lockDuration: 'PT1M'
+    maxDeliveryCount: 10
+    requiresDuplicateDetection: true
+    duplicateDetectionHistoryTimeWindow: duplicateDetectionWindow
+    deadLetteringOnMessageExpiration: false
+    defaultMessageTimeToLive: rejectionTtl
+    enablePartitioning: false
+    requiresSession: false
+    enableBatchedOperations: true
+    maxSizeInMegabytes: maxSizeInMegabytes
+  }
+}
+
 resource inputReceiver 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
   name: guid(inputQueue.id, appPrincipalId, receiverRoleId)
   scope: inputQueue
