@@ -151,6 +151,7 @@ class QueueHandler:
         budget: BatchBudget | None = None,
         max_age_s: float = 0.0,
         clock: Callable[[], float] = time.time,
+        id_key: bytes = b"",
     ) -> None:
         self._service = service
         self._store = store
@@ -159,6 +160,7 @@ class QueueHandler:
         self._budget = budget or BatchBudget()
         self._max_age_s = max_age_s  # the idempotency window (EVENT_MAX_AGE_S); 0: none
         self._clock = clock
+        self._id_key = id_key  # hashes a rejected body's user id (PREDICTION_LOG_HASH_KEY)
         self._core: ScoringService | None = None  # once scoring reached it: where the queue's health is reported
 
     @classmethod
@@ -193,6 +195,7 @@ class QueueHandler:
             max_message_bytes=settings.max_message_bytes,
             budget=budget,
             max_age_s=settings.event_max_age_s,
+            id_key=(settings.prediction_log.hash_key or "").encode(),
         )
 
     async def handle(self, messages: Sequence[Incoming]) -> list[Handled]:
@@ -219,7 +222,7 @@ class QueueHandler:
             try:
                 event = self._decode(d.msg)
             except ScoringError as exc:
-                _reject(d, exc)
+                self._reject(d, exc)
                 continue
             d.event, d.digest, d.parse_s = event, event_digest(event), time.perf_counter() - t0
             primary = first.setdefault(event.event_id, d)
@@ -228,7 +231,7 @@ class QueueHandler:
             if primary.digest == d.digest:
                 d.primary = primary
             else:
-                _reject(d, _conflict())
+                self._reject(d, _conflict())
         return list(first.values())
 
     def _decode(self, msg: Incoming) -> PaymentEvent:
@@ -251,6 +254,10 @@ class QueueHandler:
             )
         if -age > CLOCK_SKEW_S:
             raise InvalidEvent(f"timestamp is {-age:.0f} s ahead of this replica's clock (at most {CLOCK_SKEW_S:.0f})")
+
+    def _reject(self, d: Delivery, exc: ScoringError) -> None:
+        """The message's own fault: a rejection record (redacted), published to risk-rejected."""
+        d.verdict = Handled(d.msg.message_id, "rejected", rejection_record(d.msg, exc, self._id_key), exc)
 
     async def _settle(self, primaries: list[Delivery], started: float, until: float) -> None:
         """A verdict on every primary by loop time `until`: kept result, new result, or failure."""
@@ -280,7 +287,7 @@ class QueueHandler:
             elif found.answers(d.digest):
                 d.verdict = Handled(d.msg.message_id, "duplicate", found.body)
             else:
-                _reject(d, _conflict())
+                self._reject(d, _conflict())
         return fresh
 
     async def _score_all(
@@ -293,7 +300,7 @@ class QueueHandler:
         for d, result in zip(fresh, results, strict=True):
             if isinstance(result, ScoringError):
                 outcome: Outcome = "failed" if result.retryable else "rejected"
-                body = None if result.retryable else rejection_record(d.msg, result)
+                body = None if result.retryable else rejection_record(d.msg, result, self._id_key)
                 d.verdict = Handled(d.msg.message_id, outcome, body, result)
             else:
                 scored.append(d)
@@ -312,7 +319,7 @@ class QueueHandler:
             return
         for d, body, kept in zip(scored, bodies, stored, strict=True):
             if not kept.answers(d.digest):  # NOTE: another replica kept another payment under this id first
-                _reject(d, _conflict())
+                self._reject(d, _conflict())
                 continue
             outcome: Outcome = "completed" if kept.body == body else "duplicate"  # NOTE: another replica won
             d.verdict = Handled(d.msg.message_id, outcome, kept.body)
@@ -432,11 +439,6 @@ def _conflict() -> EventIdConflict:
         "this event_id already names a different payment; its first payment's result stands, and this one "
         "is neither scored nor given it (send a new event_id for a new payment)"
     )
-
-
-def _reject(d: Delivery, exc: ScoringError) -> None:
-    """The message's own fault: a rejection record, published to risk-rejected."""
-    d.verdict = Handled(d.msg.message_id, "rejected", rejection_record(d.msg, exc), exc)
 
 
 def _fail(which: list[Delivery], exc: ScoringError) -> None:

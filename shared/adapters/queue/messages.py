@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+import orjson
 from msgspec import UNSET, UnsetType
 
 from shared.domain.answers import Rejection, encode
+from shared.domain.records import hashed_id
 from shared.errors import ScoringError
 
 __all__ = ["TRACE_PROPERTIES", "Incoming", "Outbound", "rejection_record", "trace_properties"]
@@ -64,6 +67,30 @@ def trace_properties(properties: Mapping[str, object] | None) -> dict[str, str]:
     return found
 
 
+# NOTE: for a body that is not a JSON object (cut short, broken): the fields found by their text
+_USER_TEXT = re.compile(rb'("user_id"\s*:\s*)"((?:[^"\\]|\\.){0,512})"?')
+_NOTE_TEXT = re.compile(rb'("note"\s*:\s*)("(?:[^"\\]|\\.)*"?|[^,}]*)')
+
+
+def redacted(body: bytes, key: bytes = b"") -> bytes:
+    """`body` with its `note` dropped and its `user_id` hashed (`h:` and 32 hex digits)."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        doc = None
+    if isinstance(doc, dict):
+        doc.pop("note", None)
+        if isinstance(doc.get("user_id"), str):
+            doc["user_id"] = "h:" + hashed_id(doc["user_id"], key)
+        return orjson.dumps(doc)
+    if doc is not None:
+        return body  # NOTE: JSON, but no object: no field of a payment to name
+    body = _NOTE_TEXT.sub(rb"\1null", body)
+    return _USER_TEXT.sub(
+        lambda m: m[1] + b'"h:' + hashed_id(m[2].decode("utf-8", "replace"), key).encode() + b'"', body
+    )
+
+
 def enqueued_iso(msg: Incoming) -> str | None:
     if msg.enqueued_time is None:
         return None
@@ -71,10 +98,12 @@ def enqueued_iso(msg: Incoming) -> str | None:
     return when.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-def rejection_record(msg: Incoming, exc: ScoringError) -> bytes:
-    """The rejected-queue record: why, which message, and its body (or an excerpt when huge)."""
+def rejection_record(msg: Incoming, exc: ScoringError, key: bytes = b"") -> bytes:
+    """The rejected-queue record: why, which message, and its body (or an excerpt when huge),
+    redacted: the note dropped, the user id hashed as the prediction log hashes ids (keyed by
+    PREDICTION_LOG_HASH_KEY), so the record names the payment without naming its payer."""
     body, whole = msg.body, len(msg.body) <= WHOLE_BODY_BYTES
-    excerpt = body if whole else body[:EXCERPT_BYTES]
+    excerpt = redacted(body if whole else body[:EXCERPT_BYTES], key)
     text: str | UnsetType = UNSET
     b64: str | UnsetType = UNSET
     try:

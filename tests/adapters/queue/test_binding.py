@@ -121,3 +121,28 @@ def test_the_window_must_end_before_the_result_expires() -> None:
     with pytest.raises(SettingsError, match="EVENT_MAX_AGE_S"):
         Settings.from_env({"RESULT_TTL_S": "3600", "EVENT_MAX_AGE_S": "3500"})
     assert Settings.from_env({"RESULT_TTL_S": "3600"}).event_max_age_s <= 3600 - 300
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        json.dumps(event(user_id="u-payer-7", note="my card, my boss's gift")).encode(),
+        b'{"event_id": "e-9", "user_id": "u-payer-7", "note": "my card, my boss\'s gift", "amount": ',  # cut short
+    ],
+)
+def test_a_rejection_record_names_the_payment_never_its_payer_or_note(body: bytes) -> None:
+    from shared.adapters.queue.messages import rejection_record
+    from shared.domain.records import hashed_id
+    from shared.errors import InvalidEvent
+
+    record = rejection_record(Incoming(message_id="m-1", body=body), InvalidEvent("x"), b"k" * 32)
+    assert b"u-payer-7" not in record and b"gift" not in record
+    assert hashed_id("u-payer-7", b"k" * 32) in orjson.loads(record)["body"]
+
+
+async def test_a_refused_event_reaches_risk_rejected_redacted(replicas: Callable[..., QueueHandler]) -> None:
+    handler = replicas()
+    [refused] = await handler.handle([message("bind-8", at=NOW - timedelta(hours=5), user_id="u-payer-8")])
+    [record] = published(handler, REJECTED_QUEUE)
+    assert refused.outcome == "rejected" and record["error"] == "event_expired"
+    assert "u-payer-8" not in record["body"] and "gift card" not in record["body"]
