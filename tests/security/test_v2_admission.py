@@ -63,7 +63,7 @@ async def test_a_flood_of_large_tensors_leaves_the_loop_responsive(
 
     flooding = asyncio.create_task(flood())
     waits: list[float] = []
-    until = time.perf_counter() + 3.0  # NOTE: a budget: with decodes on the loop, few probes get through
+    until = time.perf_counter() + 10.0  # NOTE: a budget: with decodes on the loop, few probes get through
     while len(waits) < 100 and time.perf_counter() < until:
         started = time.perf_counter()
         assert (await c.get("/api/health/live")).status_code == 200
@@ -75,7 +75,10 @@ async def test_a_flood_of_large_tensors_leaves_the_loop_responsive(
     print(f"liveness under the flood: p50 {np.percentile(waits, 50) * 1000:.1f} ms, p99 {p99_ms:.1f} ms; "
           f"{len(statuses)} V2 requests: {sorted(set(statuses))}")  # fmt: skip
     assert set(statuses) <= {400, 503} and len(statuses) >= 16
-    assert len(waits) == 100 and p99_ms < 100, (len(waits), p99_ms)  # NOTE: one such decode holds the loop ~130 ms
+    # NOTE: one such decode holds the loop ~130 ms (8 at a time: ~1 s a probe); the bounds leave room
+    # for a loaded machine's scheduling, which the median shrugs off
+    p50_ms = float(np.percentile(waits, 50) * 1000)
+    assert len(waits) == 100 and p50_ms < 20 and p99_ms < 250, (len(waits), p50_ms, p99_ms)
 
 
 async def test_admission_comes_before_the_tensor_is_decoded(client: tuple[httpx.AsyncClient, ServiceHolder]) -> None:
