@@ -28,6 +28,7 @@ import orjson
 
 from shared.adapters.http.routes import ROUTES, RouteSpec
 from shared.domain import answers
+from shared.domain.control import ControlNote
 from shared.domain.events import EXAMPLE_EVENT, TEXT_FIELDS, Activation, CanarySplit, PaymentEvent
 
 __all__ = ["OPENAPI_PATH", "document", "document_bytes"]
@@ -72,7 +73,7 @@ ROWS = [
 def _decoded() -> dict[str, Schema]:
     """`PaymentEvent`, `Activation` and `CanarySplit` as msgspec decodes them, patterns written for any validator."""
     _, schemas = msgspec.json.schema_components(
-        [PaymentEvent, Activation, CanarySplit], ref_template="#/components/schemas/{name}"
+        [PaymentEvent, Activation, CanarySplit, ControlNote], ref_template="#/components/schemas/{name}"
     )
     for schema in schemas.values():
         for prop in schema["properties"].values():
@@ -86,6 +87,9 @@ def _decoded() -> dict[str, Schema]:
     event["examples"] = [EVENT]
     schemas["Activation"]["examples"] = [{"version": "1"}]
     schemas["CanarySplit"]["examples"] = [{"version": "2", "weight": 0.1}]
+    note = schemas.pop("ControlNote")["properties"]["reason"]  # NOTE: why, audited (shared/domain/control.py)
+    for action in ("Activation", "CanarySplit"):
+        schemas[action]["properties"]["reason"] = note
     return schemas
 
 
