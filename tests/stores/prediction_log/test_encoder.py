@@ -76,6 +76,19 @@ def test_each_record_keeps_its_model_version_and_fingerprint_where_they_change_w
     assert encoder._decode_reply(encode_packed(pack([records]), b"k")) == [encode_records(records, b"k")]
 
 
+def test_the_child_makes_one_row_struct_per_column_list_however_many_requests() -> None:
+    """Each request decodes its own tuple of column names; a row struct (a class, cyclic, freed only
+    by a full collection the child rarely runs) per request grew the child ~10 MiB a minute."""
+    from shared.domain import records as records_module
+
+    frame = pack([[decision(i) for i in range(4)]])
+    made: set[int] = set()
+    for _ in range(50):
+        encode_packed(frame, b"k")
+        made |= {id(kind) for _, kind in records_module._ROWS.values()}
+    assert len(made) == 1
+
+
 def test_a_group_that_will_not_pack_or_encode_comes_back_none_and_the_others_whole() -> None:
     bad_row = decision(1, columns=("amount",))  # NOTE: six floats for one column: not packed
     unencodable = decision(2)
