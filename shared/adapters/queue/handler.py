@@ -481,7 +481,8 @@ async def _held(until: float, call: Callable[[], Awaitable[T]], what: str) -> T:
     )
     async for attempt in retrying:
         with attempt:
-            return await _by(until, call(), what)  # type: ignore[no-any-return]
+            result: T = await _by(until, call(), what)
+            return result
     raise AssertionError("unreachable: tenacity returns or re-raises")  # pragma: no cover
 
 
