@@ -11,7 +11,7 @@
     model_score  api/models/{name}/score    POST     function    one event, a named model (or an ensemble)
     models       api/models                 GET      function    loaded models, versions and ensembles
     openapi      api/openapi.json           GET      function    the OpenAPI 3.1 document of every route here
-    reviews      api/reviews/{event_id}     GET      function    an event's review by Azure OpenAI
+    reviews      api/reviews/{event_id}     GET      admin       an event's review: the reviewer's score, rationale, direction
     score        api/score                  POST     function    one event, the default model
     score_batch  api/score/batch            POST     function    up to MAX_BATCH_ITEMS events
     stats        api/stats                  GET      function    cache and batch counters
@@ -115,7 +115,7 @@ async def openapi(req: func.HttpRequest, context: func.Context) -> func.HttpResp
 
 
 @app.function_name("reviews")
-@app.route(route="api/reviews/{event_id}", methods=["GET"], auth_level=KEYED)
+@app.route(route="api/reviews/{event_id}", methods=["GET"], auth_level=CONTROL)
 async def reviews(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
     return await handlers.http(req, context)
 

@@ -272,7 +272,7 @@ class ReviewPolicy:
         "LLM_REVIEW_DETAIL",
         False,
         "reviewed answers carry the reviewer's score and rationale and the model's own score; off: the decision "
-        "only (the detail stays at /api/reviews/{event_id} and in the prediction log)",
+        "only (the detail stays at /api/reviews/{event_id}, an admin-key route)",
     )
     timeout_ms: float = setting(
         "LLM_TIMEOUT_MS", 150.0, "longest an HTTP request waits for its review; then it answers locally, review pending"

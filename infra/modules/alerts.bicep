@@ -6,7 +6,8 @@
 // reaches `requests`: P14), new dead letters, queue depth, queue size
 // (the partition-exhaustion symptom), throttling, message age, replicas pinned at
 // maxReplicas, and drift: a version's features or scores shifting from its first records
-// (the app's `scoring.drift.psi` gauge, one series per replica, version and feature).
+// (the app's `scoring.drift.psi` gauge, one series per replica, version and feature); and the
+// review tail: refused lower verdicts (steering attempts) and a shift of the escalated share.
 
 @description('Resource tags.')
 param tags object
@@ -58,6 +59,12 @@ param featureDriftPsi string = '0.2'
 
 @description('Population stability index of the score above which decisions are moving (held for the whole window).')
 param scoreDriftPsi string = '0.25'
+
+@description('Refused lower review verdicts in 15 minutes above which someone may be steering the reviewer.')
+param reviewRefusedThreshold int = 5
+
+@description('Change of the escalated share of reviews, last hour against the day before, that alerts (0..1).')
+param escalationShiftThreshold string = '0.15'
 
 @description('Custom metric the app emits per completed queue message: enqueued time to completion, in seconds (shared/telemetry/catalogue.py).')
 param queueAgeMetricName string = 'scoring.queue.message.age'
@@ -227,6 +234,74 @@ resource allPortsShed 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = {
           metricMeasureColumn: 'shed'
           operator: 'GreaterThan'
           threshold: 0
+          failingPeriods: {
+            numberOfEvaluationPeriods: 1
+            minFailingPeriodsToAlert: 1
+          }
+        }
+      ]
+    }
+    actions: {
+      actionGroups: actionGroups
+    }
+  }
+}
+
+resource reviewRefused 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = {
+  name: '${prefix}-review-refused'
+  location: location
+  tags: tags
+  properties: {
+    description: 'Reviews asked for a lower decision than the model\'s and were refused (a review only escalates): someone may be steering the reviewer through the payment\'s note (docs/reliability.md, the review tail\'s threat model).'
+    severity: 3
+    enabled: true
+    scopes: [
+      appInsightsId
+    ]
+    evaluationFrequency: 'PT15M'
+    windowSize: 'PT15M'
+    criteria: {
+      allOf: [
+        {
+          query: 'customMetrics | where name == \'scoring.llm.reviews\' and tostring(customDimensions[\'scoring.direction\']) == \'refused\' | summarize refused = sum(valueSum)'
+          timeAggregation: 'Maximum'
+          metricMeasureColumn: 'refused'
+          operator: 'GreaterThan'
+          threshold: reviewRefusedThreshold
+          failingPeriods: {
+            numberOfEvaluationPeriods: 1
+            minFailingPeriodsToAlert: 1
+          }
+        }
+      ]
+    }
+    actions: {
+      actionGroups: actionGroups
+    }
+  }
+}
+
+resource escalationShift 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = {
+  name: '${prefix}-review-escalation-shift'
+  location: location
+  tags: tags
+  properties: {
+    description: 'The share of reviews that escalated the model\'s decision in the last hour moved away from the day before it (a new prompt, model deployment or attack changes what the reviewer does).'
+    severity: 3
+    enabled: true
+    scopes: [
+      appInsightsId
+    ]
+    evaluationFrequency: 'PT1H'
+    windowSize: 'P1D'
+    criteria: {
+      allOf: [
+        {
+          query: 'customMetrics | where name == \'scoring.llm.reviews\' | extend escalated = tostring(customDimensions[\'scoring.direction\']) == \'escalated\', recent = timestamp > ago(1h) | summarize up = sumif(valueSum, escalated), all = sum(valueSum) by recent | summarize now_share = maxif(iff(all == 0, 0.0, up / all), recent), before_share = maxif(iff(all == 0, 0.0, up / all), not(recent)) | extend shift = abs(now_share - before_share)'
+          timeAggregation: 'Maximum'
+          metricMeasureColumn: 'shift'
+          operator: 'GreaterThan'
+          threshold: json(escalationShiftThreshold)
           failingPeriods: {
             numberOfEvaluationPeriods: 1
             minFailingPeriodsToAlert: 1

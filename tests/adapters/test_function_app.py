@@ -571,7 +571,7 @@ def test_the_route_table_check_catches_a_declaration_that_drifts() -> None:
 # host key (and the master key); an admin-level one the master key only.
 OPENS = {"function key": {"anonymous", "function"}, "host key": {"anonymous", "function"},
          "master key": {"anonymous", "function", "admin"}}  # fmt: skip
-CONTROL = {"model_activate", "model_rollout", "model_shadow", "model_canary", "model_promote"}
+CONTROL = {"model_activate", "model_rollout", "model_shadow", "model_canary", "model_promote", "reviews"}
 
 
 def calls(routes: tuple[RouteSpec, ...] = ROUTES) -> list[tuple[str, str, str]]:

@@ -24,7 +24,7 @@ from shared.domain.events import (
     decode_event,
     decode_events,
 )
-from shared.errors import BadRequest, InvalidEvent, MalformedJson, ScoringError
+from shared.errors import BadRequest, EventIdConflict, InvalidEvent, MalformedJson, ScoringError
 from tests.conftest import event as event_body
 from tests.strategies import (
     HUGE,
@@ -225,13 +225,20 @@ def test_any_batch_is_items_or_a_4xx(value: Any, max_items: int) -> None:
 
 
 def each_on_its_own(body: bytes, max_items: int) -> list[Any]:
-    """The reference: every item decoded alone, as `decode_event` decodes one body."""
+    """The reference: every item decoded alone, as `decode_event` decodes one body; then an id binds
+    the content of the first valid item carrying it (a later one with other content: a conflict)."""
     items: list[Any] = []
     for raw in decode_batch(body, max_items):
         try:
             items.append(decode_event(bytes(raw)))
         except ScoringError as exc:
             items.append(exc)
+    first: dict[str, tuple[int, PaymentEvent]] = {}
+    for k, item in enumerate(items):
+        if isinstance(item, PaymentEvent):
+            at, earlier = first.setdefault(item.event_id, (k, item))
+            if earlier != item:
+                items[k] = EventIdConflict(f"event_id already names item {at} of this batch, with other content")
     return items
 
 

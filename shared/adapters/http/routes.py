@@ -69,7 +69,7 @@ ROUTES: tuple[RouteSpec, ...] = (
         "model_canary", "/api/models/{name}/canary", "split users to a candidate / abort the split", "PUT", "DELETE"
     ),
     _control("model_promote", "/api/models/{name}/canary/promote", "the candidate becomes the pinned version", "POST"),
-    _admin("reviews", "/api/reviews/{event_id}", "an event's review by Azure OpenAI"),
+    _control("reviews", "/api/reviews/{event_id}", "an event's review: the reviewer's score, rationale, direction"),
     _admin("stats", "/api/stats", "cache, batch and admission counters"),
     _admin("metrics", "/api/metrics", "every metric, Prometheus text format"),
     _admin("health", "/api/health/{probe}", "live / ready (the platform's probes)", auth="anonymous"),
