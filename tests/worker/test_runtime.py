@@ -11,6 +11,7 @@ import shutil
 import struct
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -177,11 +178,12 @@ def test_v2_infer_and_pinning_through_the_worker(host: Host) -> None:
 
 
 def test_a_queued_batch_as_the_host_sends_it(host: Host) -> None:
+    now = datetime.now(UTC).isoformat()  # NOTE: inside the idempotency window (EVENT_MAX_AGE_S), as a live payment is
     inputs, metadata = host.batch(
         [
-            ("q-1", json.dumps(event(event_id="q-1")).encode()),
+            ("q-1", json.dumps(event(event_id="q-1", timestamp=now)).encode()),
             ("q-bad", b"\xff{not json"),
-            ("q-2", json.dumps(event(event_id="q-2")).encode()),
+            ("q-2", json.dumps(event(event_id="q-2", timestamp=now)).encode()),
         ]
     )
     response = host.invoke("payments", inputs, metadata)

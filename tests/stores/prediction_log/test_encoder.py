@@ -81,12 +81,13 @@ def test_the_child_makes_one_row_struct_per_column_list_however_many_requests() 
     by a full collection the child rarely runs) per request grew the child ~10 MiB a minute."""
     from shared.domain import records as records_module
 
-    frame = pack([[decision(i) for i in range(4)]])
-    made: set[int] = set()
+    records = [decision(i) for i in range(4)]
+    frame, names = pack([records]), tuple(records[0].columns)
+    made: list[set[int]] = []
     for _ in range(50):
         encode_packed(frame, b"k")
-        made |= {id(kind) for _, kind in records_module._ROWS.values()}
-    assert len(made) == 1
+        made.append({id(kind) for columns, kind in records_module._ROWS.values() if tuple(columns) == names})
+    assert made[-1] == made[0] and len(set().union(*made)) == len(made[0])  # the first request's, and no other
 
 
 def test_a_group_that_will_not_pack_or_encode_comes_back_none_and_the_others_whole() -> None:
