@@ -434,6 +434,11 @@ class Traffic:
             await self._write(canary_key(name), record)
             self._pending.pop(name, None)
             self._applied.canary[name] = record
+            shadow = self._applied.shadow.get(name)
+            if shadow is not None and shadow.version == current.version:  # NOTE: it serves now: a shadow of
+                released = ShadowRecord(None, time.time())  # itself would score every event twice alike
+                await self._write(shadow_key(name), released)
+                self._applied.shadow[name] = released
             await self._hold(name)
         await self._rollout.audit.record(by, "promote", name, version=current.version)
 

@@ -222,6 +222,20 @@ async def test_promote_makes_the_candidate_the_pin_on_every_replica(replicas: Re
         await a.traffic.promote("fraud")  # nothing left to promote
 
 
+async def test_promoting_the_shadowed_candidate_releases_the_shadow_everywhere(
+    replicas: Replicas, models_dir: Path
+) -> None:
+    """The recipe shadows the candidate, then canaries and promotes it: once it serves, a shadow of
+    itself would score every event twice by the same model."""
+    a, b = await pinned_pair(replicas, models_dir)
+    await a.traffic.set_shadow("fraud", "2")
+    await a.traffic.set_canary("fraud", "2", 0.1)
+    await until(lambda: b.traffic.split("fraud") and b.traffic.shadow_of("fraud") is not None)
+    await b.traffic.promote("fraud")
+    await until(lambda: a.live() == "2" and a.traffic.shadow_of("fraud") is None)
+    assert b.traffic.shadow_of("fraud") is None and b.traffic.describe("fraud")[0] is None
+
+
 async def test_an_abort_stops_the_canary_on_every_replica_and_keeps_why(
     replicas: Replicas, models_dir: Path, redis_client: object, redis_prefix: str
 ) -> None:
