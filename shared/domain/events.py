@@ -248,15 +248,13 @@ def _decode_each(body: bytes, max_items: int) -> list[PaymentEvent | ScoringErro
 
 def _bound(items: list[PaymentEvent | ScoringError]) -> list[PaymentEvent | ScoringError]:
     """Each id to its first item's content: a later item with other content is a conflict."""
-    first: dict[str, PaymentEvent] = {}
+    first: dict[str, int] = {}  # event id → the index of the first valid item carrying it
     for k, item in enumerate(items):
         if isinstance(item, ScoringError):
             continue
-        seen = first.setdefault(item.event_id, item)
-        if seen is not item and seen != item:  # NOTE: struct equality: every field, instants as instants
-            items[k] = EventIdConflict(
-                f"event_id already names item {items.index(seen)} of this batch, with other content"
-            )
+        at = first.setdefault(item.event_id, k)
+        if at != k and items[at] != item:  # NOTE: struct equality: every field, instants as instants
+            items[k] = EventIdConflict(f"event_id already names item {at} of this batch, with other content")
     return items
 
 
