@@ -257,6 +257,7 @@ class LoadedVersion(Answer, frozen=True):
 
     version: str
     fingerprint: str
+    sha256: Annotated[str, Meta(description="the file's SHA-256: what its release record and the fleet's records name")]
     providers: list[str]
     loaded_at: Annotated[float, Meta(description="epoch seconds")]
     load_ms: float

@@ -1,7 +1,10 @@
 """Rollout: every replica serves the same model versions within seconds of an upload.
 
+    models:latest:{name}   {"name", "version": "3", "fingerprint", "sha256", "at": epoch s}
+    models:pin:{name}      {"version": "2" | null, "sha256", "at": epoch s}
+
 A Blob trigger fires on ONE replica. So the replica that installs a new version (from its
-trigger or its poll) records `{name, version, fingerprint}` in Redis (`models:latest:{name}`),
+trigger or its poll) records it with its file's SHA-256 in Redis (`models:latest:{name}`),
 and every replica reads those records every WATCH_S (one MGET of a few bytes per model):
 a new version reaches every replica within about a second plus its load time, and a
 replica that was away or disconnected catches up by construction. Every replica also polls
@@ -13,6 +16,11 @@ tests), and a one-second record read converges as fast as the load it triggers a
 through its registry (validate, warm, swap); an echo of a version it already serves is a
 no-op. Pins (`models:pin:{name}`) are kept in Redis too, so they survive restarts and hold
 on every replica until released.
+
+Every record names the file's SHA-256 (`sha256`), and a replica serves a version a record names
+only with that very file (`ModelRegistry.vouch`): a file swapped in the model source after it was
+pinned or announced (its release record too) is refused by a replica that loads it later (a
+restart, a new replica), which keeps serving what it has and says so in readiness.
 
 The records live in the control store (shared/stores/control.py), whose writes raise: a pin, a
 release or a version record that Redis did not keep is a 503 naming Redis, and nothing
@@ -27,11 +35,13 @@ TTL are evicted, so cache pressure never removes one (they are a few bytes per m
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TypeVar
 
-import orjson
+import msgspec
 
 from shared.errors import ControlStoreDown, ModelInvalid, ModelNotFound, ScoringError
 from shared.models.registry import ModelRegistry
@@ -39,7 +49,7 @@ from shared.models.repository import ModelRef, ModelRepository, check_ref, versi
 from shared.models.served import LoadedModel
 from shared.stores.control import Actor, ControlAudit, ControlStore
 
-__all__ = ["WATCH_S", "Rollout", "WrittenBack", "latest_key", "pin_key"]
+__all__ = ["WATCH_S", "LatestRecord", "PinRecord", "Rollout", "WrittenBack", "decode_record", "latest_key", "pin_key"]
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +63,42 @@ def latest_key(name: str) -> str:
 
 def pin_key(name: str) -> str:
     return f"models:pin:{name}"
+
+
+class LatestRecord(msgspec.Struct, frozen=True):
+    """`models:latest:{name}`: the newest version a replica installed, and its file's digest."""
+
+    name: str
+    version: str
+    fingerprint: str = ""
+    sha256: str = ""  # NOTE: empty in a record written before records named digests: unchecked
+    at: float = 0.0
+
+
+class PinRecord(msgspec.Struct, frozen=True):
+    """`models:pin:{name}`: the version pinned on every replica and its file's digest; None: released."""
+
+    version: str | None
+    sha256: str = ""
+    at: float = 0.0
+
+
+R = TypeVar("R", bound=msgspec.Struct)
+
+
+def decode_record(name: str, payload: bytes | None, kind: type[R]) -> R | None:
+    """The record, or None where there is none or it is corrupt (a corrupt record reads as absent)."""
+    if not payload:
+        return None
+    try:
+        record = msgspec.json.decode(payload, type=kind)
+        version = getattr(record, "version", None)
+        if version is not None:
+            check_ref(name, version)
+    except (msgspec.DecodeError, msgspec.ValidationError, ModelInvalid):
+        log.warning("a corrupt %s of %r reads as absent: %r", kind.__name__, name, payload[:200])
+        return None
+    return record
 
 
 class WrittenBack:
@@ -93,6 +139,7 @@ class Rollout:
         self._watch_s = watch_s
         self.converged_at: dict[str, float] = {}  # name -> when this replica last changed what it serves
         self._written_back = WrittenBack()
+        self._refused: dict[str, str] = {}  # name -> why this replica does not follow the fleet's record
         self._locks: dict[str, asyncio.Lock] = {}  # per model: pins, releases and the watch, one at a time
         self.audit = ControlAudit(control)  # who pinned, released, shadowed... (shared with Traffic)
 
@@ -109,18 +156,33 @@ class Rollout:
         refs = await asyncio.to_thread(self._source.list)
         names = sorted({ref.name for ref in refs})
         try:
-            pins = await self._records([pin_key(name) for name in names])
+            pins = await self._records(names, pin_key, PinRecord)
+            latest = await self._records(names, latest_key, LatestRecord)
         except ControlStoreDown as exc:
             log.error("the fleet's pins are unknown at start, serving the newest versions: %s", exc.detail)
             return
-        for name, pin in zip(names, pins, strict=True):
-            if pin is not None and pin.get("version") is not None:
-                self._registry.pins[name] = str(pin["version"])
+        for name, pin, newest in zip(names, pins, latest, strict=True):
+            if newest is not None:
+                self._registry.vouch(ModelRef(name, newest.version), newest.sha256)
+            if pin is not None and pin.version is not None:
+                self._registry.pins[name] = pin.version
+                self._registry.vouch(ModelRef(name, pin.version), pin.sha256)
 
     async def installed(self, loaded: LoadedModel) -> None:
         """A version was installed here from an upload: tell the others (`ControlStoreDown` if not kept)."""
         if self._control is not None:
             await self._control.write(latest_key(loaded.name), _latest(loaded))
+
+    async def digest(self, name: str, version: str) -> str:
+        """The SHA-256 of `name/version`'s file, as a record names it: the loaded file's, else the one
+        its release record names, else the source file's."""
+        if version in self._registry.loaded_versions(name):
+            return self._registry.active(name, version).digest
+        ref = ModelRef(name, version)
+        release = await asyncio.to_thread(self._source.release, ref)
+        if release is not None:
+            return release.sha256
+        return hashlib.sha256(await asyncio.to_thread(self._source.read, ref)).hexdigest()
 
     async def pin(self, name: str, version: str, *, by: Actor | None = None) -> LoadedModel:
         """Serve `version` of `name` on every replica until released (loaded from the source if need be).
@@ -133,16 +195,16 @@ class Rollout:
         check_ref(name, version)
         async with self._lock(name):
             await self._check_pinnable(name, version)
+            sha256 = await self.digest(name, version)
             if self._control is None:
-                loaded = await self._pin_here(name, version)
+                loaded = await self._pin_here(name, version, sha256)
             else:
-                (before,) = await self._records([pin_key(name)])
-                await self._control.write(pin_key(name), _pin(version))
+                (before,) = await self._records([name], pin_key, PinRecord)
+                await self._control.write(pin_key(name), _encode(PinRecord(version, sha256, time.time())))
                 try:
-                    loaded = await self._pin_here(name, version)
+                    loaded = await self._pin_here(name, version, sha256)
                 except ScoringError:
-                    kept = before.get("version") if before is not None else None
-                    await self._control.write(pin_key(name), _pin(None if kept is None else str(kept)))
+                    await self._control.write(pin_key(name), _encode(before or PinRecord(None, at=time.time())))
                     raise
         if by is not None:
             await self.audit.record(by, "pin", name, version=version)
@@ -153,14 +215,20 @@ class Rollout:
         self._registry.active(name)  # NOTE: ModelNotFound before any record is written
         async with self._lock(name):
             if self._control is not None:
-                await self._control.write(pin_key(name), _pin(None))
+                await self._control.write(pin_key(name), _encode(PinRecord(None, at=time.time())))
             loaded = await self._registry.unpin(name)
         await self.audit.record(by, "unpin", name)
         return loaded
 
     def problem(self) -> str | None:
-        """What readiness lists: the control store failing, or a lost record written back lately."""
-        return self._written_back.problem(self._control)
+        """What readiness lists: the control store failing, a lost record written back lately, or a
+        record this replica refuses to follow (a file that is not the one the record names)."""
+        if (problem := self._written_back.problem(self._control)) is not None:
+            return problem
+        if self._refused:
+            name, detail = next(iter(sorted(self._refused.items())))
+            return f"models: the fleet's record of {name!r} not followed here: {detail}"
+        return None
 
     # -- the background job -------------------------------------------------------------
 
@@ -209,46 +277,53 @@ class Rollout:
                 except ScoringError as exc:  # NOTE: a bad record or file is logged; the next read retries
                     log.warning("model record for %s not applied: %s", name, exc.detail)
 
-    async def _apply(self, event: dict[str, Any]) -> None:
-        name, version, kind = str(event["name"]), str(event["version"]), event["kind"]
-        check_ref(name, version)
-        if kind == "activated":
-            if self._older_than_served(name, version):
-                return  # NOTE: a stale record: loading it would only retire it again
-            fresh = self._serving(name, version) != event.get("fingerprint")
-            if fresh and await self._registry.load(ModelRef(name, version)) is not None:
-                self._changed(name)
-        elif kind == "pinned":
-            await self._pin_here(name, version)
-            self._changed(name)
-        elif kind == "unpinned" and name in self._registry.pins:
-            await self._registry.unpin(name)
-            self._changed(name)
-
     async def _reconcile(self, name: str) -> None:
         """Apply the durable records this replica may have missed while away; write back lost ones."""
         if self._control is None:
             return
         async with self._lock(name):  # NOTE: a pin or release here in the meantime would be undone
-            await self._reconcile_records(name)
+            try:
+                await self._reconcile_records(name)
+            except ModelInvalid as exc:
+                if self._refused.get(name) != exc.detail:
+                    log.error("the fleet's record of %r is not followed here: %s", name, exc.detail)
+                self._refused[name] = exc.detail
+                raise
+        self._refused.pop(name, None)
 
     async def _reconcile_records(self, name: str) -> None:
         assert self._control is not None  # noqa: S101 narrows the type for mypy; the caller checked
-        latest, pin = await self._records([latest_key(name), pin_key(name)])
+        latest_payload, pin_payload = await self._control.read([latest_key(name), pin_key(name)])
+        latest = decode_record(name, latest_payload, LatestRecord)
+        pin = decode_record(name, pin_payload, PinRecord)
         if latest is not None:
-            await self._apply({"kind": "activated", **latest})
+            await self._follow_latest(name, latest)
         await self._write_back_latest(name, latest)
         held = self._registry.pins.get(name)
         if pin is None:
-            if held is not None and await self._control.write_if_absent(pin_key(name), _pin(held)):
+            if held is not None and await self._control.write_if_absent(pin_key(name), _encode(self._held_pin(name))):
                 self._written_back.note(f"the pin of {name!r} (version {held}) was missing from Redis; written back")
-        elif pin.get("version") is None:
+        elif pin.version is None:
             if held is not None:
-                await self._apply({"kind": "unpinned", "name": name, "version": held})
-        elif held != str(pin["version"]):
-            await self._apply({"kind": "pinned", "name": name, "version": pin["version"]})
+                await self._registry.unpin(name)
+                self._changed(name)
+        elif held != pin.version or pin.version not in self._registry.loaded_versions(name):
+            await self._pin_here(name, pin.version, pin.sha256)  # NOTE: a pin not loaded here says why
+            self._changed(name)
+        else:
+            self._registry.vouch(ModelRef(name, pin.version), pin.sha256)  # NOTE: the file it serves is the one named
 
-    async def _write_back_latest(self, name: str, latest: dict[str, Any] | None) -> None:
+    async def _follow_latest(self, name: str, latest: LatestRecord) -> None:
+        """Load the version another replica installed (an echo of one loaded here changes nothing)."""
+        ref = ModelRef(name, latest.version)
+        self._registry.vouch(ref, latest.sha256)
+        if self._older_than_served(name, latest.version):
+            return  # NOTE: a stale record: loading it would only retire it again
+        fresh = self._serving(name, latest.version) != latest.fingerprint
+        if fresh and await self._registry.load(ref) is not None:
+            self._changed(name)
+
+    async def _write_back_latest(self, name: str, latest: LatestRecord | None) -> None:
         """Where the `latest` record is lost, or names a version older than this replica's newest
         (its announcement failed), write this replica's newest."""
         assert self._control is not None  # noqa: S101 narrows the type for mypy; the caller checked
@@ -261,7 +336,7 @@ class Rollout:
         if latest is None:
             if await self._control.write_if_absent(latest_key(name), _latest(newest)):
                 log.warning("the newest-version record of %r was missing from Redis; written back", name)
-        elif version_key(newest.version) > version_key(str(latest.get("version", ""))):
+        elif version_key(newest.version) > version_key(latest.version):
             await self._control.write(latest_key(name), _latest(newest))
             log.warning(
                 "the newest-version record of %r named an older version; version %s written", name, newest.version
@@ -280,11 +355,13 @@ class Rollout:
         if ModelRef(name, version) not in await asyncio.to_thread(self._source.list):
             raise ModelNotFound(f"model {name!r} has no version {version!r} in the model source")
 
-    async def _pin_here(self, name: str, version: str) -> LoadedModel:
-        """Pin on this replica, loading the version if need be; as it was before on failure."""
+    async def _pin_here(self, name: str, version: str, sha256: str) -> LoadedModel:
+        """Pin on this replica, loading the version if need be, only with the file `sha256` names;
+        as it was before on failure."""
         before = self._registry.pins.get(name)
         self._registry.pins[name] = version  # NOTE: first: a version outside MODELS_KEEP_VERSIONS stays loaded
         try:
+            self._registry.vouch(ModelRef(name, version), sha256)
             await self._ensure_loaded(name, version)
             return await self._registry.pin(name, version)
         except BaseException:
@@ -315,25 +392,21 @@ class Rollout:
     def _changed(self, name: str) -> None:
         self.converged_at[name] = time.time()
 
-    async def _records(self, keys: list[str]) -> list[dict[str, Any] | None]:
+    def _held_pin(self, name: str) -> PinRecord:
+        """The pin this replica holds, as a record (to write back a lost one)."""
+        version = self._registry.pins[name]
+        loaded = version in self._registry.loaded_versions(name)
+        return PinRecord(version, self._registry.active(name, version).digest if loaded else "", time.time())
+
+    async def _records(self, names: list[str], key: Callable[[str], str], kind: type[R]) -> list[R | None]:
         assert self._control is not None  # noqa: S101 narrows the type for mypy; an invariant, never an input check
-        return [_decoded(payload) for payload in await self._control.read(keys)]
+        payloads = await self._control.read([key(name) for name in names])
+        return [decode_record(name, payload, kind) for name, payload in zip(names, payloads, strict=True)]
 
 
-def _decoded(payload: bytes | None) -> dict[str, Any] | None:
-    try:
-        record = orjson.loads(payload) if payload else None
-    except orjson.JSONDecodeError:
-        return None  # NOTE: a corrupt record reads as absent
-    return record if isinstance(record, dict) else None
+def _encode(record: msgspec.Struct) -> bytes:
+    return msgspec.json.encode(record)
 
 
 def _latest(loaded: LoadedModel) -> bytes:
-    return orjson.dumps(
-        {"name": loaded.name, "version": loaded.version, "fingerprint": loaded.fingerprint, "at": time.time()}
-    )
-
-
-def _pin(version: str | None) -> bytes:
-    """A pin record; `None`: released (a record too, so that a missing one means lost)."""
-    return orjson.dumps({"version": version, "at": time.time()})
+    return _encode(LatestRecord(loaded.name, loaded.version, loaded.fingerprint, loaded.digest, time.time()))

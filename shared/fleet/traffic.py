@@ -1,9 +1,10 @@
 """Traffic: a model's shadow version and its canary split, the same on every replica.
 
-    models:shadow:{name}   {"version": "3" | null, "at": epoch s}
+    models:shadow:{name}   {"version": "3" | null, "at": epoch s, "sha256"}
     models:canary:{name}   {"version": "3" | null, "weight": 0.1, "at": epoch s,
                             "aborted": {"reason": "decline_share", "at": epoch s} | null,
-                            "last_abort": {"version": "2", "reason": "api", "at": epoch s} | null}
+                            "last_abort": {"version": "2", "reason": "api", "at": epoch s} | null,
+                            "sha256"}
 
 A shadow version scores every event of its model after the answer is sent (shared/fleet/shadow.py);
 a canary version answers for `weight` of the users, chosen by a stable hash of (name, user_id):
@@ -14,6 +15,8 @@ The records live beside the pins (shared/fleet/rollout.py) and are kept the same
 first (a write the store refuses raises `ControlStoreDown` and changes nothing here), read by
 every replica every WATCH_S, applied at start, and a release is a record too (`version` null),
 so a *missing* record means "lost" and a replica that holds a shadow or canary writes it back.
+Each names its version's file by SHA-256, as a pin does: a replica whose file is another one
+neither loads nor routes to it (`ModelRegistry.vouch`).
 A version a record names is held loaded (`ModelRegistry.held`) beyond MODELS_KEEP_VERSIONS while
 named, and released when it no longer is; being held never makes it the version that serves.
 
@@ -37,7 +40,7 @@ import msgspec
 from shared.domain.answers import AbortView, ArmView, CanaryView, ShadowView
 from shared.domain.records import Arm
 from shared.errors import BadRequest, ControlStoreDown, ModelInvalid, ModelNotFound, RolloutConflict, ScoringError
-from shared.fleet.rollout import WATCH_S, Rollout, WrittenBack
+from shared.fleet.rollout import WATCH_S, Rollout, WrittenBack, decode_record
 from shared.fleet.shadow import ShadowScorer
 from shared.models.registry import ModelRegistry, RegistryEvent
 from shared.models.repository import ModelRef, check_ref, version_key
@@ -106,6 +109,7 @@ class ShadowRecord(msgspec.Struct, frozen=True):
 
     version: str | None
     at: float = 0.0
+    sha256: str = ""  # NOTE: the version's file; empty in a record written before records named digests
 
 
 class CanaryRecord(msgspec.Struct, frozen=True):
@@ -116,25 +120,12 @@ class CanaryRecord(msgspec.Struct, frozen=True):
     at: float = 0.0
     aborted: Aborted | None = None
     last_abort: LastAbort | None = None
+    sha256: str = ""
 
     @property
     def running(self) -> bool:
         """Whether it names a candidate that was not aborted (weight 0 included)."""
         return self.version is not None and self.aborted is None
-
-
-def _decode(name: str, payload: bytes | None, kind: type[ShadowRecord] | type[CanaryRecord]) -> Any:
-    """The record, or None where there is none or it is corrupt (a corrupt record reads as absent)."""
-    if not payload:
-        return None
-    try:
-        record = msgspec.json.decode(payload, type=kind)
-        if record.version is not None:
-            check_ref(name, record.version)
-    except (msgspec.DecodeError, msgspec.ValidationError, ModelInvalid):
-        log.warning("a corrupt %s of %r reads as absent: %r", kind.__name__, name, payload[:200])
-        return None
-    return record
 
 
 # -- a canary split on this replica -------------------------------------------------------------
@@ -351,10 +342,12 @@ class Traffic:
         if version is not None:
             check_ref(name, version)
         async with self._lock(name):
+            sha256 = ""
             if version is not None:
                 await self._check_candidate(name, version, "shadow")
+                sha256 = await self._rollout.digest(name, version)
             before = self._applied.shadow.get(name)
-            record = ShadowRecord(version, time.time())
+            record = ShadowRecord(version, time.time(), sha256)
             await self._write(shadow_key(name), record)
             self._applied.shadow[name] = record
             try:
@@ -381,7 +374,8 @@ class Traffic:
             await self._check_candidate(name, version, "canary")
             before = await self._current_canary(name)
             last = before.last_abort if before is not None else None
-            record = CanaryRecord(version, float(weight), time.time(), None, last)
+            sha256 = await self._rollout.digest(name, version)
+            record = CanaryRecord(version, float(weight), time.time(), None, last, sha256)
             await self._write(canary_key(name), record)
             self._pending.pop(name, None)  # NOTE: the operator's record replaces an abort not yet kept
             self._applied.canary[name] = record
@@ -521,8 +515,8 @@ class Traffic:
         """Keep a pending abort, write back lost records, then apply what the store holds."""
         assert self._control is not None  # noqa: S101 narrows the type for mypy; the caller checked
         shadow_payload, canary_payload = await self._control.read([shadow_key(name), canary_key(name)])
-        shadow: ShadowRecord | None = _decode(name, shadow_payload, ShadowRecord)
-        canary: CanaryRecord | None = _decode(name, canary_payload, CanaryRecord)
+        shadow: ShadowRecord | None = decode_record(name, shadow_payload, ShadowRecord)
+        canary: CanaryRecord | None = decode_record(name, canary_payload, CanaryRecord)
         canary = await self._keep_pending(name, canary)
         held_shadow, held_canary = self._applied.shadow.get(name), self._applied.canary.get(name)
         if shadow is None and held_shadow is not None and held_shadow.version is not None:
@@ -573,13 +567,14 @@ class Traffic:
     async def _hold(self, name: str) -> None:
         """Hold and load the versions the applied records name, release the others, route."""
         wanted = self._wanted(name)
-        released = self._registry.held.get(name, set()) - wanted
+        released = self._registry.held.get(name, set()) - wanted.keys()
         if wanted:
-            self._registry.held[name] = wanted
+            self._registry.held[name] = set(wanted)
         else:
             self._registry.held.pop(name, None)
-        for version in sorted(wanted, key=version_key):
+        for version, sha256 in sorted(wanted.items(), key=lambda item: version_key(item[0])):
             try:
+                self._registry.vouch(ModelRef(name, version), sha256)  # NOTE: only the file the record names
                 await self._ensure_loaded(name, version)
             except ScoringError as exc:
                 if self._failed.get((name, version)) != exc.detail:
@@ -594,15 +589,18 @@ class Traffic:
     async def _loaded(self, name: str, version: str | None) -> None:
         """Apply what was just recorded here; the error when `version` cannot be loaded."""
         await self._hold(name)
-        if version is not None and version not in self._registry.loaded_versions(name):
+        if version is not None and (
+            version not in self._registry.loaded_versions(name) or (name, version) in self._failed
+        ):
             detail = self._failed.get((name, version), f"{name}/{version} cannot be loaded")
             raise ModelInvalid(detail)
 
-    def _wanted(self, name: str) -> set[str]:
+    def _wanted(self, name: str) -> dict[str, str]:
+        """The versions the applied records name, each with the digest its record names."""
         shadow, canary = self._applied.shadow.get(name), self._applied.canary.get(name)
-        wanted = {shadow.version} if shadow is not None and shadow.version is not None else set()
+        wanted = {shadow.version: shadow.sha256} if shadow is not None and shadow.version is not None else {}
         if canary is not None and canary.running:
-            wanted.add(str(canary.version))
+            wanted[str(canary.version)] = canary.sha256
         return wanted
 
     def _resolve(self, name: str) -> None:
@@ -669,8 +667,8 @@ class Traffic:
             return None
 
     def _version(self, name: str, version: str | None) -> LoadedModel | None:
-        if version is None or version not in self._registry.loaded_versions(name):
-            return None
+        if version is None or version not in self._registry.loaded_versions(name) or (name, version) in self._failed:
+            return None  # NOTE: failed: loaded, but not with the file its record names
         return self._registry.active(name, version)
 
     async def _current_canary(self, name: str) -> CanaryRecord | None:
@@ -678,7 +676,7 @@ class Traffic:
         if self._control is None:
             return self._applied.canary.get(name)
         (payload,) = await self._control.read([canary_key(name)])
-        current: CanaryRecord | None = _decode(name, payload, CanaryRecord)
+        current: CanaryRecord | None = decode_record(name, payload, CanaryRecord)
         return current if current is not None else self._applied.canary.get(name)
 
     async def _write(self, key: str, record: ShadowRecord | CanaryRecord) -> None:
@@ -714,4 +712,4 @@ def _below(weight: float) -> int:
 
 def _aborted(record: CanaryRecord, reason: AbortReason, at: float) -> CanaryRecord:
     version = str(record.version)
-    return CanaryRecord(version, 0.0, at, Aborted(reason, at), LastAbort(version, reason, at))
+    return CanaryRecord(version, 0.0, at, Aborted(reason, at), LastAbort(version, reason, at), record.sha256)

@@ -7,8 +7,9 @@ tried in a sandboxed child (`shared.models.sandbox`) before the serving process 
 it is then loaded, checked and warmed off the event loop, and activated by replacing one
 reference; versions beyond `keep_versions` are retired (their queued requests finish) and
 their sessions released. Re-installing a file already loaded (same fingerprint) changes nothing;
-a different file under a version already loaded, or one whose SHA-256 is not the digest
-recorded at publish (`release.json`), is refused.
+a different file under a version already loaded, one whose SHA-256 is not the digest
+recorded at publish (`release.json`), or one that is not the digest the fleet's records name
+(`vouch`: a pin, a newest-version record, a shadow or a canary), is refused.
 
 Which version serves: the pinned one, else the newest promoted one, else (nothing promoted
 yet) the oldest loaded. A new version is a candidate until it is promoted: by `promote`, by
@@ -92,6 +93,7 @@ class ModelRegistry:
         self.auto_promote = auto_promote
         self.promoted: dict[str, set[str]] = {}  # name -> versions that may serve unpinned
         self._digests: dict[ModelRef, str] = {}  # the SHA-256 each version was first loaded with
+        self._vouched: dict[ModelRef, str] = {}  # the SHA-256 the fleet's records name for a version
         self._catalogue = catalogue
         self._predictions = predictions
         self._ort = ort_options
@@ -107,6 +109,19 @@ class ModelRegistry:
         # keep_versions while named; being held never makes a version the active one
         self.held: dict[str, set[str]] = {}
         self.last_error: dict[str, LoadError] = {}  # name -> the last version rejected
+
+    def vouch(self, ref: ModelRef, sha256: str) -> None:
+        """The fleet's records name `sha256` for `ref`: a file with another digest is refused here.
+
+        `ModelInvalid` at once when the version is loaded with another digest (it keeps its place:
+        the caller refuses to route to it or pin it).
+        """
+        if not sha256:
+            return  # NOTE: a record written before records named digests: nothing to check
+        self._vouched[ref] = sha256
+        loaded = self._models.get(ref.name, {}).get(ref.version)
+        if loaded is not None and loaded.digest != sha256:
+            raise ModelInvalid(_not_vouched(ref, loaded.digest, sha256))
 
     def on(self, kind: EventKind, hook: Hook) -> None:
         """Call `hook` at each `kind` step. Hooks run on the event loop: hand slow work off."""
@@ -207,6 +222,9 @@ class ModelRegistry:
                 f"{ref.name}/{ref.version}: the file's sha256 {sha256[:12]}… is not the digest recorded at "
                 f"publish ({release.sha256[:12]}…)"
             )
+        vouched = self._vouched.get(ref)
+        if vouched is not None and vouched != sha256:
+            raise ModelInvalid(_not_vouched(ref, sha256, vouched))
 
     async def promote(self, name: str, version: str) -> LoadedModel:
         """Let a loaded candidate serve (unless a pin holds another version); the active version after."""
@@ -390,3 +408,10 @@ class ModelRegistry:
                 await loaded.retire()
         self._models.clear()
         self._active.clear()
+
+
+def _not_vouched(ref: ModelRef, sha256: str, vouched: str) -> str:
+    return (
+        f"{ref.name}/{ref.version}: the file's sha256 {sha256[:12]}… is not the digest the fleet's records name "
+        f"({vouched[:12]}…): the file changed after it was pinned or announced; not served here"
+    )

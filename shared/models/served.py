@@ -163,6 +163,7 @@ class LoadedModel:
         return LoadedVersion(
             self.version,
             self.fingerprint,
+            self.digest,
             self.model.providers,
             self.loaded_at,
             round(self.load_s * 1000, 2),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 import uuid
@@ -10,6 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
+import orjson
 import pytest
 from msgspec import to_builtins
 
@@ -17,7 +19,8 @@ from shared.core.service import ScoringService
 from shared.domain.events import decode_event
 from shared.domain.spec import FeatureDef
 from shared.errors import ModelInvalid, ModelNotFound
-from shared.models.repository import BlobRepository, DirectoryRepository, ModelRef
+from shared.fleet.rollout import latest_key, pin_key
+from shared.models.repository import BlobRepository, DirectoryRepository, ModelRef, Release
 from shared.settings import Settings
 from tests.conftest import event
 from tests.onnx_models import make_model
@@ -117,6 +120,35 @@ async def test_a_pin_survives_rebuilding_a_replica(fleet, services: Services, co
     await b.aclose()
     rebuilt = await services(shared)
     assert await served(rebuilt) == "1" and to_builtins(rebuilt.models())[0]["pinned"] == "1"
+
+
+async def test_a_pin_names_its_files_digest_and_a_file_swapped_after_it_is_refused(  # type: ignore[no-untyped-def]
+    fleet, services: Services, container: BlobRepository, redis_client, redis_prefix: str
+) -> None:
+    """Someone with write access to the models container swaps a pinned version's file AND its release
+    record: the replicas that loaded it keep the published file, and a new replica refuses the swap."""
+    a, b, shared = fleet
+    published = make_model(bias=1.0)
+    await upload(a, container, "2", published)
+    await until(lambda: _serves(b, "2"))
+    await a.pin("fraud", "2")
+    pin = orjson.loads(await redis_client.get(redis_prefix + pin_key("fraud")))
+    latest = orjson.loads(await redis_client.get(redis_prefix + latest_key("fraud")))
+    assert pin["version"] == "2" and pin["sha256"] == latest["sha256"] == hashlib.sha256(published).hexdigest()
+    assert to_builtins(b.models())[0]["loaded"][-1]["sha256"] == pin["sha256"]
+
+    swapped = make_model(bias=9.0)
+    container.publish(ModelRef("fraud", "2"), swapped)
+    container.record_release(ModelRef("fraud", "2"), Release(hashlib.sha256(swapped).hexdigest(), promoted=True))
+    replica = await services(shared)  # a restart, or a new replica the scaler adds
+    assert await served(replica) == "1", "never the swapped file: the newest version it may serve instead"
+    assert "not the digest the fleet's records name" in to_builtins(replica.models())[0]["last_error"]["reason"]  # type: ignore[index]
+
+    async def says_so() -> bool:
+        return any("not followed here" in d for d in replica.readiness().degraded)
+
+    await until(says_so)
+    assert (await served(a), await served(b)) == ("2", "2"), "the replicas that hold the published file serve on"
 
 
 async def test_pinning_an_unknown_version_is_not_found(fleet) -> None:  # type: ignore[no-untyped-def]

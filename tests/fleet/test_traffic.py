@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import math
 import random
@@ -12,18 +13,22 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 import pytest
 
 from shared.errors import BadRequest, ControlStoreDown, ModelNotFound, RolloutConflict
 from shared.fleet.rollout import Rollout
-from shared.fleet.traffic import CanaryRecord, Traffic, bucket, canary_key, shadow_key
+from shared.fleet.traffic import CanaryRecord, ShadowRecord, Traffic, bucket, canary_key, shadow_key
 from shared.models.registry import ModelRegistry
 from shared.models.repository import DirectoryRepository, ModelRef
 from shared.settings import BatchPolicy, OrtOptions, RolloutPolicy
 from shared.stores.control import ControlStore, MemoryControlStore, RedisControlStore
 from tests.onnx_models import make_model
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
 
 REPO = Path(__file__).resolve().parents[2]
 WATCH_S = 0.05
@@ -208,6 +213,31 @@ async def test_a_shadow_and_a_canary_set_on_one_replica_reach_the_other_within_a
     assert canary is not None and (canary.version, canary.weight, canary.live.version) == ("2", 0.5, "1")
     await b.traffic.set_shadow("fraud", None)  # a release is a record too
     await until(lambda: a.traffic.shadow_of("fraud") is None)
+
+
+async def test_a_shadow_and_a_canary_name_their_files_and_a_record_naming_another_file_is_not_followed(
+    replicas: Replicas, models_dir: Path, redis_client: Redis, redis_prefix: str
+) -> None:
+    a, b = await pinned_pair(replicas, models_dir)
+    publish(models_dir, "3")
+    await a.traffic.set_canary("fraud", "2", 0.5)
+    await a.traffic.set_shadow("fraud", "3")
+    await until(lambda: bool(b.traffic.split("fraud")) and b.traffic.shadow_of("fraud") is not None)
+    canary_payload = await redis_client.get(redis_prefix + canary_key("fraud"))
+    shadow_payload = await redis_client.get(redis_prefix + shadow_key("fraud"))
+    canary = msgspec.json.decode(canary_payload or b"", type=CanaryRecord)
+    shadow = msgspec.json.decode(shadow_payload or b"", type=ShadowRecord)
+    for version, named in (("2", canary.sha256), ("3", shadow.sha256)):
+        file = (models_dir / "fraud" / version / "model.onnx").read_bytes()
+        assert named == hashlib.sha256(file).hexdigest() == b.registry.active("fraud", version).digest
+
+    # records naming other files for 2 and 3 (a replica that read swapped files, a forged write)
+    other = hashlib.sha256(b"another file").hexdigest()
+    for key, record in ((canary_key("fraud"), canary), (shadow_key("fraud"), shadow)):
+        forged = msgspec.structs.replace(record, sha256=other, at=time.time())
+        await redis_client.set(redis_prefix + key, msgspec.json.encode(forged))
+    await until(lambda: not b.traffic.split("fraud") and b.traffic.shadow_of("fraud") is None)
+    assert not b.canary_users() and b.live() == "1", "neither file routed to; the pinned version serves"
 
 
 async def test_promote_makes_the_candidate_the_pin_on_every_replica(replicas: Replicas, models_dir: Path) -> None:
