@@ -115,6 +115,21 @@ param alertEmail string = ''
 ])
 param registrySku string = 'Standard'
 
+@description('Key of the prediction log\'s keyed hash of event ids (PREDICTION_LOG_HASH_KEY): whoever holds it can join chargebacks to decisions. Never a value in a template or a parameters file: azd generates it once per environment (crypto-random, 48 characters) and keeps it in .azure/<env>/config.json, reusing it on every later provision (docs/platform.md P71); `az deployment` callers pass their own.')
+@secure()
+@minLength(32)
+@maxLength(64)
+@metadata({
+  azd: {
+    type: 'generate'
+    config: {
+      length: 48
+      noSpecial: true
+    }
+  }
+})
+param predictionLogHashKey string
+
 var token = toLower(uniqueString(subscription().id, resourceGroup().id, environmentName))
 var prefix = toLower('${environmentName}')
 var tags = {
@@ -278,6 +293,7 @@ module app 'modules/app.bicep' = {
     useGpu: enableGpu
     // NOTE: ARM's int() takes integer strings only ('2.0' fails): whole cores, at least 1.
     ortIntraOpThreads: enableGpu ? 1 : max(1, int(first(split(replicaCpu, '.'))))
+    predictionLogHashKey: predictionLogHashKey
   }
 }
 

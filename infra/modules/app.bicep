@@ -7,7 +7,8 @@
 // relies on is a row of docs/platform.md.
 //
 // Every setting the code reads (shared/settings.py APP_SETTING_NAMES) is set here;
-// tests/infra checks that. Connections are identity-based; no secret is stored.
+// tests/infra checks that. Connections are identity-based. One secret is held: the prediction
+// log's hash key, which azd generates once per environment (main.bicep), never a template value.
 
 @description('Azure region.')
 param location string
@@ -144,6 +145,12 @@ param cpuScaleUtilization int = 70
 @description('Host spans (the `requests` table the latency and 5xx alerts read) each replica\'s host exports per second at most: a fixed count keeps p99 meaningful at low load and the ingestion bounded at 10k req/s (docs/platform.md P17).')
 param requestsTracesPerSecond string = '5'
 
+@description('Key of the keyed BLAKE2b hash of event ids in the prediction log (PREDICTION_LOG_HASH_KEY): generated once per environment by azd (main.bicep); held as the Container App secret `prediction-log-hash-key`.')
+@secure()
+@minLength(32)
+@maxLength(64)
+param predictionLogHashKey string
+
 var placeholderImage = 'mcr.microsoft.com/azure-functions/python:4-python3.11'
 var isPlaceholder = empty(containerImage)
 var image = isPlaceholder ? placeholderImage : containerImage
@@ -268,8 +275,8 @@ var serviceSettings = [
   // auto: the lines are made in a child process where the replica's quota (cpu) gives it a second CPU
   { name: 'PREDICTION_LOG_ENCODER', value: 'auto' }
   { name: 'PREDICTION_LOG_REASONS', value: 'true' }
-  // NOTE: empty = unkeyed hashes of event ids: a key is a secret, and this template holds none.
-  { name: 'PREDICTION_LOG_HASH_KEY', value: '' }
+  // NOTE: a secret (generated once per environment: main.bicep), never a value in the template.
+  { name: 'PREDICTION_LOG_HASH_KEY', secretRef: 'prediction-log-hash-key' }
   // Shadow scoring, the sticky canary and its automatic abort.
   { name: 'SHADOW_QUEUE', value: '10000' }
   { name: 'CANARY_WINDOW', value: '1000' }
@@ -388,6 +395,13 @@ resource app 'Microsoft.App/containerApps@2026-07-01' = {
     workloadProfileName: workloadProfileName
     configuration: {
       activeRevisionsMode: 'Single'
+      // NOTE: the one secret; azd's deploy carries it over (it reads the values back: docs/platform.md P72).
+      secrets: [
+        {
+          name: 'prediction-log-hash-key'
+          value: predictionLogHashKey
+        }
+      ]
       // Runtime containers may use only the app identity; the platform identity serves
       // image pulls and the scaler.
       identitySettings: [

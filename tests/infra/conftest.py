@@ -125,6 +125,10 @@ def container_app(app: Module) -> dict[str, Any]:
     return app.resource("Microsoft.App/containerApps")
 
 
+# An env entry: a value, or a reference to one of the app's secrets (`{"secretRef": name}` in app_env).
+ENV_ITEM = ({"name", "value"}, {"name", "secretRef"})
+
+
 @pytest.fixture(scope="session")
 def app_env(app: Module) -> dict[str, Any]:
     """Every env var the app module can set: name -> value (parsed expression)."""
@@ -134,11 +138,11 @@ def app_env(app: Module) -> dict[str, Any]:
         if (
             isinstance(value, list)
             and value
-            and all(isinstance(i, dict) and set(i) == {"name", "value"} for i in value)
+            and all(isinstance(i, dict) and set(i) in ENV_ITEM for i in value)
         ):
             for item in value:
                 assert item["name"] not in env, f"{item['name']} set twice (in {var_name})"
-                env[item["name"]] = item["value"]
+                env[item["name"]] = item.get("value", {"secretRef": item.get("secretRef")})
     assert env, "no env var lists found in infra/modules/app.bicep"
     return env
 

@@ -469,6 +469,9 @@ def function_app_bindings(root: Path) -> dict[str, dict[str, list[dict[str, Any]
     return functions
 
 
+ENV_ITEM = ({"name", "value"}, {"name", "secretRef"})  # a value, or a reference to one of the app's secrets
+
+
 def app_env(root: Path) -> dict[str, Any]:
     """Every env var app.bicep can set: name -> value (pycep expression)."""
     tree = parse(root / "infra" / "modules" / "app.bicep")
@@ -478,9 +481,9 @@ def app_env(root: Path) -> dict[str, Any]:
         if (
             isinstance(value, list)
             and value
-            and all(isinstance(i, dict) and set(i) == {"name", "value"} for i in value)
+            and all(isinstance(i, dict) and set(i) in ENV_ITEM for i in value)
         ):
-            env.update({item["name"]: item["value"] for item in value})
+            env.update({item["name"]: item.get("value", {"secretRef": item.get("secretRef")}) for item in value})
     return env
 
 
