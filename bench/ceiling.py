@@ -1,7 +1,7 @@
 """Bare endpoints: what the server stack can do with no scoring work at all (the ceiling).
 
-starlette_app  the same stack as the service (Granian + Starlette), reads the body, answers JSON
-raw_app        a plain ASGI callable on Granian: the fastest Python ASGI serving we can install
+starlette_app  the same stack as the service (uvicorn + Starlette), reads the body, answers JSON
+raw_app        a plain ASGI callable under uvicorn: the ceiling `make bench` divides by
 """
 
 from __future__ import annotations

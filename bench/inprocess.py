@@ -138,7 +138,7 @@ async def rollouts_overhead(profile: bool, rounds: int) -> None:
         apps[name] = (holder, create_app(holder))
         core = await holder.get()
         if name == "log+shadow":
-            await core.set_shadow("fraud", "1")
+            await core.admin.set_shadow("fraud", "1")
     per_round = 4000
     values: dict[str, list[float]] = {}
     for r in range(rounds):

@@ -20,8 +20,7 @@ shadow version (`shadow`); the writer runs on the same loop, so its work is in t
 child waits past the flush interval before it exits). Telemetry stays on, as `make run` has it.
 These run under `valgrind --tool=callgrind --separate-threads=yes`: the figure is the loop's
 thread (what serves requests), with all threads beside it, since the shadow's and the reason
-codes' model runs go to a worker thread (ONNX Runtime releases the GIL) and the encoder child is
-another process, not counted. ~5 min per figure.
+codes' model runs go to a worker thread (ONNX Runtime releases the GIL). ~5 min per figure.
 
 `--served` counts the whole server process instead: uvicorn (uvloop + httptools, as `make run`
 serves) under cachegrind, the app with its production settings (GC tuning, and with telemetry
@@ -98,7 +97,7 @@ async def drive_rollouts(variant: str, count: int) -> None:
     app = create_app(holder)
     core = await holder.get()
     if variant == "shadow":
-        await core.set_shadow("fraud", "1")
+        await core.admin.set_shadow("fraud", "1")
     for n in range(200):  # NOTE: warm-up, on numbers the counted events never take
         await call(app, wrk_event(16 * (1_000_000 + n)))
     await asyncio.sleep(1.2)
@@ -217,7 +216,7 @@ def serve(tree: Path, variant: str, count: int, under: Sequence[str] = ()) -> tu
 
     target, path, extra = SERVED[variant]
     port = free_port()
-    command = [*under, *server_command("uvicorn", target, port)]
+    command = [*under, *server_command(target, port)]
     env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(tree), "REDIS_URL": "", "LOG_LEVEL": "WARNING"}
     server = subprocess.Popen(
         command, cwd=tree, env={**env, **extra}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True

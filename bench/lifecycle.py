@@ -60,7 +60,7 @@ async def convergence(uploads: int, redis_url: str) -> list[float]:
             data = DEMO.read_bytes()
             source.publish(ModelRef("fraud", str(version)), data)
             started = time.perf_counter()
-            await a.install_model(ModelRef("fraud", str(version)), data)
+            await a.admin.install_model(ModelRef("fraud", str(version)), data)
             while (await b.score(body)).model_version != str(version):
                 await asyncio.sleep(0.005)
             took.append(time.perf_counter() - started)
@@ -92,7 +92,7 @@ async def swaps(count: int) -> dict[str, float]:
     rss: dict[str, float] = {"start": rss_mib()}
     try:
         for version in range(2, count + 2):
-            await core.install_model(ModelRef("fraud", str(version)), data)
+            await core.admin.install_model(ModelRef("fraud", str(version)), data)
             if version - 1 == 20:
                 rss["after_20"] = rss_mib()
         rss["after_all"] = rss_mib()

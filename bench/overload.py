@@ -128,9 +128,7 @@ def neighbour() -> Iterator[str]:
 def steps(
     mode: str, env: dict[str, str], args: argparse.Namespace, tmp: Path, body: Path
 ) -> Iterator[dict[str, object]]:
-    server = start_server(
-        f"overload-{mode}", "shared.adapters.http.asgi:app", {"CACHE_L1_SIZE": "0", **env}, server="uvicorn"
-    )
+    server = start_server(f"overload-{mode}", "shared.adapters.http.asgi:app", {"CACHE_L1_SIZE": "0", **env})
     url = f"http://127.0.0.1:{server.port}/api/score"
     try:
         h2load(url, body, seconds=2, rate=None, connections=16)  # NOTE: warm-up

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.protocols [--rounds 5] [--seconds 4] [--clients 16] [--out bench-out]
 
-One app process (`shared.adapters.http.asgi:app` under Granian, GRPC_PORT set: the gRPC server runs in the
+One app process (`shared.adapters.http.asgi:app` under uvicorn, GRPC_PORT set: the gRPC server runs in the
 same process as the HTTP one) serves all three. Each protocol gets a closed loop of `clients`
 concurrent callers for `seconds`, and the protocols take turns, round after round (the order
 rotates), so the machine's noise falls on each alike; figures are medians over rounds, and
@@ -32,7 +32,6 @@ import orjson
 
 from bench.loadgen import _read_response, _request, event_body
 from bench.servers import free_port, start_server
-from shared.settings import Settings
 
 Call = Callable[[int], Awaitable[None]]
 PROTOCOLS = ("api_score", "v2_rest", "v2_grpc")
@@ -112,7 +111,7 @@ async def run(rounds: int, seconds: float, clients: int) -> dict[str, Any]:
 
     grpc_port = free_port()
     env = {"GRPC_PORT": str(grpc_port), "LOG_LEVEL": "WARNING", "REDIS_URL": ""}
-    server = start_server("protocols", "shared.adapters.http.asgi:app", env, server=Settings().http_server)
+    server = start_server("protocols", "shared.adapters.http.asgi:app", env)
     try:
         meta = json.load(urllib.request.urlopen(f"http://127.0.0.1:{server.port}/v2/models/fraud", timeout=5))
         (tensor,) = meta["inputs"]

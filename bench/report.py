@@ -48,20 +48,12 @@ def budget(stages: dict[str, float], load_ms: float = 0.0) -> dict[str, float]:
     }
 
 
-def ceilings(r: dict[str, Any]) -> list[str]:
-    """The bare raw-ASGI endpoints, one per server (the fastest of them is each round's ceiling)."""
-    return [name for name in r["wrk_rounds"] if name.startswith("ceiling_raw_")]
+CEILING = "ceiling_raw"  # a raw ASGI echo under uvicorn (`make run`'s server): serving with no app at all
 
 
-def paired_ratio(r: dict[str, Any], name: str, against: str | None = None) -> float:
-    """Median over rounds of (endpoint req/s / ceiling req/s in the same round): robust to a noisy machine.
-
-    The ceiling is `against`, or by default the fastest bare endpoint of that round on any server.
-    """
-    rounds = r["wrk_rounds"]
-    names = [against] if against else ceilings(r) or ["ceiling_starlette"]
-    best = [max(rounds[c][i]["rps"] for c in names) for i in range(len(rounds[name]))]
-    return statistics.median(a["rps"] / c for a, c in zip(rounds[name], best, strict=True))
+def paired_ratio(r: dict[str, Any], name: str, against: str = CEILING) -> float:
+    """Median over rounds of (endpoint req/s / `against` req/s in the same round): robust to a noisy machine."""
+    return round_ratio(r, name, against, "rps")
 
 
 PEER = "peer_fastapi"
@@ -118,12 +110,12 @@ def targets(r: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
     miss, hit = paired_ratio(r, "score_miss"), paired_ratio(r, "score_hit")
     checks = [
         (
-            "miss path ≥ 50% of the fastest bare endpoint (median of per-round ratios)",
+            "miss path ≥ 50% of the raw ASGI echo (median of per-round ratios)",
             "≥ 50%",
             f"{miss:.0%}",
             miss >= 0.5,
         ),
-        ("hit path ≥ 80% of the fastest bare endpoint (median of per-round ratios)", "≥ 80%", f"{hit:.0%}", hit >= 0.8),
+        ("hit path ≥ 80% of the raw ASGI echo (median of per-round ratios)", "≥ 80%", f"{hit:.0%}", hit >= 0.8),
         (
             "p99 (miss path, 16 connections)",
             "≤ 5 ms",
@@ -183,27 +175,23 @@ def _markdown(r: dict[str, Any], stages: dict[str, float]) -> str:
         "",
         f"Machine: {m['cores']} cores, Python {m['python']}, {m['platform']}. One app process, 1 worker, unless named.",
         f"wrk -t2 -c{r['config']['connections']}, {r['config']['seconds']:.0f} s per run, {r['config']['rounds']} interleaved rounds, medians; "
-        "each ratio is the median of per-round ratios against the fastest bare endpoint (any server) of the same round. Load generator, Redis and server share the machine.",
+        "each ratio is the median of per-round ratios against the raw ASGI echo of the same round. Load generator, Redis and server share the machine.",
         "",
         "Per-round req/s: " + "; ".join(f"{k} {[round(x['rps']) for x in v]}" for k, v in r["wrk_rounds"].items()),
         "",
         "## Closed loop (wrk)",
         "",
-        "| endpoint | req/s | vs fastest bare (paired) | p50 ms | p90 ms | p99 ms | CPU µs/req | errors | RSS MiB |",
+        "| endpoint | req/s | vs raw ASGI echo (paired) | p50 ms | p90 ms | p99 ms | CPU µs/req | errors | RSS MiB |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    servers = r.get("servers", {"default": "granian", "other": "uvicorn"})
-    default, other = servers["default"], servers["other"]
     labels = {
-        **{c: f"raw ASGI echo on {c.removeprefix('ceiling_raw_')} (bare)" for c in ceilings(r)},
-        "ceiling_starlette": f"bare Starlette on {default} (same stack)",
-        "score_miss": f"/api/score, cache miss (unique rows), PREDICTION_L2=auto, {default}",
+        CEILING: "raw ASGI echo on uvicorn (bare: the ceiling)",
+        "ceiling_starlette": "bare Starlette on uvicorn (same stack)",
+        "score_miss": "/api/score, cache miss (unique rows), PREDICTION_L2=auto",
         "score_miss_redis": "/api/score, cache miss, PREDICTION_L2=always (an MGET per batch)",
-        FEAST: f"/api/score, cache miss, FEATURE_STORE=feast (Feast's Redis layout), {default}",
-        "score_hit": f"/api/score, cache hit, {default}",
-        f"score_miss_{other}": f"/api/score, cache miss, {other}",
-        f"score_hit_{other}": f"/api/score, cache hit, {other}",
-        "score_miss_2_workers": f"/api/score, cache miss, WORKERS=2 ({default})",
+        FEAST: "/api/score, cache miss, FEATURE_STORE=feast (Feast's Redis layout)",
+        "score_hit": "/api/score, cache hit",
+        "score_miss_2_workers": "/api/score, cache miss, WORKERS=2",
         "batch_8": "/api/score/batch, 8 events per request",
         "batch_64": "/api/score/batch, 64 events per request",
         PEER: "FastAPI + ONNX Runtime, hand-written (bench/peer_fastapi.py), uvicorn",
@@ -216,7 +204,7 @@ def _markdown(r: dict[str, Any], stages: dict[str, float]) -> str:
             f"| {label} | {x['rps']:,.0f} | {paired_ratio(r, name):.0%} | {x['p50_ms']:.2f} | {x['p90_ms']:.2f} | {x['p99_ms']:.2f} | "
             f"{x.get('cpu_us_per_req', float('nan')):.0f} | {x['errors']:.0f} | {r['memory_mib'].get(name, float('nan')):.0f} |"
         )
-    lines += ["", *_peer(r), *_layouts(r), *_servers(r, default, other), *_workers(r), *_batches(r)]
+    lines += ["", *_peer(r), *_layouts(r), *_workers(r), *_batches(r)]
     lines += [
         "",
         "## Targets",
@@ -331,25 +319,6 @@ def _layouts(r: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _servers(r: dict[str, Any], default: str, other: str) -> list[str]:
-    w = r["wrk"]
-    if f"score_miss_{other}" not in w:
-        return []
-    lines = [
-        "## Servers (same run)",
-        "",
-        "| server | bare raw ASGI req/s | miss req/s | hit req/s | miss vs fastest bare | hit vs fastest bare |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
-    for kind, miss, hit in ((default, "score_miss", "score_hit"), (other, f"score_miss_{other}", f"score_hit_{other}")):
-        bare = w.get(f"ceiling_raw_{kind}", {}).get("rps", float("nan"))
-        lines.append(
-            f"| {kind}{' (make run)' if kind == default else ''} | {bare:,.0f} | {w[miss]['rps']:,.0f} | "
-            f"{w[hit]['rps']:,.0f} | {paired_ratio(r, miss):.0%} | {paired_ratio(r, hit):.0%} |"
-        )
-    return [*lines, ""]
-
-
 def _workers(r: dict[str, Any]) -> list[str]:
     w, mem = r["wrk"], r["memory_mib"]
     if "score_miss_2_workers" not in w:
@@ -436,7 +405,7 @@ def _plot_throughput(w: dict[str, dict[str, float]], path: Path) -> None:
     names = [
         n
         for n in (
-            *sorted(n for n in w if n.startswith("ceiling_raw_")),
+            CEILING,
             "ceiling_starlette",
             "score_hit",
             "score_miss",
@@ -452,6 +421,7 @@ def _plot_throughput(w: dict[str, dict[str, float]], path: Path) -> None:
 
 
 __all__ = [
+    "CEILING",
     "FEAST",
     "LAYOUTS",
     "STAGES",

@@ -31,7 +31,6 @@ import orjson
 
 from bench.loadgen import event_body, open_loop
 from bench.servers import Server, free_port, start_server
-from shared.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 MODES: dict[str, list[str] | None] = {
@@ -102,9 +101,7 @@ def main() -> None:
                     "LLM_MAX_RPS": "100000",
                     "LLM_MAX_SHARE": "1",
                 }
-            apps[mode] = start_server(
-                f"review-{mode}", "shared.adapters.http.asgi:app", env, server=Settings().http_server
-            )
+            apps[mode] = start_server(f"review-{mode}", "shared.adapters.http.asgi:app", env)
         time.sleep(0.5)
         runs: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
         offset = 50_000_000

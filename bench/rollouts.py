@@ -13,12 +13,11 @@
 3. Loss, sink down: the same with Azurite cut off (a TCP proxy resetting every connection) for
    `--outage-seconds` mid-run: failed requests, and the drop count vs what is missing.
 
-`--variants` instead runs eight servers side by side: nothing on, the log (its lines made in the
-encoder process, and inline), the log without drift, the log without reason codes
-(PREDICTION_LOG_REASONS=false), a shadow alone, the log and a shadow (encoder process, and
-inline); each one's req/s ratio to "nothing on", p99 and CPU per request, in all and by part:
-the event loop's thread, the worker threads, the encoder process (bench.servers.cpu_parts_s).
-Every run, cost's too, reports the same parts.
+`--variants` instead runs six servers side by side: nothing on, the log, the log without drift,
+the log with reason codes (PREDICTION_LOG_REASONS=true), a shadow alone, the log and a shadow;
+each one's req/s ratio to "nothing on", p99 and CPU per request, in all and by part: the event
+loop's thread and the worker threads (bench.servers.cpu_parts_s). Every run, cost's too,
+reports the same parts.
 
 Both versions are the demo model's file (live `2`, shadow `1`): the shadow does the same work
 a real candidate does. Needs wrk, and Azurite at AZURITE_BLOB_ENDPOINT for 2 and 3 (run it
@@ -91,21 +90,21 @@ def lines_in_blobs(connection: str, container: str) -> int:
 
 def measured(server: Server, args: argparse.Namespace) -> dict[str, float]:
     """One wrk run of `/api/score` misses, with the server's CPU a request: in all, and by part
-    (the event loop's thread, the other threads, the encoder process)."""
+    (the event loop's thread, the other threads)."""
     before = cpu_parts_s(server.process.pid)
     run = wrk(server.port, args.seconds, args.connections, "miss")
     used = [
         (b - a) / max(run["requests"], 1) * 1e6 for a, b in zip(before, cpu_parts_s(server.process.pid), strict=True)
     ]
     run["cpu_us_per_req"] = sum(used)
-    run["loop_cpu_us_per_req"], run["threads_cpu_us_per_req"], run["child_cpu_us_per_req"] = used
+    run["loop_cpu_us_per_req"], run["threads_cpu_us_per_req"] = used
     return run
 
 
 def cost(args: argparse.Namespace, env: dict[str, str], out: Path) -> dict[str, Any]:
-    off = start_server("rollouts-off", APP, {**env, "PREDICTION_LOG": "off"}, server="uvicorn")
+    off = start_server("rollouts-off", APP, {**env, "PREDICTION_LOG": "off"})
     on_env = {**env, "PREDICTION_LOG": "dir", "PREDICTION_LOG_DIR": str(out / "predictions")}
-    on = start_server("rollouts-on", APP, on_env, server="uvicorn")
+    on = start_server("rollouts-on", APP, on_env)
     try:
         call(on.port, "PUT", "/api/models/fraud/shadow", {"version": "1"})
         runs: dict[str, list[dict[str, float]]] = {"off": [], "on": []}
@@ -135,18 +134,16 @@ def variants(args: argparse.Namespace, env: dict[str, str], work: Path) -> dict[
     kinds = {
         "off": ({"PREDICTION_LOG": "off"}, False),
         "log": (log, False),
-        "log_inline": ({**log, "PREDICTION_LOG_ENCODER": "inline"}, False),
         "log_no_drift": ({**log, "DRIFT_REFERENCE": "0"}, False),
-        "log_no_reasons": ({**log, "PREDICTION_LOG_REASONS": "false"}, False),
+        "log_with_reasons": ({**log, "PREDICTION_LOG_REASONS": "true"}, False),
         "shadow": ({"PREDICTION_LOG": "off"}, True),
         "log_and_shadow": (log, True),
-        "log_and_shadow_inline": ({**log, "PREDICTION_LOG_ENCODER": "inline"}, True),
     }
     servers: dict[str, Server] = {}
     try:
         for name, (extra, shadowed) in kinds.items():
             extra = {**extra, "PREDICTION_LOG_DIR": str(work / f"predictions-{name}")}
-            servers[name] = start_server(f"rollouts-{name}", APP, {**env, **extra}, server="uvicorn")
+            servers[name] = start_server(f"rollouts-{name}", APP, {**env, **extra})
             if shadowed:
                 call(servers[name].port, "PUT", "/api/models/fraud/shadow", {"version": "1"})
         runs: dict[str, list[dict[str, float]]] = {name: [] for name in kinds}
@@ -190,7 +187,7 @@ def loss(args: argparse.Namespace, env: dict[str, str], endpoint: str, *, outage
             "MODELS_CONTAINER": f"{container}-models",
         }
         _upload_models(direct, f"{container}-models")
-        server: Server = start_server(name, APP, blob_env, server="uvicorn")
+        server: Server = start_server(name, APP, blob_env)
         try:
             call(server.port, "PUT", "/api/models/fraud/shadow", {"version": "1"})
             before = call(server.port, "GET", "/api/stats")["events"]["scored"]
@@ -275,8 +272,8 @@ def main() -> None:
             for name, found in results["variants"].items():
                 print(f"{name:22s} {found['rps']:7.0f} req/s  ratio {found['rps_ratio_median']:.3f}  "
                       f"p99 {found['p99_ms']:5.2f} ms  {found['cpu_us_per_req']:5.1f} µs CPU/req (loop "
-                      f"{found['loop_cpu_us_per_req']:5.1f}, threads {found['threads_cpu_us_per_req']:4.1f}, "
-                      f"encoder {found['child_cpu_us_per_req']:4.1f})", flush=True)  # fmt: skip
+                      f"{found['loop_cpu_us_per_req']:5.1f}, threads {found['threads_cpu_us_per_req']:4.1f})",
+                      flush=True)  # fmt: skip
             args.skip_cost = args.skip_loss = True
         if not args.skip_cost:
             results["cost"] = cost(args, env, work)

@@ -6,12 +6,12 @@ Steps (progress is printed as it goes):
   1. Redis (REDIS_URL, or our own redis-server), demo user features seeded under a fresh prefix, and
      again in Feast's layout under a fresh Feast project (bench/feast.py: as `feast materialize`
      writes them, no Feast process), with the demo model plus `serving.feast` in --out/feast-models;
-  2. closed loop, wrk -t2 -c16, rounds interleaved so every figure sees the same machine:
-     a raw ASGI echo on every server we can install (Granian; uvicorn with uvloop + httptools):
-     the fastest of them in a round is that round's ceiling · bare Starlette on make run's server
-     (same stack) · /api/score on the miss path (unique rows; PREDICTION_L2 auto, and always = a
-     Redis read per batch) · the miss path reading Feast's layout (FEATURE_STORE=feast) · the hit path · both again on the other server · the miss path with
-     WORKERS=2 · /api/score/batch with 8 and 64 events · the alternative a user would hand-write
+  2. closed loop, wrk -t2 -c16, rounds interleaved so every figure sees the same machine, every
+     server uvicorn (uvloop + httptools, as `make run`): a raw ASGI echo, the ceiling each round's
+     figures are divided by · bare Starlette (same stack) · /api/score on the miss path (unique
+     rows; PREDICTION_L2 auto, and always = a Redis read per batch) · the miss path reading Feast's
+     layout (FEATURE_STORE=feast) · the hit path · the miss path with WORKERS=2 ·
+     /api/score/batch with 8 and 64 events · the alternative a user would hand-write
      (bench/peer_fastapi.py: FastAPI + ONNX Runtime on uvicorn, same model, same Redis); the
      server's CPU seconds per request beside every figure;
   3. open loop at fixed offered rates on the miss path: latency percentiles and per-stage timings;
@@ -39,8 +39,7 @@ from pathlib import Path
 
 from bench import feast, floor, report
 from bench.loadgen import open_loop
-from bench.servers import SERVERS, Redis, cpu_s, rss_mib, start_server
-from shared.settings import Settings
+from bench.servers import Redis, cpu_s, rss_mib, start_server
 
 ROOT = Path(__file__).resolve().parent.parent
 WRK_SCRIPT = ROOT / "bench" / "wrk" / "score.lua"
@@ -135,7 +134,11 @@ def main() -> None:
     prefix = f"bench:{uuid.uuid4().hex[:8]}:"
     project = f"bench{uuid.uuid4().hex[:8]}"
     users = seed(redis.url, prefix)
-    feast_env = seed_feast_layout(redis.url, project, args.out / "feast-models")
+    # NOTE: a prefix of its own: its fraud/1 is another file, which the fleet's records of the
+    # native demo model (its SHA-256) would refuse
+    feast_env = seed_feast_layout(redis.url, project, args.out / "feast-models") | {
+        "REDIS_KEY_PREFIX": f"{prefix}feast:"
+    }
     app_env = {"REDIS_URL": redis.url, "REDIS_KEY_PREFIX": prefix, "PYTHONPATH": str(ROOT), "LOG_LEVEL": "WARNING"}
     results: dict[str, object] = {
         "machine": {"cores": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
@@ -147,47 +150,42 @@ def main() -> None:
         },
     }
     try:
-        default = Settings().http_server  # what `make run` serves with
-        other = next(x for x in SERVERS if x != default)
-        results["servers"] = {"default": default, "other": other}
-        say(f"starting the servers: app ({default} + Starlette + core), bare Starlette, raw ASGI on {SERVERS}")
+        say("starting the servers: app (uvicorn + Starlette + core), bare Starlette, raw ASGI")
         starts = []
         for _ in range(3):
-            server = start_server("app-start", "shared.adapters.http.asgi:app", app_env, server=default)
+            server = start_server("app-start", "shared.adapters.http.asgi:app", app_env)
             starts.append(server.start_to_ready_s)
             server.stop()
         results["start_to_ready_s"] = statistics.median(starts)
 
         always = {"PREDICTION_L2": "always"}
         app, bare = "shared.adapters.http.asgi:app", "bench.ceiling"
-        # name: (target, wrk mode, extra env, server, workers)
-        targets: dict[str, tuple[str, str, dict[str, str], str, int]] = {
-            **{f"ceiling_raw_{x}": (f"{bare}:raw_app", "hit", {}, x, 1) for x in SERVERS},
-            "ceiling_starlette": (f"{bare}:starlette_app", "hit", {}, default, 1),
-            "score_miss": (app, "miss", {}, default, 1),
-            "score_miss_redis": (app, "miss", always, default, 1),
-            report.FEAST: (app, "miss", feast_env, default, 1),
-            "score_hit": (app, "hit", {}, default, 1),
-            f"score_miss_{other}": (app, "miss", {}, other, 1),
-            f"score_hit_{other}": (app, "hit", {}, other, 1),
-            "score_miss_2_workers": (app, "miss", {}, default, 2),
-            "batch_8": (app, "batch", {}, default, 1),
-            "batch_64": (app, "batch64", {}, default, 1),
+        # name: (target, wrk mode, extra env, workers)
+        targets: dict[str, tuple[str, str, dict[str, str], int]] = {
+            report.CEILING: (f"{bare}:raw_app", "hit", {}, 1),
+            "ceiling_starlette": (f"{bare}:starlette_app", "hit", {}, 1),
+            "score_miss": (app, "miss", {}, 1),
+            "score_miss_redis": (app, "miss", always, 1),
+            report.FEAST: (app, "miss", feast_env, 1),
+            "score_hit": (app, "hit", {}, 1),
+            "score_miss_2_workers": (app, "miss", {}, 2),
+            "batch_8": (app, "batch", {}, 1),
+            "batch_64": (app, "batch64", {}, 1),
         }
         if importlib.util.find_spec("fastapi") is not None:  # NOTE: pinned in requirements-dev.txt
             # no prediction cache: its "hit" is this same run (bench/report.py, vs_peer)
-            targets["peer_fastapi"] = ("bench.peer_fastapi:app", "miss", {"PEER_MODEL_PATH": str(MODEL)}, "uvicorn", 1)
+            targets["peer_fastapi"] = ("bench.peer_fastapi:app", "miss", {"PEER_MODEL_PATH": str(MODEL)}, 1)
         else:
             say("fastapi is not installed (make bench installs requirements-dev.txt): no FastAPI peer")
         runs: dict[str, list[dict[str, float]]] = {name: [] for name in targets}
         probes: dict[str, dict[str, object]] = {}
         memory: dict[str, float] = {}
         for round_no in range(1, args.rounds + 1):
-            for name, (target, mode, extra, kind, workers) in targets.items():
+            for name, (target, mode, extra, workers) in targets.items():
                 say(
                     f"round {round_no}/{args.rounds}: wrk {name} ({args.seconds:.0f} s, {args.connections} connections)"
                 )
-                server = start_server(name, target, {**app_env, **extra}, server=kind, workers=workers)
+                server = start_server(name, target, {**app_env, **extra}, workers=workers)
                 try:
                     if name in report.LAYOUTS.values() and name not in probes:
                         probes[name] = probe(server.port)
@@ -213,7 +211,7 @@ def main() -> None:
         results["feature_layouts"] = report.feature_layouts(results, probes)
 
         say("open loop on the miss path at fixed offered rates")
-        server = start_server("open-loop", "shared.adapters.http.asgi:app", app_env, server=default)
+        server = start_server("open-loop", "shared.adapters.http.asgi:app", app_env)
         open_results = []
         try:
             asyncio.run(open_loop(server.port, 200, 1.0, offset=10_000_000))  # warm

@@ -70,10 +70,9 @@ def cpu_s(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-def cpu_parts_s(pid: int) -> tuple[float, float, float]:
-    """CPU seconds so far of (the main thread, the process's other threads, its children): for
-    a uvicorn app the main thread is the event loop's; the others are worker threads (model
-    runs, file writes); the children are the processes it started (the log's encoder)."""
+def cpu_parts_s(pid: int) -> tuple[float, float]:
+    """CPU seconds so far of (the main thread, the process's other threads): for a uvicorn app
+    the main thread is the event loop's; the others are worker threads (model runs, file writes)."""
     main = others = 0
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
@@ -85,7 +84,7 @@ def cpu_parts_s(pid: int) -> tuple[float, float, float]:
         else:
             others += ticks
     hz = os.sysconf("SC_CLK_TCK")
-    return main / hz, others / hz, cpu_s(pid) - (main + others) / hz
+    return main / hz, others / hz
 
 
 @dataclass
@@ -104,43 +103,11 @@ class Server:
             self.process.wait()
 
 
-SERVERS = ("granian", "uvicorn")
-
-
-def server_command(server: str, target: str, port: int, workers: int = 1) -> list[str]:
-    """`workers` processes of `server` serving the ASGI `target` on 127.0.0.1:`port`.
-
-    granian: Rust HTTP, asyncio loop; uvicorn: uvloop + httptools (shared/adapters/http/server.py).
-    """
-    if server == "granian":
-        flags = ["--interface", "asgi", "--workers", str(workers), "--no-ws", "--log-level", "warning"]
-        return [sys.executable, "-m", "granian", *flags, "--host", "127.0.0.1", "--port", str(port), target]
-    if server == "uvicorn":
-        flags = [
-            "--loop",
-            "uvloop",
-            "--http",
-            "httptools",
-            "--workers",
-            "1",
-            "--no-access-log",
-            "--log-level",
-            "warning",
-        ]
-        return [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            *flags,
-            "--lifespan",
-            "on",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            target,
-        ]
-    raise ValueError(f"unknown server {server!r}")
+def server_command(target: str, port: int, workers: int = 1) -> list[str]:
+    """`workers` uvicorn processes (uvloop + httptools, as `make run`) serving the ASGI `target` on 127.0.0.1:`port`."""
+    flags = ["--loop", "uvloop", "--http", "httptools", "--workers", str(workers), "--no-access-log"]
+    flags += ["--log-level", "warning", "--lifespan", "on", "--host", "127.0.0.1", "--port", str(port)]
+    return [sys.executable, "-m", "uvicorn", *flags, target]
 
 
 def start_server(
@@ -148,17 +115,16 @@ def start_server(
     target: str,
     env: dict[str, str],
     *,
-    server: str = "granian",
     workers: int = 1,
     ready_path: str = "/api/health/ready",
     cwd: Path | None = None,
 ) -> Server:
-    """`server` with `workers` processes on a free loopback port; timed from spawn to a 200 on `ready_path`.
+    """uvicorn with `workers` processes on a free loopback port; timed from spawn to a 200 on `ready_path`.
 
     `cwd`: the checkout whose code it serves (`python -m` imports from there first; bench/versus.py)."""
     port = free_port()
     started = time.perf_counter()
-    command = server_command(server, target, port, workers)
+    command = server_command(target, port, workers)
     with open(Path(tempfile.gettempdir()) / f"bench-{name}.log", "wb") as log:  # the child keeps its own handle
         process = subprocess.Popen(command, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT, cwd=cwd)
     wait_http(f"http://127.0.0.1:{port}{ready_path}")

@@ -4,10 +4,10 @@
 
 Two app servers side by side, as `make run` starts them (the embedded default: the committed
 model, the features file, no Redis): one with the prediction log on (PREDICTION_LOG=dir, its
-default cap PREDICTION_LOG_MAX_MB), one with it off. Every minute both take `/api/score` misses
-from a wrk of their own for the whole minute; after each minute the resident memory of each
-server and its children (the log's encoder process included: a container's memory limit
-counts both), the requests it answered that minute, its p99, and the log directory's size.
+cap DIRECTORY_CAP, shared/stores/prediction_log/sinks.py), one with it off. Every minute both
+take `/api/score` misses from a wrk of their own for the whole minute; after each minute the
+resident memory of each server and its children, the requests it answered that minute, its
+p99, and the log directory's size.
 
 Writes bench-out/soak.json and prints a table a minute; the figures are in docs/reliability.md.
 """
@@ -57,10 +57,8 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     logs = Path(tempfile.mkdtemp(prefix="soak-log-"))
     servers = {
-        "log on": start_server(
-            "soak-on", APP, {"PREDICTION_LOG": "dir", "PREDICTION_LOG_DIR": str(logs)}, server="uvicorn"
-        ),
-        "log off": start_server("soak-off", APP, {"PREDICTION_LOG": "off"}, server="uvicorn"),
+        "log on": start_server("soak-on", APP, {"PREDICTION_LOG": "dir", "PREDICTION_LOG_DIR": str(logs)}),
+        "log off": start_server("soak-off", APP, {"PREDICTION_LOG": "off"}),
     }
     rows: list[dict[str, Any]] = []
     try:

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.telemetry [--rounds 5 --seconds 5 --connections 16]
 
-Both servers (Granian, one worker each, embedded defaults: no Redis) run side by side; wrk
+Both servers (uvicorn, one worker each, embedded defaults: no Redis) run side by side; wrk
 drives one at a time, in interleaved rounds (off, on, on, off, ...), for cache misses and
 cache hits. Medians of req/s and p99 are reported, with the on/off ratio. With telemetry on,
 the defaults trace 1% of requests (TRACE_SAMPLE_RATIO) and `/api/metrics` is scraped once a
@@ -18,7 +18,6 @@ import urllib.request
 
 from bench.servers import start_server
 from bench.versus import interleaved
-from shared.settings import Settings
 
 VARIANTS = {
     "off": {"TELEMETRY": "false"},
@@ -35,9 +34,7 @@ def main() -> None:
     args = parser.parse_args()
     base = {"GC_GEN0_THRESHOLD": "50000", "ORT_USE_GPU": "false", "REDIS_URL": "", "LOG_LEVEL": "WARNING"}
     servers = {
-        name: start_server(
-            f"telemetry-{name}", "shared.adapters.http.asgi:app", {**base, **env}, server=Settings().http_server
-        )
+        name: start_server(f"telemetry-{name}", "shared.adapters.http.asgi:app", {**base, **env})
         for name, env in VARIANTS.items()
     }
 

@@ -3,7 +3,7 @@
     git worktree add ../before <commit>
     .venv/bin/python -m bench.versus ../before [--rounds 5] [--seconds 5] [--env TELEMETRY=false ...]
 
-Both servers are the app as `make run` serves it (the default HTTP server, one worker, the embedded
+Both servers are the app as `make run` serves it (uvicorn, one worker, the embedded
 defaults: no Redis), one from `before` and one from this checkout, both on this checkout's venv.
 wrk drives one at a time at 16 connections, in interleaved rounds (before, after, after, before,
 ...), for cache misses (unique rows) and cache hits. Per mode: medians of req/s, p50, p99 and
@@ -20,7 +20,6 @@ from pathlib import Path
 
 from bench.run import ROOT, wrk
 from bench.servers import Server, cpu_s, start_server
-from shared.settings import Settings
 
 FIGURES = ("rps", "p50_ms", "p99_ms", "cpu_us")
 
@@ -62,9 +61,7 @@ def main() -> None:
     env |= dict(item.split("=", 1) for item in args.env)
     trees = {"before": args.before.resolve(), "after": ROOT}
     servers = {
-        name: start_server(
-            f"versus-{name}", "shared.adapters.http.asgi:app", env, server=Settings().http_server, cwd=tree
-        )
+        name: start_server(f"versus-{name}", "shared.adapters.http.asgi:app", env, cwd=tree)
         for name, tree in trees.items()
     }
     try:

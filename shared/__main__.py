@@ -1,6 +1,6 @@
 """`python -m shared`: serve the ASGI app locally (what `make run` does).
 
-The server (Granian or uvicorn, HTTP_SERVER) and its edges are in shared/adapters/http/server.py.
+The server (uvicorn) and its edges are in shared/adapters/http/server.py.
 """
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ def main() -> int:
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     where = f"http://127.0.0.1:{settings.port}"
     print(
-        f"fraud scoring: serving on {where} with {settings.http_server}, {settings.workers} worker(s)"
-        "  (try GET /api/health/ready)",
+        f"fraud scoring: serving on {where} with uvicorn, {settings.workers} worker(s)  (try GET /api/health/ready)",
         flush=True,
     )
     from shared.adapters.http.server import serve

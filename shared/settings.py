@@ -49,10 +49,8 @@ __all__ = [
 
 GraphOptimization = Literal["disable", "basic", "extended", "all"]
 PredictionL2 = Literal["auto", "always", "never"]
-HttpServer = Literal["granian", "uvicorn"]
 FeatureStoreKind = Literal["native", "feast"]
 PredictionSink = Literal["off", "dir", "blob"]
-PredictionEncoder = Literal["auto", "process", "inline"]
 CLOCK_SKEW_S = 300.0  # how far ahead of this replica's clock an event's timestamp may be (queue path)
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
@@ -326,7 +324,7 @@ class PredictionLogPolicy:
     `blob` appends hourly JSONL blobs to `container` of the model storage account (Azure;
     Azurite locally). A share `sample` of decisions is kept; at most `buffer` records wait
     in memory for the background writer (past it they are dropped and counted, never
-    waited for); it writes every `flush_s`, and on shutdown for at most `close_s`.
+    waited for); it writes every `flush_s`, and on shutdown for at most 5 s (log.py's CLOSE_S).
     """
 
     sink: PredictionSink = setting(
@@ -334,12 +332,6 @@ class PredictionLogPolicy:
     )
     directory: str = setting(
         "PREDICTION_LOG_DIR", ".run/predictions", "the local directory of the prediction log (PREDICTION_LOG=dir)"
-    )
-    max_mb: int = setting(
-        "PREDICTION_LOG_MAX_MB",
-        256,
-        "most MiB of the local prediction log a process keeps (PREDICTION_LOG=dir): past it, its oldest files go",
-        local_only=True,
     )
     container: str = setting(
         "PREDICTION_LOG_CONTAINER",
@@ -351,25 +343,16 @@ class PredictionLogPolicy:
         "PREDICTION_LOG_BUFFER", 50_000, "records held in memory for the writer; past it new ones are dropped, counted"
     )
     flush_s: float = setting("PREDICTION_LOG_FLUSH_S", 1.0, "how often the writer sends what it holds")
-    close_s: float = setting(
-        "PREDICTION_LOG_CLOSE_S", 5.0, "longest shutdown waits for the writer to send what it holds"
-    )
     replica: str | None = setting(
         "CONTAINER_APP_REPLICA_NAME",
         None,
         "this replica's name in the log's object names; Container Apps sets it (a replica's host name is the same)",
         local_only=True,
     )
-    encoder: PredictionEncoder = setting(
-        "PREDICTION_LOG_ENCODER",
-        "auto",
-        "where the log's JSON lines are made: `process` (a child process, off the serving loop), `inline` "
-        "(on it), `auto` (process where this replica has more than one CPU)",
-    )
     reasons: bool = setting(
         "PREDICTION_LOG_REASONS",
-        True,
-        "reason codes in the log's review and decline records (off: only `?explain=1` answers carry them)",
+        False,
+        "reason codes in the log's review and decline records too (off: only `?explain=1` answers carry them)",
     )
     hash_key: str | None = setting(
         "PREDICTION_LOG_HASH_KEY",
@@ -383,10 +366,7 @@ class PredictionLogPolicy:
         _check(0.0 <= self.sample <= 1.0, "PREDICTION_LOG_SAMPLE", f"a share within 0..1, got {self.sample}")
         _check(100 <= self.buffer <= 10_000_000, "PREDICTION_LOG_BUFFER", "an integer within 100..10000000")
         _check(0.05 <= self.flush_s <= 300, "PREDICTION_LOG_FLUSH_S", "a number of seconds within 0.05..300")
-        _check(8 <= self.max_mb <= 1_048_576, "PREDICTION_LOG_MAX_MB", "an integer within 8..1048576 (MiB)")
-        _check(0.0 <= self.close_s <= 60, "PREDICTION_LOG_CLOSE_S", "a number of seconds within 0..60")
         _check(bool(self.container), "PREDICTION_LOG_CONTAINER", "a blob container name")
-        _check(self.encoder in ("auto", "process", "inline"), "PREDICTION_LOG_ENCODER", "one of auto|process|inline")
         if self.hash_key is not None:
             _check(len(self.hash_key.encode()) <= 64, "PREDICTION_LOG_HASH_KEY", "at most 64 bytes")
 
@@ -538,29 +518,14 @@ class Settings:
         "MAX_MODEL_BYTES", 256 * 1024 * 1024, "model file cap: a larger file is refused before it is read whole"
     )
     body_timeout_ms: int = setting(
-        "BODY_TIMEOUT_MS", 5000, "longest wait for a request body to arrive whole; past it the answer is 408"
+        "BODY_TIMEOUT_MS",
+        5000,
+        "longest wait for a request body to arrive whole (past it the answer is 408), and under `make run` "
+        "for a request's headers (past it the connection is closed)",
     )
     admission: AdmissionPolicy = field(default_factory=AdmissionPolicy)
-    http_server: HttpServer = setting(
-        "HTTP_SERVER",
-        "uvicorn",
-        "the server `make run` uses: uvicorn (uvloop + httptools) or granian; why: docs/benchmark-history.md",
-        local_only=True,
-    )
     workers: int = setting(
         "WORKERS", 1, "processes `make run` serves with, each with its own warm sessions and L1 cache", local_only=True
-    )
-    http_backpressure: int = setting(
-        "HTTP_BACKPRESSURE",
-        1024,
-        "requests Granian keeps in flight before it stops accepting more (uvicorn holds every connection)",
-        local_only=True,
-    )
-    http_backlog: int = setting(
-        "HTTP_BACKLOG", 1024, "connections the listening socket queues (`make run`)", local_only=True
-    )
-    http_header_timeout_ms: int = setting(
-        "HTTP_HEADER_TIMEOUT_MS", 5000, "longest wait for a request's headers (`make run`)", local_only=True
     )
     models_keep_versions: int = setting("MODELS_KEEP_VERSIONS", 2, "versions kept loaded per model (newest is active)")
     auto_promote: bool | None = setting(
@@ -658,11 +623,7 @@ class Settings:
             "BATCH_MAX_QUEUE",
             f"an integer >= MAX_BATCH_ITEMS ({self.max_batch_items}): a V2 request's rows queue together",
         )
-        _check(1 <= self.http_backpressure <= 1_000_000, "HTTP_BACKPRESSURE", "an integer within 1..1000000")
-        _check(self.http_server in ("granian", "uvicorn"), "HTTP_SERVER", "one of granian|uvicorn")
         _check(1 <= self.workers <= 64, "WORKERS", "an integer within 1..64")
-        _check(1 <= self.http_backlog <= 65535, "HTTP_BACKLOG", "an integer within 1..65535")
-        _check(100 <= self.http_header_timeout_ms <= 600_000, "HTTP_HEADER_TIMEOUT_MS", "an integer within 100..600000")
         _check(self.gc_gen0_threshold >= 0, "GC_GEN0_THRESHOLD", "an integer >= 0 (0 keeps Python's default)")
         _check(self.models_keep_versions >= 1, "MODELS_KEEP_VERSIONS", "an integer >= 1")
         _check(1 <= self.port <= 65535, "PORT", "a TCP port within 1..65535")

@@ -1,8 +1,8 @@
 """`python -m shared` (what `make run` starts) in a subprocess on a free loopback port, and raw HTTP/1.1.
 
-The server is the real one, Granian included: tests of what happens on the wire (stalled
-bodies, slow headers, malformed framing) need its parser and its connection limits, which
-no in-process client has. Every read is bounded, and the process always ends.
+The server is the real one (uvicorn): tests of what happens on the wire (stalled bodies,
+slow headers, malformed framing) need its parser and its deadlines, which no in-process
+client has. Every read is bounded, and the process always ends.
 """
 
 from __future__ import annotations
@@ -76,7 +76,6 @@ class ServerProcess:
     port: int
     process: subprocess.Popen[bytes]
     log: Path
-    kind: str = "granian"  # HTTP_SERVER
 
     def connect(self) -> socket.socket:
         return socket.create_connection(("127.0.0.1", self.port), timeout=5)
@@ -108,7 +107,7 @@ def running_server(env: Mapping[str, str], workdir: Path, ready_within_s: float 
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    server = ServerProcess(port, process, log, env.get("HTTP_SERVER", "granian"))
+    server = ServerProcess(port, process, log)
     try:
         _wait_ready(server, ready_within_s)
         yield server

@@ -75,9 +75,9 @@ def open_loop_point(port: int, pid: int, rate: float, seconds: float, offset: in
     }
 
 
-def open_loop_points(env: dict[str, str], kind: str, workers: int, args: argparse.Namespace) -> list[dict[str, Any]]:
+def open_loop_points(env: dict[str, str], workers: int, args: argparse.Namespace) -> list[dict[str, Any]]:
     """Every offered rate against `workers` processes of the app (CPU per request: the first process only)."""
-    server = start_server("flashsale", "shared.adapters.http.asgi:app", env, server=kind, workers=workers)
+    server = start_server("flashsale", "shared.adapters.http.asgi:app", env, workers=workers)
     try:
         asyncio.run(open_loop(server.port, 200, 1.0, offset=90_000_000 + workers))  # warm
         points = []
@@ -115,12 +115,9 @@ def main() -> None:
 
     seed(redis.url, prefix)
     env = {"REDIS_URL": redis.url, "REDIS_KEY_PREFIX": prefix, "PYTHONPATH": str(REPO), "LOG_LEVEL": "WARNING"}
-    from shared.settings import Settings
-
-    kind = Settings().http_server  # what `make run` serves with
     try:
         for workers, key in ((1, "open_loop_one_process"), (2, "open_loop_two_processes")):
-            measured[key] = {"server": kind, "points": open_loop_points(env, kind, workers, args)}
+            measured[key] = {"server": "uvicorn", "points": open_loop_points(env, workers, args)}
     finally:
         redis.stop()
     measured["machine"]["load_avg_1m_after"] = os.getloadavg()[0]

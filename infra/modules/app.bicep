@@ -271,10 +271,7 @@ var serviceSettings = [
   { name: 'PREDICTION_LOG_SAMPLE', value: '1' }
   { name: 'PREDICTION_LOG_BUFFER', value: '50000' }
   { name: 'PREDICTION_LOG_FLUSH_S', value: '1' }
-  { name: 'PREDICTION_LOG_CLOSE_S', value: '5' }
-  // auto: the lines are made in a child process where the replica's quota (cpu) gives it a second CPU
-  { name: 'PREDICTION_LOG_ENCODER', value: 'auto' }
-  { name: 'PREDICTION_LOG_REASONS', value: 'true' }
+  { name: 'PREDICTION_LOG_REASONS', value: 'false' } // reason codes on `?explain=1` answers only
   // NOTE: a secret (generated once per environment: main.bicep), never a value in the template.
   { name: 'PREDICTION_LOG_HASH_KEY', secretRef: 'prediction-log-hash-key' }
   // Shadow scoring, the sticky canary and its automatic abort.

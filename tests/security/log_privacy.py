@@ -229,16 +229,14 @@ def test_a_refused_value_is_named_by_its_field_never_quoted() -> None:
     assert refused.value.detail == "Invalid enum value - at `$.channel`"
 
 
-@pytest.mark.parametrize("server", ["uvicorn", "granian"])
 async def test_a_real_server_at_debug_prints_no_personal_data_and_no_secret(
-    server: str, redis_with_password: str, redis_prefix: str, models_dir: Any, tmp_path: Any
+    redis_with_password: str, redis_prefix: str, models_dir: Any, tmp_path: Any
 ) -> None:
     """`make run` with LOG_LEVEL=DEBUG: everything the process prints, its server's logs included."""
     from tests.server_process import running_server
 
     with LlmServer() as llm:
         env = {
-            "HTTP_SERVER": server,
             "LOG_LEVEL": "DEBUG",
             "MODELS_DIR": str(models_dir),
             "FEATURES_FILE": "",

@@ -43,8 +43,8 @@ async def read_body(
         while True:  # NOTE: straight from receive(): the per-request path, no async generator
             message = await receive()
             if message["type"] == "http.disconnect":
-                # NOTE: Granian sends this for a body it cannot parse (a bad chunk) while the client
-                # still waits, so it is the client's fault; to a client that did leave, no one answers.
+                # NOTE: the client left mid-body (or a server ended a body it could not parse): never
+                # a body to score; to a client that did leave, no one answers.
                 raise BadRequest("the request body was cut off or is malformed")
             chunk = message.get("body", b"")
             size += len(chunk)

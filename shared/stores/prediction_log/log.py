@@ -5,14 +5,11 @@
                        take what is held, HAND_OVER records at a time:
                          subscribers(batch)          reason codes, drift (before encoding: they fill fields;
                                                      the codes' model run in a worker thread, awaited)
-                         encode, a chunk at a time   in the encoder process (encoder.py: CHUNK_ELSEWHERE
-                                                     records packed, the loop free while it answers), or
-                                                     here (PREDICTION_LOG_ENCODER=inline, or while it is
-                                                     down: CHUNK records, encode_records per partition,
-                                                     a pause of PAUSE_S after each)
+                         encode, a chunk at a time   CHUNK records, encode_records per partition, a pause
+                                                     of PAUSE_S after each
                        write each partition's lines, up to the sink's write_bytes a call; a sink that fails keeps them pending
                        (retried after flush_s, doubling to 5 s), as new records keep arriving
-    aclose           the same, retried until close_s; what is left is dropped and counted
+    aclose           the same, retried until CLOSE_S; what is left is dropped and counted
 
 This object alone owns the deque, the pending lines and the counters; only its writer calls the
 sink. Every record offered to `add` ends in exactly one count, so at rest
@@ -21,7 +18,7 @@ sink. Every record offered to `add` ends in exactly one count, so at rest
 
 `dropped_full`: the buffer held `policy.buffer` records (pending lines included) when it came;
 `dropped_sink`: the sink refused it for good (a permanent 4xx, a name no path can hold) or it
-could not be encoded; `dropped_shutdown`: still held when close_s ran out, or offered after
+could not be encoded; `dropped_shutdown`: still held when CLOSE_S ran out, or offered after
 aclose. With no sink (drift alone) a record handed to the subscribers counts as `written`.
 """
 
@@ -40,11 +37,10 @@ from shared.domain.answers import PredictionLogStats, Review
 from shared.domain.records import DecisionRecord, encode_records
 from shared.errors import SinkError
 from shared.settings import PredictionLogPolicy
-from shared.stores.prediction_log.encoder import ProcessEncoder, wanted
 from shared.stores.prediction_log.sinks import Partition, Sink
 from shared.telemetry import metrics
 
-__all__ = ["CHUNK", "CHUNK_ELSEWHERE", "HAND_OVER", "PAUSE_S", "SOON", "PredictionLog", "Subscriber"]
+__all__ = ["CHUNK", "CLOSE_S", "HAND_OVER", "PAUSE_S", "SOON", "PredictionLog", "Subscriber"]
 
 log = logging.getLogger(__name__)
 # NOTE: a subscriber may answer an awaitable (reason codes: their model run in a worker thread); the
@@ -56,14 +52,16 @@ Subscriber = Callable[[Sequence[DecisionRecord]], Awaitable[None] | None]
 # a record less of the loop, and gave a p99 at 16 connections of 4.8-5.2 ms against 4.6-4.7
 # (docs/benchmark.md, "2026-12-02, morning")
 HAND_OVER = 256
-CHUNK = 64  # records encoded here at once: ~0.25 ms of the loop at ~4 µs a record
-CHUNK_ELSEWHERE = 256  # records packed for the encoder process at once: ~1 µs a record on the loop
+CHUNK = 64  # records encoded at once: ~0.25 ms of the loop at ~4 µs a record
 PAUSE_S = 0.0005  # between chunks: the loop serves requests for at least this long
 SOON = 5_000  # records held that wake the writer before flush_s (or half the buffer, when smaller)
 # the longest wait between two tries of a failing sink: one try in 5 s is nothing to a storage
 # account, and each second waited past its return drops a second of records at capacity (with
 # 30 s, a 20 s outage dropped 33 s of them, the buffer's 5 s aside: bench/rollouts.py)
 BACKOFF_MAX_S = 5.0
+# the longest shutdown waits for the writer to send what it holds: well inside the 30 s a Container
+# App gives a stopping replica before it kills it (terminationGracePeriodSeconds' default)
+CLOSE_S = 5.0
 CLOSE_RETRY_S = 0.1  # the wait between tries while shutting down
 RECENT_S = 60.0  # a drop this recent shows in readiness
 
@@ -97,8 +95,6 @@ class PredictionLog:
         self._subscribers: list[Subscriber] = []
         self._complained: dict[int, float] = {}  # id(subscriber) -> when its failure was last logged
         self._stats = PredictionLogStats(sink=sink.name if sink is not None else "none")
-        self._encoder = ProcessEncoder(self._key) if sink is not None and wanted(policy.encoder) else None
-        self._stats.encoder = "none" if sink is None else "process" if self._encoder is not None else "inline"
         self._closed = False
         self._failure: tuple[str, float, float] | None = None  # (detail, first, latest) while the sink fails
         self._dropped_at = -RECENT_S
@@ -170,16 +166,14 @@ class PredictionLog:
             metrics.prediction_buffered(self._held())
 
     async def aclose(self) -> None:
-        """Write what is held within close_s; count the rest `dropped_shutdown`; close the sink."""
+        """Write what is held within CLOSE_S; count the rest `dropped_shutdown`; close the sink."""
         self._closed = True
         try:
-            async with asyncio.timeout(self._policy.close_s):
+            async with asyncio.timeout(CLOSE_S):
                 await self._drain()
         except TimeoutError:
             pass
         self._drop_the_rest()
-        if self._encoder is not None:
-            await self._encoder.aclose()
         if self._sink is not None:
             await self._sink.aclose()
 
@@ -197,7 +191,7 @@ class PredictionLog:
         if self._sending is not None and not self._sending.done():
             self._sending.cancel()  # NOTE: abandoned: counted here, though a write already sent may still land
         if left:
-            log.warning("prediction log: %d records not written within %.1f s of shutdown", left, self._policy.close_s)
+            log.warning("prediction log: %d records not written within %.1f s of shutdown", left, CLOSE_S)
             self._stats.dropped_shutdown += left
             metrics.prediction_records("dropped_shutdown", left)
         self._records.clear()
@@ -221,8 +215,6 @@ class PredictionLog:
         """Hand over and encode what is held now (not what arrives meanwhile), yielding between chunks."""
         records, left = self._records, len(self._records)
         outcomes, self._outcomes_held = self._outcomes_held, False  # NOTE: one arriving meanwhile sets it again
-        encoder = self._encoder
-        size = CHUNK_ELSEWHERE if encoder is not None else CHUNK
         while left:
             batch = [records.popleft() for _ in range(min(left, HAND_OVER))]
             left -= len(batch)
@@ -235,22 +227,18 @@ class PredictionLog:
             kept = 0  # NOTE: the batch's records encoded so far
             try:
                 await self._hand_over([r for r in batch if r.via != "review"] if outcomes else batch)
-                # NOTE: drift and ranking the reason codes held the loop: packing or encoding would add to it
+                # NOTE: drift and ranking the reason codes held the loop: encoding would add to it
                 await asyncio.sleep(PAUSE_S)
-                for start in range(0, len(batch), size):
-                    chunk = batch[start : start + size]
-                    # NOTE: the child's answer is a pause of its own: the loop served requests meanwhile
-                    elsewhere = encoder is not None and await self._encode_elsewhere(encoder, chunk)
-                    if encoder is None:
-                        self._encode(self._grouped(chunk))
+                for start in range(0, len(batch), CHUNK):
+                    chunk = batch[start : start + CHUNK]
+                    self._encode(self._grouped(chunk))
                     kept = start + len(chunk)
-                    if not elsewhere:
-                        # NOTE: a pause, not a bare yield: a request needs several turns of the loop, and
-                        # with a chunk on every turn it paid for several (p99 6-9 ms at 16 connections)
-                        await asyncio.sleep(PAUSE_S)
+                    # NOTE: a pause, not a bare yield: a request needs several turns of the loop, and
+                    # with a chunk on every turn it paid for several (p99 6-9 ms at 16 connections)
+                    await asyncio.sleep(PAUSE_S)
             except BaseException:
-                # NOTE: cancelled (shutdown) while a subscriber ran, at a pause or while the child
-                # answered: the batch's rest is encoded here at once, so no record taken is lost
+                # NOTE: cancelled (shutdown) while a subscriber ran or at a pause: the batch's rest
+                # is encoded at once, so no record taken is lost
                 if kept < len(batch):
                     self._encode(self._grouped(batch[kept:]))
                 raise
@@ -270,14 +258,6 @@ class PredictionLog:
             self._complained[id(fn)] = now
             log.exception("prediction log: subscriber %s failed (logged once a minute at most)", _name(fn))
 
-    async def _encode_elsewhere(self, encoder: ProcessEncoder, chunk: list[DecisionRecord]) -> bool:
-        """The chunk's lines from the encoder process, or made here when it is down (then False)."""
-        groups = self._grouped(chunk)
-        found = await encoder.encode(groups)  # NOTE: cancelled while it answers, the chunk is `_take`'s to keep
-        self._encode(groups, found)
-        self._stats.encoder = encoder.state
-        return found is not None
-
     def _grouped(self, chunk: list[DecisionRecord]) -> list[list[DecisionRecord]]:
         """The chunk's records by partition (model, version, UTC hour), each in arrival order."""
         groups: dict[tuple[str, str, int], list[DecisionRecord]] = {}
@@ -291,18 +271,15 @@ class PredictionLog:
             group.append(record)
         return list(groups.values())
 
-    def _encode(self, groups: list[list[DecisionRecord]], found: Sequence[bytes | None] | None = None) -> None:
-        """Each group's JSON lines (those the encoder process `found`, else encoded here, one
-        encoding call per group), appended to its partition's pending lines."""
+    def _encode(self, groups: list[list[DecisionRecord]]) -> None:
+        """Each group's JSON lines (one encoding call per group), appended to its partition's pending lines."""
         key = self._key
-        for i, group in enumerate(groups):
-            lines = found[i] if found is not None else None
+        for group in groups:
             count = len(group)
-            if lines is None:
-                try:
-                    lines = encode_records(group, key)
-                except Exception:  # NOTE: one record the encoder refuses: each on its own, that one counted
-                    lines, count = self._encode_each(group)
+            try:
+                lines = encode_records(group, key)
+            except Exception:  # NOTE: one record the encoder refuses: each on its own, that one counted
+                lines, count = self._encode_each(group)
             if not count:
                 continue
             partition = group[0].partition

@@ -12,7 +12,7 @@ of the lines did land (always whole lines) and `permanent` whether the rest can 
 The log owns the retries (sinks make none of their own); a sink makes them exact:
 
     DirectorySink   a failed append is truncated back to where it began: nothing half-written;
-                    it keeps at most `max_bytes` of its own files (PREDICTION_LOG_MAX_MB): an
+                    it keeps at most `max_bytes` of its own files (DIRECTORY_CAP): an
                     hour's file rolls to its next segment past an eighth of that, and past the
                     cap the oldest files go first (a developer can leave `make run` running)
     BlobSink        each block is appended at the offset the sink expects (`appendpos_condition`);
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from azure.storage.blob.aio import BlobClient, ContainerClient
 
 __all__ = [
+    "DIRECTORY_CAP",
     "NAME",
     "BlobSink",
     "DirectorySink",
@@ -101,6 +102,11 @@ def _check_replica(replica: str) -> str:
     return replica
 
 
+# the local log's files one process keeps (a developer's disk; Azure writes blobs): ~30 s of records
+# at capacity (~9 MB a second), hours at a developer's pace
+DIRECTORY_CAP = 256 << 20
+
+
 class DirectorySink:
     """Hourly JSONL files under `root` (`make run`), at most `max_bytes` of them; file I/O runs
     in a worker thread."""
@@ -108,7 +114,7 @@ class DirectorySink:
     name = "dir"
     write_bytes = 1 << 20  # NOTE: a second's records at capacity are ~9 MB: joining them at once held the loop ms
 
-    def __init__(self, root: Path, replica: str, max_bytes: int = 256 << 20) -> None:
+    def __init__(self, root: Path, replica: str, max_bytes: int = DIRECTORY_CAP) -> None:
         self.root = root
         self._replica = _check_replica(replica)
         self.max_bytes = max_bytes
@@ -407,7 +413,7 @@ def sink_from_settings(settings: Settings, replica: str) -> Sink | None:
     if policy.sink == "off":
         return None
     if policy.sink == "dir":
-        return DirectorySink(Path(policy.directory), replica, policy.max_mb << 20)
+        return DirectorySink(Path(policy.directory), replica)
     return BlobSink.connect(
         container=policy.container,
         connection_string=settings.model_storage,

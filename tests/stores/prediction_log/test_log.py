@@ -20,13 +20,14 @@ from shared.domain.answers import ReasonCode
 from shared.domain.records import DecisionRecord, encode_records, hashed_id
 from shared.errors import SinkError
 from shared.settings import PredictionLogPolicy
+from shared.stores.prediction_log import log as log_module
 from shared.stores.prediction_log.log import CHUNK, HAND_OVER, PredictionLog
 from shared.stores.prediction_log.sinks import BlobSink, DirectorySink, Partition
 from shared.telemetry import metrics
 from tests.faults.proxy import Proxy
 from tests.stores.prediction_log import HOUR_10, balanced, decision, eventually, lines_of
 
-POLICY = PredictionLogPolicy(sink="dir", flush_s=0.05, close_s=2.0)
+POLICY = PredictionLogPolicy(sink="dir", flush_s=0.05)
 FILE = "model=fraud/version=3/date=2026-12-01/hour=10/r1.jsonl"
 
 
@@ -163,11 +164,8 @@ async def test_shutdown_writes_what_is_held(tmp_path: Path) -> None:
     assert (log.stats().written, log.stats().dropped_shutdown) == (1000, 0)
 
 
-@pytest.mark.parametrize("encoder", ["inline", "process"])
-async def test_a_writer_cancelled_between_chunks_loses_no_record_and_writes_none_twice(
-    tmp_path: Path, encoder: str
-) -> None:
-    log = PredictionLog(replace(POLICY, encoder=encoder), DirectorySink(tmp_path, "r1"), replica="r1")
+async def test_a_writer_cancelled_between_chunks_loses_no_record_and_writes_none_twice(tmp_path: Path) -> None:
+    log = PredictionLog(POLICY, DirectorySink(tmp_path, "r1"), replica="r1")
     count = 8 * HAND_OVER
     for i in range(count):
         log.add(decision(i))
@@ -200,9 +198,8 @@ async def test_an_awaitable_subscriber_is_awaited_before_the_batch_is_encoded(tm
     await log.aclose()
 
 
-@pytest.mark.parametrize("encoder", ["inline", "process"])
-async def test_a_writer_cancelled_while_a_subscriber_runs_loses_no_record(tmp_path: Path, encoder: str) -> None:
-    log = PredictionLog(replace(POLICY, encoder=encoder), DirectorySink(tmp_path, "r1"), replica="r1")
+async def test_a_writer_cancelled_while_a_subscriber_runs_loses_no_record(tmp_path: Path) -> None:
+    log = PredictionLog(POLICY, DirectorySink(tmp_path, "r1"), replica="r1")
     started = asyncio.Event()
 
     async def slow(batch: Sequence[DecisionRecord]) -> None:
@@ -224,9 +221,12 @@ async def test_a_writer_cancelled_while_a_subscriber_runs_loses_no_record(tmp_pa
     assert log.stats().written == count and balanced(log.stats())
 
 
-async def test_shutdown_gives_up_after_close_s_and_counts_what_it_could_not_write(tmp_path: Path) -> None:
+async def test_shutdown_gives_up_after_close_s_and_counts_what_it_could_not_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(log_module, "CLOSE_S", 0.3)
     root, _ = blocked(tmp_path)
-    log = PredictionLog(replace(POLICY, close_s=0.3), DirectorySink(root, "r1"), replica="r1")
+    log = PredictionLog(POLICY, DirectorySink(root, "r1"), replica="r1")
     for i in range(500):
         log.add(decision(i))
     began = time.monotonic()
@@ -363,7 +363,7 @@ async def test_a_partition_s_lines_go_in_writes_of_at_most_write_bytes_all_of_th
     tmp_path: Path,
 ) -> None:
     sink = Recorded(tmp_path, "r1")
-    log = PredictionLog(replace(POLICY, encoder="inline"), sink, replica="r1")  # NOTE: CHUNK records' lines a piece
+    log = PredictionLog(POLICY, sink, replica="r1")  # NOTE: CHUNK records' lines a piece
     piece = len(encode_records([decision(i) for i in range(CHUNK)]))
     sink.write_bytes = int(2.5 * piece)  # NOTE: two pieces a write, not three
     for i in range(10 * CHUNK):
