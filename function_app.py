@@ -1,27 +1,13 @@
 """Azure Functions (Python v2 model): triggers and bindings only; the work is in `shared`.
 
-    function     route (no prefix)          methods  auth        what
-    health       api/health/{probe}         GET      anonymous   live / ready (Container Apps probes)
-    metrics      api/metrics                GET      function    every metric, Prometheus text format
-    model_activate  api/models/{name}/activate  POST, DELETE  admin     pin a version everywhere / release it
-    model_canary    api/models/{name}/canary    PUT, DELETE   admin     split users to a candidate / abort it
-    model_promote   api/models/{name}/canary/promote  POST    admin     the candidate becomes the pinned version
-    model_rollout   api/models/{name}/rollout   GET           admin     what serves a model, and who changed it
-    model_shadow    api/models/{name}/shadow    PUT, DELETE   admin     a shadow version everywhere / remove it
-    model_score  api/models/{name}/score    POST     function    one event, a named model (or an ensemble)
-    models       api/models                 GET      function    loaded models, versions and ensembles
-    openapi      api/openapi.json           GET      function    the OpenAPI 3.1 document of every route here
-    reviews      api/reviews/{event_id}     GET      admin       an event's review: the reviewer's score, rationale, direction
-    score        api/score                  POST     function    one event, the default model
-    score_batch  api/score/batch            POST     function    up to MAX_BATCH_ITEMS events
-    stats        api/stats                  GET      function    cache and batch counters
-    v2_*         v2/...                     GET/POST function    Open Inference Protocol V2 (below)
+    HTTP         one function per route of the route table, shared/adapters/http/routes.py (its name,
+                 path, methods and auth level; tests/adapters/test_function_app.py holds the two equal)
     payments     Service Bus `payments` (batches) -> `risk-completed` | `risk-rejected` (SDK publisher)
     model_blob   Blob `%MODELS_CONTAINER%/{name}/{version}/model.onnx` (Event Grid source)
 
-Auth levels are the route table's (`auth`; tests/adapters/test_function_app.py holds the two
-equal): "function" accepts any host or function key (what scoring clients get), "admin" only
-the master key (the control routes; which key goes to whom: docs/deploy.md).
+Auth levels are the route table's (`auth`): "function" accepts any host or function key (what
+scoring clients get), "admin" only the master key (the control routes; which key goes to whom:
+docs/deploy.md).
 
 NOTE: host.json's routePrefix is "" so that the V2 routes sit at the root paths standard
 clients call (`/v2/...`); every other route names its `api/` itself.

@@ -2,15 +2,18 @@
 
     name     the Azure Functions function that declares it (function_app.py; a test holds the two equal)
     path     the same path locally and under the host (host.json's routePrefix is "")
-    methods  what it answers; another method is a JSON 405
     auth     the Functions auth level: "function" (any host or function key: what scoring clients
              get), "admin" (the master key only: the control routes, which change what the fleet
              serves or show who changed it) or "anonymous" (the platform's probes)
     plane    "data": scoring work, which takes the core's admission; "admin": everything else
+    tag      the group its operations are listed under in the OpenAPI document
+    ops      one `Op` per method (a `{probe}` route: one per probe): its summary, the type of its
+             answer and of its body, and the error classes it may answer with (their status and
+             code are shared/errors.py's, written nowhere else); its methods are its ops'
 
 Derived from it: the Starlette routes (shared/adapters/http/app.py, in this order: Starlette
 tries them in order, so the hot routes come first), the routes the Functions adapter frames
-itself (`framed`), the OpenAPI paths (shared/adapters/http/openapi.py) and the check of
+itself (`framed`), the OpenAPI operations (shared/adapters/http/openapi.py) and the check of
 function_app.py's declarations (tests/adapters/test_function_app.py).
 """
 
@@ -19,18 +22,85 @@ from __future__ import annotations
 import re
 from typing import Literal, NamedTuple
 
-__all__ = ["ROUTES", "Auth", "RouteSpec", "framed", "route"]
+import msgspec
+
+from shared.domain.answers import (
+    Batch,
+    Liveness,
+    ModelList,
+    ModelView,
+    Readiness,
+    ReviewRecord,
+    RolloutView,
+    Scored,
+    Stats,
+    V2InferHead,
+    V2Live,
+    V2ModelMetadata,
+    V2ModelReady,
+    V2Ready,
+    V2ServerMetadata,
+)
+from shared.domain.control import ControlNote
+from shared.domain.events import Activation, CanarySplit, PaymentEvent
+from shared.errors import (
+    BadRequest,
+    BatcherClosed,
+    BatchShapeError,
+    BodyTimeout,
+    ControlStoreDown,
+    DeadlineExceeded,
+    InferenceFailed,
+    InvalidEvent,
+    MalformedJson,
+    ModelInvalid,
+    ModelNotFound,
+    ModelSourceError,
+    NotReady,
+    Overloaded,
+    PayloadTooLarge,
+    ReviewNotFound,
+    RolloutConflict,
+    ScoringError,
+    SettingsError,
+    TooManyItems,
+    UnsupportedMediaType,
+)
+
+__all__ = ["ROUTES", "Auth", "Op", "RouteSpec", "Tag", "Written", "framed", "route"]
 
 Auth = Literal["function", "admin", "anonymous"]
+Tag = Literal["scoring", "models", "rollouts", "reviews", "operations", "health", "v2"]  # in the document's order
+Written = Literal["EventBatch", "V2InferRequest", "PrometheusText", "OpenAPI"]
+"""A body or answer that no type describes (read or written by hand): openapi.py writes its schema."""
+
+
+class Op(NamedTuple):
+    """One operation of a route: what it takes, answers and may refuse with."""
+
+    method: str
+    summary: str
+    answer: type[msgspec.Struct] | Written  # the 200 answer
+    body: type[msgspec.Struct] | Written | None = None  # a body whose type has no required field is optional
+    errors: tuple[type[ScoringError], ...] = ()
+    name: str = ""  # its operationId, where not the route's name (a second method)
+    probe: str = ""  # a `{probe}` route's probe (operationId: name_probe)
+    unready: int | None = None  # the status of the same answer while not ready
+    description: str = ""
 
 
 class RouteSpec(NamedTuple):
     name: str
     path: str
-    methods: tuple[str, ...]
     auth: Auth
     plane: Literal["data", "admin"]
-    summary: str
+    tag: Tag
+    ops: tuple[Op, ...]
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        """What it answers (another method is a JSON 405)."""
+        return tuple(dict.fromkeys(op.method for op in self.ops))
 
     @property
     def functions_route(self) -> str:
@@ -38,49 +108,116 @@ class RouteSpec(NamedTuple):
         return self.path.lstrip("/")
 
 
-def _data(name: str, path: str, summary: str) -> RouteSpec:
-    return RouteSpec(name, path, ("POST",), "function", "data", summary)
+UNREADY = (NotReady, ModelSourceError)  # no service yet, or none can be built
+BODY = (MalformedJson, BadRequest, BodyTimeout, PayloadTooLarge)  # a body read within its cap and BODY_TIMEOUT_MS
+JSON_BODY = (*BODY, UnsupportedMediaType)  # ... sent as application/json
+SCORING = (InferenceFailed, BatchShapeError, *UNREADY, BatcherClosed, Overloaded, DeadlineExceeded)
+CHANGE = (*JSON_BODY, ModelNotFound, InvalidEvent, *UNREADY, ControlStoreDown)  # a control action, kept fleet-wide
+ROLLOUT = (*CHANGE, RolloutConflict)
 
 
-def _admin(name: str, path: str, summary: str, *methods: str, auth: Auth = "function") -> RouteSpec:
-    return RouteSpec(name, path, methods or ("GET",), auth, "admin", summary)
+def _data(name: str, path: str, tag: Tag, op: Op) -> RouteSpec:
+    return RouteSpec(name, path, "function", "data", tag, (op,))
 
 
-def _control(name: str, path: str, summary: str, *methods: str) -> RouteSpec:
+def _admin(name: str, path: str, tag: Tag, *ops: Op, auth: Auth = "function") -> RouteSpec:
+    return RouteSpec(name, path, auth, "admin", tag, ops)
+
+
+def _control(name: str, path: str, tag: Tag, *ops: Op) -> RouteSpec:
     """A control route: the master key (AuthLevel.ADMIN), never a scoring key (docs/deploy.md)."""
-    return _admin(name, path, summary, *methods, auth="admin")
+    return _admin(name, path, tag, *ops, auth="admin")
 
 
-ROUTES: tuple[RouteSpec, ...] = (
-    _data("score", "/api/score", "one event, the default model"),
-    _data("v2_model_infer", "/v2/models/{name}/infer", "V2 inference"),
-    _data("v2_version_infer", "/v2/models/{name}/versions/{version}/infer", "V2 inference, one version"),
-    _data("score_batch", "/api/score/batch", "up to MAX_BATCH_ITEMS events, answered in order"),
-    _data("model_score", "/api/models/{name}/score", "one event, a named model (or an ensemble)"),
-    _admin("models", "/api/models", "loaded models, versions and ensembles"),
-    _control(
-        "model_activate", "/api/models/{name}/activate", "pin a version everywhere / release it", "POST", "DELETE"
-    ),
-    _control("model_rollout", "/api/models/{name}/rollout", "what serves a model, its shadow, canary and drift"),
-    _control(
-        "model_shadow", "/api/models/{name}/shadow", "set a shadow version everywhere / remove it", "PUT", "DELETE"
-    ),
-    _control(
-        "model_canary", "/api/models/{name}/canary", "split users to a candidate / abort the split", "PUT", "DELETE"
-    ),
-    _control("model_promote", "/api/models/{name}/canary/promote", "the candidate becomes the pinned version", "POST"),
-    _control("reviews", "/api/reviews/{event_id}", "an event's review: the reviewer's score, rationale, direction"),
-    _admin("stats", "/api/stats", "cache, batch and admission counters"),
-    _admin("metrics", "/api/metrics", "every metric, Prometheus text format"),
-    _admin("health", "/api/health/{probe}", "live / ready (the platform's probes)", auth="anonymous"),
-    _admin("v2_server", "/v2", "V2 server metadata"),
-    _admin("v2_health", "/v2/health/{probe}", "V2 live / ready"),
-    _admin("v2_model", "/v2/models/{name}", "V2 model metadata"),
-    _admin("v2_version", "/v2/models/{name}/versions/{version}", "V2 model metadata, one version"),
-    _admin("v2_model_ready", "/v2/models/{name}/ready", "V2 model readiness"),
-    _admin("v2_version_ready", "/v2/models/{name}/versions/{version}/ready", "V2 model readiness, one version"),
-    _admin("openapi", "/api/openapi.json", "the OpenAPI 3.1 document of every route here"),
+def _get(
+    summary: str,
+    answer: type[msgspec.Struct] | Written,
+    *errors: type[ScoringError],
+    probe: str = "",
+    unready: int | None = None,
+    description: str = "",
+) -> Op:
+    return Op("GET", summary, answer, None, errors, probe=probe, unready=unready, description=description)
+
+
+CANARY = (
+    "409 `rollout_conflict` when the candidate is the version that serves: pin the live version first "
+    "(POST /api/models/{name}/activate), so that an upload does not replace it. The split aborts by itself "
+    "when the candidate's decline share or error rate departs from the live version's by more than "
+    "CANARY_MAX_DECLINE_DELTA / CANARY_MAX_ERROR_DELTA."
 )
+
+
+V2_INFER = Op(
+    "POST",
+    "Inference: rows of features in, one score per row out",
+    V2InferHead,
+    "V2InferRequest",
+    (*BODY, ModelNotFound, *SCORING),
+)
+V2_READY = _get("Whether the model (version) serves now", V2ModelReady, *UNREADY, unready=400)
+
+# fmt: off
+ROUTES: tuple[RouteSpec, ...] = (
+    _data("score", "/api/score", "scoring",
+        Op("POST", "Score one payment event with the default model",
+           Scored, PaymentEvent, (*JSON_BODY, InvalidEvent, *SCORING))),
+    _data("v2_model_infer", "/v2/models/{name}/infer", "v2", V2_INFER),
+    _data("v2_version_infer", "/v2/models/{name}/versions/{version}/infer", "v2", V2_INFER),
+    _data("score_batch", "/api/score/batch", "scoring",
+        Op("POST", "Score several events, answered in order",
+           Batch, "EventBatch", (*JSON_BODY, InvalidEvent, TooManyItems, *SCORING))),
+    _data("model_score", "/api/models/{name}/score", "scoring",
+        Op("POST", "Score one payment event with a named model or ensemble",
+           Scored, PaymentEvent, (*JSON_BODY, ModelNotFound, InvalidEvent, *SCORING))),
+    _admin("models", "/api/models", "models",
+        _get("Loaded models, their versions, pins and last rejected version; ensembles", ModelList, *UNREADY)),
+    _control("model_activate", "/api/models/{name}/activate", "models",
+        Op("POST", "Pin a version on every replica (rollback); uploads no longer change what serves",
+           ModelView, Activation, (*CHANGE, ModelInvalid)),
+        Op("DELETE", "Release the pin: the newest version serves again, everywhere",
+           ModelView, ControlNote, CHANGE, name="model_release")),
+    _control("model_rollout", "/api/models/{name}/rollout", "rollouts",
+        _get("What serves a model on this replica: its pin, shadow, canary split, last abort and drift",
+             RolloutView, ModelNotFound, *UNREADY)),
+    _control("model_shadow", "/api/models/{name}/shadow", "rollouts",
+        Op("PUT", "Score every event with a second version too, after its answer (fleet-wide)",
+           RolloutView, Activation, (*ROLLOUT, ModelInvalid)),
+        Op("DELETE", "No shadow version any more (fleet-wide)",
+           RolloutView, ControlNote, CHANGE, name="model_shadow_remove")),
+    _control("model_canary", "/api/models/{name}/canary", "rollouts",
+        Op("PUT", "Route a share of users (by a hash of user_id: sticky) to a candidate version (fleet-wide)",
+           RolloutView, CanarySplit, (*ROLLOUT, ModelInvalid), description=CANARY),
+        Op("DELETE", "Abort the split: every user back to the live version (the abort is kept and shown)",
+           RolloutView, ControlNote, ROLLOUT, name="model_canary_abort")),
+    _control("model_promote", "/api/models/{name}/canary/promote", "rollouts",
+        Op("POST", "The candidate becomes the pinned version on every replica; the split ends",
+           RolloutView, ControlNote, ROLLOUT)),
+    _control("reviews", "/api/reviews/{event_id}", "reviews",
+        _get("The review of an event by Azure OpenAI", ReviewRecord, ReviewNotFound, *UNREADY)),
+    _admin("stats", "/api/stats", "operations",
+        _get("Events scored, cache hits and misses per tier, Redis round-trips and errors", Stats, *UNREADY)),
+    _admin("metrics", "/api/metrics", "operations",
+        _get("Every metric, in the Prometheus text format", "PrometheusText", SettingsError,
+             description="404 `not_found` when TELEMETRY=false.")),
+    _admin("health", "/api/health/{probe}", "health",
+        _get("Liveness: 200 while the process answers", Liveness, probe="live"),
+        _get("Readiness: 200 once every model is loaded and warmed, else 503 with the reason", Readiness,
+             probe="ready", unready=503),
+        auth="anonymous"),
+    _admin("v2_server", "/v2", "v2", _get("Server metadata", V2ServerMetadata, *UNREADY)),
+    _admin("v2_health", "/v2/health/{probe}", "v2",
+        _get("Server liveness", V2Live, probe="live"),
+        _get("Server readiness", V2Ready, *UNREADY, probe="ready", unready=400)),
+    _admin("v2_model", "/v2/models/{name}", "v2",
+        _get("Model metadata", V2ModelMetadata, ModelNotFound, *UNREADY)),
+    _admin("v2_version", "/v2/models/{name}/versions/{version}", "v2",
+        _get("Model metadata of a loaded version", V2ModelMetadata, ModelNotFound, *UNREADY)),
+    _admin("v2_model_ready", "/v2/models/{name}/ready", "v2", V2_READY),
+    _admin("v2_version_ready", "/v2/models/{name}/versions/{version}/ready", "v2", V2_READY),
+    _admin("openapi", "/api/openapi.json", "operations", _get("This document", "OpenAPI", SettingsError)),
+)
+# fmt: on
 
 
 def route(name: str) -> RouteSpec:

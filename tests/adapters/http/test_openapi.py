@@ -116,6 +116,18 @@ def body_cases(path: str, good: object, method: str = "POST", app: str = "ready"
     return [replace(c, method=method, app=app) for c in cases]
 
 
+def note_cases(path: str, method: str = "DELETE", app: str = "ready") -> list[Case]:
+    """The answers a control call gives to a `{"reason"}` body it cannot read (the body is optional)."""
+    cases = [
+        post(path, b"{not json", 400),
+        post(path, {"reason": "x"}, 415, content_type="text/plain"),
+        post(path, b"{" + b" " * 1024 + b"}", 413),
+        post(path, {"reason": "x" * 201}, 422),
+        post(path, {"reason": "x"}, 408, stall=True),
+    ]
+    return [replace(c, method=method, app=app) for c in cases]
+
+
 BINARY, BINARY_HEADERS = binary_infer()
 V2_INFER = "/v2/models/fraud/infer"
 V2_VERSIONED = "/v2/models/fraud/versions/1/infer"
@@ -152,6 +164,7 @@ CASES: list[Case] = [
     *body_cases("/api/models/fraud/activate", {"version": "1"}),
     Case("DELETE", "/api/models/fraud/activate", 200, content_type=None),
     Case("DELETE", "/api/models/nope/activate", 404, content_type=None),
+    *note_cases("/api/models/fraud/activate"),
     # rollouts, on an app with two versions (2 serves): in this order, each step the state of the next
     get("/api/models/fraud/rollout", app="versions"),
     get("/api/models/nope/rollout", 404, app="versions"),
@@ -163,6 +176,7 @@ CASES: list[Case] = [
     *body_cases("/api/models/fraud/shadow", {"version": "1"}, "PUT", "versions"),
     delete("/api/models/fraud/shadow", app="versions"),
     delete("/api/models/nope/shadow", 404, app="versions"),
+    *note_cases("/api/models/fraud/shadow", app="versions"),
     put("/api/models/fraud/canary", {"version": "2", "weight": 0.5}, 409, app="versions"),  # not pinned
     put("/api/models/fraud/canary", {"version": "2", "weight": 1.5}, 422, app="versions"),
     put("/api/models/fraud/canary", {"version": "9", "weight": 0.5}, 404, app="versions"),
@@ -171,7 +185,9 @@ CASES: list[Case] = [
     post("/api/models/fraud/activate", {"version": "1"}, app="versions"),
     put("/api/models/fraud/canary", {"version": "2", "weight": 0.5}, app="versions"),
     put("/api/models/nope/canary", {"version": "2", "weight": 0.5}, 404, app="versions"),
-    post("/api/models/fraud/canary/promote", None, app="versions", content_type=None),
+    *note_cases("/api/models/fraud/canary/promote", "POST", "versions"),
+    *note_cases("/api/models/fraud/canary", app="versions"),
+    post("/api/models/fraud/canary/promote", {"reason": "the candidate held"}, app="versions"),
     post("/api/models/nope/canary/promote", None, 404, app="versions", content_type=None),
     delete("/api/models/fraud/canary", 409, app="versions"),  # promoted: nothing left to abort
     put("/api/models/fraud/canary", {"version": "1", "weight": 0.2}, app="versions"),  # 2 is pinned now
@@ -556,20 +572,61 @@ with TestClient(create_app(ServiceHolder(lambda: settings))) as client:
     assert json.loads(done.stdout.strip().splitlines()[-1]) == [False, False, True]
 
 
-def test_the_paths_come_from_the_route_table_and_fail_when_the_two_drift() -> None:
-    """Mutations of the table: a route the document lacks, a route dropped, a method added, a probe made keyed."""
-    from shared.adapters.http.openapi import _paths
-    from shared.adapters.http.routes import ROUTES, RouteSpec
+def test_every_route_of_the_table_is_an_operation_of_the_document(served: dict[str, Any]) -> None:
+    """Each operation of the route table is in the document under its path, method and operationId,
+    and every error code the document names is a class's of shared/errors.py (or the router's 404)."""
+    from shared import errors
+    from shared.adapters.http.routes import ROUTES
 
+    documented = {(path, method, op["operationId"]) for path, method, op in operations(served)}
+    table = set()
+    for spec in ROUTES:
+        for op in spec.ops:
+            path = spec.path.replace("{probe}", op.probe)
+            table.add((path, op.method, op.name or "_".join(filter(None, (spec.name, op.probe)))))
+    assert table == documented
+    tree = {c.code for c in vars(errors).values() if isinstance(c, type) and issubclass(c, errors.ScoringError)}
+    named = {
+        code
+        for _, _, op in operations(served)
+        for answer in op["responses"].values()
+        for code in answer.get("content", {}).get("application/json", {}).get("schema", {})
+        .get("properties", {}).get("error", {}).get("enum", [])
+    }  # fmt: skip
+    assert named - tree == {"not_found"} and "overloaded" in named
+
+
+def test_the_document_fails_on_a_route_without_an_operation_or_an_error_outside_the_tree() -> None:
+    """Mutations of the table: a route with no operation, an error class that is not the tree's,
+    two operations on one method; the table's answers, errors and auth are what the document says."""
+    from shared.adapters.http.openapi import _paths
+    from shared.adapters.http.routes import ROUTES, Op, RouteSpec, route
+    from shared.domain.answers import Stats
+    from shared.errors import Overloaded, RolloutConflict
+
+    class Homemade(RolloutConflict):  # a subclass of the tree's, defined outside shared/errors.py
+        code = "homemade"
+
+    def mutated(name: str, **change: Any) -> tuple[RouteSpec, ...]:
+        return tuple(r._replace(**change) if r.name == name else r for r in ROUTES)
+
+    stats, score = route("stats"), route("score").ops[0]
     paths = _paths(256)
     assert [p for p in paths if "{probe}" not in p] == list(paths)  # a probe route is its two probes
     assert paths["/api/health/live"]["get"]["security"] == [] and "401" in paths["/api/stats"]["get"]["responses"]
-    extra = RouteSpec("ghost", "/api/ghost", ("GET",), "function", "admin", "not documented")
-    with pytest.raises(LookupError, match="ghost"):
-        _paths(256, (*ROUTES, extra))
-    with pytest.raises(LookupError, match="/api/stats"):
-        _paths(256, tuple(r for r in ROUTES if r.name != "stats"))
-    with pytest.raises(LookupError, match="score"):
-        _paths(256, tuple(r._replace(methods=("GET", "POST")) if r.name == "score" else r for r in ROUTES))
-    keyed = _paths(256, tuple(r._replace(auth="function") if r.name == "health" else r for r in ROUTES))
+    with pytest.raises(LookupError, match=r"route stats .* has no operation"):
+        _paths(256, mutated("stats", ops=()))
+    with pytest.raises(LookupError, match="Homemade is not a class of the error tree"):
+        _paths(256, mutated("stats", ops=(stats.ops[0]._replace(errors=(Homemade,)),)))
+    with pytest.raises(LookupError, match="a second GET /api/stats"):
+        _paths(256, mutated("stats", ops=stats.ops * 2))
+    ghost = RouteSpec("ghost", "/api/ghost", "function", "admin", "operations", (Op("GET", "not served", Stats),))
+    assert _paths(256, (*ROUTES, ghost))["/api/ghost"]["get"]["operationId"] == "ghost"
+    shed = _paths(256)["/api/score"]["post"]["responses"]["503"]
+    assert "overloaded" in shed["content"]["application/json"]["schema"]["properties"]["error"]["enum"]
+    assert "headers" in shed  # Retry-After: Overloaded says when to come back
+    unshed = tuple(e for e in score.errors if e is not Overloaded and e.retry_after_s is None)
+    calm = _paths(256, mutated("score", ops=(score._replace(errors=unshed),)))
+    assert "headers" not in calm["/api/score"]["post"]["responses"]["503"]
+    keyed = _paths(256, mutated("health", auth="function"))
     assert "security" not in keyed["/api/health/live"]["get"]
