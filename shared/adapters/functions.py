@@ -150,7 +150,7 @@ class FunctionHandlers:
             return
         try:
             check_size(blob.length or 0, service.settings.max_model_bytes, ref)  # NOTE: before reading it
-            await service.install_model(ref, blob.read())
+            await service.admin.install_model(ref, blob.read())
         except ScoringError as exc:
             if exc.retryable:
                 raise

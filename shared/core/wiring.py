@@ -14,6 +14,7 @@ import gc
 import logging
 from typing import TYPE_CHECKING
 
+from shared.core.parts import Part
 from shared.errors import NotReady, SettingsError
 from shared.settings import Settings
 
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from shared.fleet.rollout import Rollout
     from shared.fleet.shadow import ShadowScorer
     from shared.fleet.traffic import Traffic
+    from shared.models.ensembles.catalog import Ensembles
     from shared.models.registry import ModelRegistry
     from shared.models.repository import ModelRepository
     from shared.review.client import ReviewClient
@@ -49,6 +51,8 @@ log = logging.getLogger(__name__)
 
 async def build_service(settings: Settings) -> ScoringService:
     """Wire the core from settings and load every model; returns a ready service."""
+    from shared.core.admin import AdminPlane
+    from shared.core.recorder import DecisionRecorder
     from shared.core.service import ScoringService
     from shared.features.store import FeatureStore, load_feature_file
     from shared.models.registry import ModelRegistry
@@ -114,31 +118,43 @@ async def build_service(settings: Settings) -> ScoringService:
     ensembles = Ensembles(registry, source, settings.ort, settings.batch.max_size, sandbox=sandbox)
     reviewer = build_reviewer(settings, redis, control) if settings.review.enabled else None
     decisions, traffic, shadows, drift = build_rollouts(settings, registry, rollout, control)
+    recorder = DecisionRecorder(registry, settings.drift, decisions, traffic, shadows)
+    if decisions is not None and reviewer is not None:
+        reviewer.on("settled", recorder.review_settled)
     service = ScoringService(
         settings,
         registry,
         features,
         predictions,
         redis,
+        recorder=recorder,
+        admin=AdminPlane(registry, rollout, traffic, drift, reviewer),
+        parts=_parts(
+            registry, features, redis, control, reviewer, rollout, ensembles, decisions, traffic, shadows, drift
+        ),
         reviewer=reviewer,
-        rollout=rollout,
         ensembles=ensembles,
-        control=control,
         log=decisions,
         traffic=traffic,
-        shadows=shadows,
-        drift=drift,
     )
-    if drift is not None and control is not None:
-        service.background.add("drift", drift.run)  # NOTE: the fleet's references, exchanged off the writer
     if settings.telemetry:
         from shared.telemetry.setup import configure
 
         telemetry = configure(settings)  # NOTE: once per process; later builds reuse it
         if telemetry is not None:
-            telemetry.watch(service)  # before start: the first activations count
+            telemetry.watch(service)  # before the first load: the first activations count
     try:
-        await service.start()
+        await rollout.restore_pins()  # NOTE: before the first load: the fleet's pins apply here too
+        await registry.load_all()
+        await ensembles.load()
+        await traffic.restore()
+        if decisions is not None:
+            if settings.prediction_log.reasons:  # NOTE: off, no occlusion runs for the log
+                decisions.subscribe(recorder.explain_records)
+            if drift is not None:
+                decisions.subscribe(drift.observe)
+                registry.on("retired", lambda e: drift.forget(e.name, e.version))
+        service.start()
     except BaseException:
         await service.aclose()  # NOTE: a failed build must not leak its sessions or Redis pool
         raise
@@ -150,6 +166,43 @@ async def build_service(settings: Settings) -> ScoringService:
         "on" if redis else "off",
     )
     return service
+
+
+def _parts(
+    registry: ModelRegistry,
+    features: ContextStore,
+    redis: L2Tier | None,
+    control: ControlStore | None,
+    reviewer: Reviewer | None,
+    rollout: Rollout,
+    ensembles: Ensembles,
+    decisions: PredictionLog | None,
+    traffic: Traffic,
+    shadows: ShadowScorer,
+    drift: DriftMonitor | None,
+) -> list[Part]:
+    """The core's collaborators, in their close order: the reviewer and the shadow hand records on to
+    the log, so they close before it; the log before the models and stores; the control store last
+    (the rollout's and the reviews' store)."""
+
+    async def release_ensembles() -> None:
+        ensembles.release()
+
+    parts = [
+        Part("llm", reviewer.problem, None, reviewer.aclose) if reviewer is not None else None,
+        Part("rollout", rollout.problem, rollout.run),
+        Part("traffic", traffic.problem, traffic.run),
+        Part("shadow", None, shadows.run, shadows.aclose),
+        Part("prediction_log", decisions.problem, decisions.run, decisions.aclose) if decisions is not None else None,
+        # NOTE: the fleet's drift references, exchanged off the log's writer
+        Part("drift", None, drift.run) if drift is not None and control is not None else None,
+        Part("models", registry.repository.problem, None, registry.aclose),
+        Part("ensembles", None, None, release_ensembles),
+        Part("redis", redis.problem, None, redis.aclose) if redis is not None else None,
+        Part("features", features.problem, None, features.aclose),
+        Part("control", None, None, control.aclose) if control is not None else None,
+    ]
+    return [part for part in parts if part is not None]
 
 
 def build_rollouts(

@@ -49,6 +49,8 @@ from shared.telemetry import metrics
 __all__ = ["ReviewStats", "Reviewer"]
 
 log = logging.getLogger(__name__)
+
+Settled = Callable[[str, Review, Verdict | None], None]
 SHUTDOWN_GRACE_S = 1.0
 SEVERITY: dict[Decision, int] = {"approve": 0, "review": 1, "decline": 2}
 Direction = Literal["escalated", "confirmed", "lowered", "refused"]  # refused: a lower verdict not applied
@@ -97,10 +99,13 @@ class Reviewer:
         self._tasks: set[asyncio.Task[Opinion]] = set()
         self._pending: set[str] = set()  # events answered "pending": their final record is owed
         self.stats = ReviewStats()
-        # a review whose caller was told "pending" ended: (event id, its review, the verdict it
-        # gave when done, else None: the local decision stands); the core appends it to the
-        # prediction log as that decision's outcome
-        self.settled: Callable[[str, Review, Verdict | None], None] | None = None
+        self.settled: Settled | None = None  # `on("settled", hook)`
+
+    def on(self, kind: Literal["settled"], hook: Settled) -> None:
+        """Call `hook` when a review whose caller was told "pending" ends: (event id, its review, the
+        verdict it gave when done, else None: the local decision stands). The decision recorder
+        appends it to the prediction log as that decision's outcome. One hook (the recorder's)."""
+        self.settled = hook
 
     async def decide(
         self, event: PaymentEvent, score: float, thresholds: Thresholds, wait_s: float | None = None

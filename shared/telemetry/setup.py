@@ -161,8 +161,8 @@ class Telemetry:
         self._watched = service
         if service not in _HOOKED:  # NOTE: the counters are the process's: one hook per service
             _HOOKED.add(service)
-            service.on_model("activated", lambda e: metrics.model_event(e.name, "activated"))
-            service.on_model("failed", lambda e: metrics.model_event(e.name, "failed"))
+            service.admin.on_model("activated", lambda e: metrics.model_event(e.name, "activated"))
+            service.admin.on_model("failed", lambda e: metrics.model_event(e.name, "failed"))
 
     def _observe(self) -> None:
         meter = self.meter_provider.get_meter("shared.telemetry")

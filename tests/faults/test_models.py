@@ -60,7 +60,7 @@ async def test_azurite_down_during_a_reload(
     version2 = make_model(bias=-21.0)
     store.publish(ModelRef("fraud", "2"), version2)  # the upload
     await asyncio.to_thread(azurite.stop)  # the store goes down before B has read it
-    await a.service.install_model(ModelRef("fraud", "2"), version2)  # A's Blob trigger, bytes in hand
+    await a.service.admin.install_model(ModelRef("fraud", "2"), version2)  # A's Blob trigger, bytes in hand
 
     async def store_missed() -> bool:
         listed = any(r.startswith("models: ") for r in await b.degraded())

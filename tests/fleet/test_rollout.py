@@ -77,7 +77,7 @@ async def fleet(
 async def upload(replica: ScoringService, container: BlobRepository, version: str, data: bytes) -> None:
     """What the Blob trigger does on the ONE replica it fires on."""
     container.publish(ModelRef("fraud", version), data)
-    await replica.install_model(ModelRef("fraud", version), data)
+    await replica.admin.install_model(ModelRef("fraud", version), data)
 
 
 async def test_an_upload_reaches_every_replica(fleet, container: BlobRepository) -> None:  # type: ignore[no-untyped-def]
@@ -102,13 +102,13 @@ async def test_pin_rollback_and_release_across_replicas(fleet, container: BlobRe
     a, b, _ = fleet
     await upload(a, container, "2", make_model(bias=1.0))
     await until(lambda: _serves(b, "2"))
-    await a.pin("fraud", "1")  # rollback
+    await a.admin.pin("fraud", "1")  # rollback
     await until(lambda: _serves(b, "1"))
     assert await served(a) == "1" and to_builtins(b.models())[0]["pinned"] == "1"
     await upload(a, container, "4", make_model(bias=2.0))  # an upload does not override a pin
     await asyncio.sleep(0.3)
     assert (await served(a), await served(b)) == ("1", "1")
-    await a.unpin("fraud")
+    await a.admin.unpin("fraud")
     await until(lambda: _serves(b, "4"))
     assert await served(a) == "4" and to_builtins(b.models())[0]["pinned"] is None
 
@@ -116,7 +116,7 @@ async def test_pin_rollback_and_release_across_replicas(fleet, container: BlobRe
 async def test_a_pin_survives_rebuilding_a_replica(fleet, services: Services, container: BlobRepository) -> None:  # type: ignore[no-untyped-def]
     a, b, shared = fleet
     await upload(a, container, "2", make_model(bias=1.0))
-    await a.pin("fraud", "1")
+    await a.admin.pin("fraud", "1")
     await b.aclose()
     rebuilt = await services(shared)
     assert await served(rebuilt) == "1" and to_builtins(rebuilt.models())[0]["pinned"] == "1"
@@ -131,7 +131,7 @@ async def test_a_pin_names_its_files_digest_and_a_file_swapped_after_it_is_refus
     published = make_model(bias=1.0)
     await upload(a, container, "2", published)
     await until(lambda: _serves(b, "2"))
-    await a.pin("fraud", "2")
+    await a.admin.pin("fraud", "2")
     pin = orjson.loads(await redis_client.get(redis_prefix + pin_key("fraud")))
     latest = orjson.loads(await redis_client.get(redis_prefix + latest_key("fraud")))
     assert pin["version"] == "2" and pin["sha256"] == latest["sha256"] == hashlib.sha256(published).hexdigest()
@@ -154,7 +154,7 @@ async def test_a_pin_names_its_files_digest_and_a_file_swapped_after_it_is_refus
 async def test_pinning_an_unknown_version_is_not_found(fleet) -> None:  # type: ignore[no-untyped-def]
     a, _, _ = fleet
     with pytest.raises(ModelNotFound):
-        await a.pin("fraud", "77")
+        await a.admin.pin("fraud", "77")
 
 
 async def test_the_poller_alone_picks_up_a_new_directory_version(
@@ -182,7 +182,7 @@ async def test_a_rejected_file_is_not_retried_until_a_new_one_lands(
 
 
 async def test_readiness_never_turns_off_during_a_reload(service: ScoringService) -> None:
-    swap = asyncio.create_task(service.install_model(ModelRef("fraud", "2"), make_model(bias=1.0)))
+    swap = asyncio.create_task(service.admin.install_model(ModelRef("fraud", "2"), make_model(bias=1.0)))
     while not swap.done():
         assert service.readiness().ready
         await asyncio.sleep(0)
@@ -194,11 +194,11 @@ async def test_a_golden_pair_that_does_not_match_is_rejected(service: ScoringSer
     features = (FeatureDef("log_amount", 0.0), FeatureDef("user_avg_amount_30d", 60.0))
     golden = {"rows": [[0.0, 0.0]], "scores": [0.99], "tolerance": 1e-4}
     with pytest.raises(ModelInvalid, match="golden scores differ"):
-        await service.install_model(
+        await service.admin.install_model(
             ModelRef("fraud", "2"), make_model(features=features, extra={"serving.golden": json.dumps(golden)})
         )
     golden["scores"] = [0.5]  # sigmoid(0) with bias 0
-    await service.install_model(
+    await service.admin.install_model(
         ModelRef("fraud", "3"), make_model(features=features, extra={"serving.golden": json.dumps(golden)})
     )
     assert await served(service) == "3"

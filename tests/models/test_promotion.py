@@ -196,10 +196,10 @@ async def test_publish_candidate_promote_across_two_replicas(
     a, b = fleet
     data = make_model(bias=1.0)
     publish_version(container, FRAUD_2, data)
-    await a.install_model(FRAUD_2, data)  # the Blob trigger, on the one replica it fires on
+    await a.admin.install_model(FRAUD_2, data)  # the Blob trigger, on the one replica it fires on
     await until(lambda: "2" in to_builtins(b.models())[0]["versions"])  # the fleet loads (and tries) the candidate
     assert (await served(a), await served(b)) == ("1", "1")
-    await a.pin("fraud", "2")  # the explicit promote (POST /api/models/fraud/activate)
+    await a.admin.pin("fraud", "2")  # the explicit promote (POST /api/models/fraud/activate)
     await until(lambda: b.active("fraud").version == "2")
     assert (await served(a), await served(b)) == ("2", "2")
     assert a.active("fraud").digest == b.active("fraud").digest == hashlib.sha256(data).hexdigest()
@@ -214,7 +214,7 @@ async def test_a_blob_swapped_after_publishing_is_refused_by_its_digest(
     swapped = make_model(bias=9.0)
     container.publish(ref, swapped)  # someone with write access replaces the file, not the record
     with pytest.raises(ModelInvalid, match="is not the digest recorded at publish"):
-        await a.install_model(ref, swapped)
+        await a.admin.install_model(ref, swapped)
     assert await served(a) == "1" and a.models()[0].last_error is not None
 
 

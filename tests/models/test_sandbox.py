@@ -85,7 +85,7 @@ async def test_a_memory_bomb_is_refused_while_the_serving_process_stays_flat_and
 ) -> None:
     service, client = served
     await client.post("/api/score", json=event())  # NOTE: warm the route before the baseline
-    attempt = asyncio.create_task(service.install_model(ModelRef("fraud", "2"), hostile.memory_bomb()))
+    attempt = asyncio.create_task(service.admin.install_model(ModelRef("fraud", "2"), hostile.memory_bomb()))
     seen = await watch_while(attempt, client)
     assert (seen.peak - seen.base) < 50 * MiB, f"RSS grew {(seen.peak - seen.base) / MiB:.0f} MiB"
     with pytest.raises(ModelInvalid, match=r"refused by the sandbox \(memory 1024 MiB"):

@@ -40,7 +40,7 @@ async def test_a_reviewed_answer_gives_the_decision_and_keeps_the_reviewers_work
     assert body["source"] == "llm", body
     assert body["reason"].endswith("reviewed (fraud-review/2)")
     assert "scores" not in body and body["review"] == {"status": "done", "id": "evt-1"}  # no rationale, no scores
-    kept = await core.review("evt-1")
+    kept = await core.admin.review("evt-1")
     assert kept.status == "done" and kept.decision == body["decision"] and kept.prompt == "fraud-review/2"
     assert isinstance(kept.scores, dict) and kept.scores["llm"] == pytest.approx(
         min(1.0, kept.scores["model"] + 0.2), abs=1e-3
@@ -68,7 +68,7 @@ async def test_events_outside_the_band_without_a_note_never_leave(
     assert body["source"] == "model" and "review" not in body and "scores" not in body
     assert llm.requests == []
     with pytest.raises(ReviewNotFound):
-        await core.review("evt-1")
+        await core.admin.review("evt-1")
 
 
 async def test_a_note_the_model_cannot_read_sends_the_event_for_review(
@@ -101,10 +101,10 @@ async def test_a_slow_review_answers_locally_then_becomes_readable(
     body = to_builtins(await core.score(payment()))  # type: ignore[arg-type]
     assert time.perf_counter() - started < 0.6, "the request waited for the review (0.6 s), past LLM_TIMEOUT_MS"
     assert body["source"] == "model" and body["review"] == {"status": "pending", "id": "evt-1"}
-    assert (await core.review("evt-1")).status == "pending"
+    assert (await core.admin.review("evt-1")).status == "pending"
     for _ in range(200):  # NOTE: up to 10 s for a 0.6 s review: a loaded machine is slow, not wrong
         await asyncio.sleep(0.05)
-        if (kept := await core.review("evt-1")).status != "pending":
+        if (kept := await core.admin.review("evt-1")).status != "pending":
             break
     assert kept.status == "done" and "llm" in to_builtins(kept)["scores"]
     assert (reviews := core.stats().reviews) is not None and reviews.pending == 1
@@ -128,7 +128,7 @@ async def read_through(core: ScoringService, event_id: str, until: str, within_s
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline and status != until:
         try:
-            status = (await core.review(event_id)).status
+            status = (await core.admin.review(event_id)).status
         except ReviewNotFound:
             status = "absent"
         if status != until:
@@ -173,7 +173,7 @@ async def test_an_answer_off_the_schema_is_a_failed_review_never_a_decision(
     body = to_builtins(await core.score(payment()))  # type: ignore[arg-type]
     assert body["source"] == "model" and body["review"]["status"] == "failed"  # type: ignore[index]
     assert "schema" in body["review"]["reason"]  # type: ignore[index]
-    assert (await core.review("evt-1")).status == "failed"
+    assert (await core.admin.review("evt-1")).status == "failed"
 
 
 async def test_the_bucket_holds_under_a_burst(
@@ -206,7 +206,7 @@ async def test_the_same_payment_is_reviewed_once_and_its_answer_is_never_handed_
     assert len(llm.requests) == 1 and to_builtins(core.stats())["reviews"]["cached"] == 1
     other = await core.score(payment(event_id="q2"))  # type: ignore[arg-type]  # the same question, another event
     assert other.source == "llm" and len(llm.requests) == 2
-    assert (await core.review("q2")).status == "done"
+    assert (await core.admin.review("q2")).status == "done"
 
 
 async def test_a_cached_answer_spends_the_rate_budget_as_a_call_does(
@@ -230,14 +230,14 @@ async def test_shutdown_does_not_wait_for_a_slow_review(
     started = time.perf_counter()
     await core.aclose()
     assert time.perf_counter() - started < 2.5
-    assert (await core.review("evt-1")).status == "failed"  # its pending record is not left pending
+    assert (await core.admin.review("evt-1")).status == "failed"  # its pending record is not left pending
 
 
 async def test_without_an_endpoint_nothing_changes(service: ScoringService) -> None:
     body = to_builtins(await service.score(payment()))  # type: ignore[arg-type]
     assert "review" not in body and body["source"] == "model"
     with pytest.raises(ReviewNotFound, match="reviews are off"):
-        await service.review("evt-1")
+        await service.admin.review("evt-1")
 
 
 async def test_an_unexpected_client_error_is_a_failed_review_that_counts_against_the_breaker(
@@ -257,6 +257,7 @@ async def test_an_unexpected_client_error_is_a_failed_review_that_counts_against
     core = await services(reviewing(**ALL, breaker_failures=2))
     await core._reviewer.aclose()  # type: ignore[union-attr]  # NOTE: replaced by one over the broken client
     core._reviewer = core._decider = build_reviewer(core.settings, None, None, client=Broken())  # type: ignore[assignment]
+    core.admin._reviewer = core._reviewer  # NOTE: the admin plane reads the reviews it kept
     statuses = [(await core.score(payment(event_id=f"x{i}"))).review.status for i in range(3)]  # type: ignore[arg-type,union-attr]
     assert statuses == ["failed", "failed", "skipped"]  # never a 500; the breaker opened
-    assert (await core.review("x0")).status == "failed"
+    assert (await core.admin.review("x0")).status == "failed"

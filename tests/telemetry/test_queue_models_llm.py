@@ -76,9 +76,9 @@ async def test_reloads_and_failures_are_counted_and_the_active_version_follows(
     reader = observed.reader
     activated = total(reader, "scoring.model.reloads", **{"scoring.model": "fraud", "scoring.outcome": "activated"})
     failed = total(reader, "scoring.model.reloads", **{"scoring.model": "fraud", "scoring.outcome": "failed"})
-    await service.install_model(ModelRef("fraud", "2"), make_model(bias=0.5))
+    await service.admin.install_model(ModelRef("fraud", "2"), make_model(bias=0.5))
     with pytest.raises(ModelInvalid):
-        await service.install_model(ModelRef("fraud", "3"), b"not an onnx file")
+        await service.admin.install_model(ModelRef("fraud", "3"), b"not an onnx file")
     assert total(reader, "scoring.model.reloads", **{"scoring.model": "fraud", "scoring.outcome": "activated"}) == (
         activated + 1
     )

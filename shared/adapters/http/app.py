@@ -124,32 +124,32 @@ class Endpoints:
         core, name = await self.core(), request.path_params["name"]
         body, by = await self.control_body(request)
         if request.method == "DELETE":
-            return json_response(await core.unpin(name, by=by))
-        return json_response(await core.pin(name, decode_activation(body).version, by=by))
+            return json_response(await core.admin.unpin(name, by=by))
+        return json_response(await core.admin.pin(name, decode_activation(body).version, by=by))
 
     async def model_rollout(self, request: Request) -> Response:
         core, name = await self.core(), request.path_params["name"]
-        view = core.rollout(name)
-        return json_response(msgspec.structs.replace(view, actions=await core.control_actions(name)))
+        view = core.admin.rollout(name)
+        return json_response(msgspec.structs.replace(view, actions=await core.admin.control_actions(name)))
 
     async def model_shadow(self, request: Request) -> Response:
         core, name = await self.core(), request.path_params["name"]
         body, by = await self.control_body(request)
         if request.method == "DELETE":
-            return json_response(await core.set_shadow(name, None, by=by))
-        return json_response(await core.set_shadow(name, decode_activation(body).version, by=by))
+            return json_response(await core.admin.set_shadow(name, None, by=by))
+        return json_response(await core.admin.set_shadow(name, decode_activation(body).version, by=by))
 
     async def model_canary(self, request: Request) -> Response:
         core, name = await self.core(), request.path_params["name"]
         body, by = await self.control_body(request)
         if request.method == "DELETE":
-            return json_response(await core.abort_canary(name, by=by))
+            return json_response(await core.admin.abort_canary(name, by=by))
         split = decode_canary(body)
-        return json_response(await core.set_canary(name, split.version, split.weight, by=by))
+        return json_response(await core.admin.set_canary(name, split.version, split.weight, by=by))
 
     async def model_promote(self, request: Request) -> Response:
         _, by = await self.control_body(request)
-        return json_response(await (await self.core()).promote_canary(request.path_params["name"], by=by))
+        return json_response(await (await self.core()).admin.promote_canary(request.path_params["name"], by=by))
 
     async def control_body(self, request: Request) -> tuple[bytes, Actor]:
         """A control call's body (at most 1 KiB of JSON; DELETE and promote may send none) and its actor."""
@@ -169,7 +169,7 @@ class Endpoints:
         return f"local {client}"
 
     async def reviews(self, request: Request) -> Response:
-        return json_response(await (await self.core()).review(request.path_params["event_id"]))
+        return json_response(await (await self.core()).admin.review(request.path_params["event_id"]))
 
     async def stats(self, request: Request) -> Response:
         stats = (await self.core()).stats()

@@ -124,7 +124,7 @@ async def test_a_member_reload_is_picked_up_without_a_restart(
     service = await services(settings)
     row = union_row()[0]
     before = (await service.infer("combo", None, [row])).scores[0]
-    await service.install_model(ModelRef("fraud", "2"), make_model(bias=2.0))
+    await service.admin.install_model(ModelRef("fraud", "2"), make_model(bias=2.0))
     after = (await service.infer("combo", None, [row])).scores[0]
     assert after == pytest.approx((await service.infer("fraud", "2", [row[:4].copy()])).scores[0]) and after > before
     scored = await service.score_json(json.dumps(event()).encode(), "combo")
@@ -228,5 +228,5 @@ async def test_hot_reload_keeps_v2_and_api_on_one_member_version(
     service = await services(replace(settings, models_keep_versions=2))
     row = union_row()[0]
     before = (await service.infer("held", None, [row])).scores[0]
-    await service.install_model(ModelRef("fraud", "2"), make_model(bias=2.0))
+    await service.admin.install_model(ModelRef("fraud", "2"), make_model(bias=2.0))
     assert (await service.infer("held", None, [row])).scores[0] == pytest.approx(before)
