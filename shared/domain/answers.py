@@ -401,15 +401,12 @@ class PredictionLogStats(Counters):
     """The prediction log's writer on this replica (PREDICTION_LOG)."""
 
     sink: str = ""
-    encoder: Annotated[
-        str, Meta(description="where the lines are made: process, inline, or inline for now (why the process is down)")
-    ] = ""
     buffered: Annotated[int, Meta(description="records held in memory now")] = 0
     recorded: Annotated[int, Meta(description="decisions taken into the buffer (after sampling)")] = 0
     written: int = 0
     dropped_full: Annotated[int, Meta(description="dropped: the buffer was full")] = 0
     dropped_sink: Annotated[int, Meta(description="dropped: the sink failed past its retries")] = 0
-    dropped_shutdown: Annotated[int, Meta(description="dropped: not sent within PREDICTION_LOG_CLOSE_S")] = 0
+    dropped_shutdown: Annotated[int, Meta(description="dropped: not sent within the 5 s shutdown bound")] = 0
     flushes: int = 0
     failures: Annotated[int, Meta(description="writes the sink refused (each retried)")] = 0
 

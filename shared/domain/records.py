@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from shared.domain.spec import Thresholds
 
 __all__ = [
-    "Arm", "DecisionRecord", "Line", "Shadowed", "Via", "encode_lines", "encode_records", "hashed_id", "plain_defaulted",
+    "Arm", "DecisionRecord", "Line", "Shadowed", "Via", "encode_lines", "encode_records", "hashed_id",
 ]  # fmt: skip
 
 Via = Literal["http", "batch", "v2", "queue", "review"]  # V2 is REST and gRPC alike; "review": a review's later outcome

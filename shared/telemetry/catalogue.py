@@ -178,7 +178,7 @@ CATALOGUE: tuple[Spec, ...] = (
         "counter",
         "{record}",
         "decision records by outcome: written (in the sink), dropped_full (the buffer was full), "
-        "dropped_sink (the sink failed past its retries), dropped_shutdown (not sent within PREDICTION_LOG_CLOSE_S)",
+        "dropped_sink (the sink failed past its retries), dropped_shutdown (not sent within the 5 s shutdown bound)",
         ("scoring.outcome",),
     ),
     Spec(

@@ -207,7 +207,7 @@ async def test_stalled_body_is_a_json_408(settings: Settings) -> None:
 
 
 async def test_body_cut_off_is_a_json_400_not_500(settings: Settings) -> None:
-    """Granian sends http.disconnect for a malformed chunked body while the client still waits."""
+    """A client that leaves mid-body gets a JSON 400, never a 500."""
     app = create_app(ServiceHolder(lambda: settings))
     for messages in (
         [{"type": "http.disconnect"}],
