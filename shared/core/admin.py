@@ -81,7 +81,7 @@ class AdminPlane:
         if self._traffic is not None:
             shadow, canary, aborted = self._traffic.describe(name)
         drift = self._drift.describe(name) if self._drift is not None else []
-        return RolloutView(name, live.version, self._registry.pins.get(name), shadow, canary, aborted, drift)
+        return RolloutView(name, live.version, self._registry.pinned(name), shadow, canary, aborted, drift)
 
     async def set_shadow(self, name: str, version: str | None, *, by: Actor | None = None) -> RolloutView:
         """Score every event of `name` with `version` too, after its answer (None: no shadow), fleet-wide."""

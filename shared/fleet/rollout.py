@@ -38,7 +38,7 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import msgspec
@@ -49,12 +49,38 @@ from shared.models.repository import ModelRef, ModelRepository, check_ref, versi
 from shared.models.served import LoadedModel
 from shared.stores.control import Actor, ControlAudit, ControlStore
 
-__all__ = ["WATCH_S", "LatestRecord", "PinRecord", "Rollout", "WrittenBack", "decode_record", "latest_key", "pin_key"]
+__all__ = [
+    "WATCH_S",
+    "LatestRecord",
+    "PinRecord",
+    "Rollout",
+    "WrittenBack",
+    "decode_record",
+    "latest_key",
+    "pin_key",
+    "watch",
+]
 
 log = logging.getLogger(__name__)
 
 WATCH_S = 1.0  # how often a replica reads the fleet's model records
 RECENT_S = 60.0  # readiness names a restored record this long
+
+
+async def watch(
+    registry: ModelRegistry, reconcile: Callable[[str], Awaitable[None]], every_s: float, what: str
+) -> None:
+    """Every `every_s`, `reconcile(name)` for each model served here, until cancelled: the one watch of
+    the fleet's records (pins and newest versions here, shadows and canaries in shared/fleet/traffic.py)."""
+    while True:
+        await asyncio.sleep(every_s)
+        for name in registry.names():
+            try:
+                await reconcile(name)
+            except ControlStoreDown:
+                break  # NOTE: readiness says so (`problem`); the next tick retries every name
+            except ScoringError as exc:  # a bad record or file is logged; the next read retries
+                log.warning("%s of %s not applied: %s", what, name, exc.detail)
 
 
 def latest_key(name: str) -> str:
@@ -165,7 +191,7 @@ class Rollout:
             if newest is not None:
                 self._registry.vouch(ModelRef(name, newest.version), newest.sha256)
             if pin is not None and pin.version is not None:
-                self._registry.pins[name] = pin.version
+                self._registry.set_pin(name, pin.version)
                 self._registry.vouch(ModelRef(name, pin.version), pin.sha256)
 
     async def installed(self, loaded: LoadedModel) -> None:
@@ -267,15 +293,7 @@ class Rollout:
                 log.warning("model poll failed", exc_info=True)
 
     async def _watch_forever(self) -> None:
-        while True:
-            await asyncio.sleep(self._watch_s)
-            for name in self._registry.names():
-                try:
-                    await self._reconcile(name)
-                except ControlStoreDown:
-                    break  # NOTE: readiness says so (`problem`); the next tick retries every name
-                except ScoringError as exc:  # NOTE: a bad record or file is logged; the next read retries
-                    log.warning("model record for %s not applied: %s", name, exc.detail)
+        await watch(self._registry, self._reconcile, self._watch_s, "model record")
 
     async def _reconcile(self, name: str) -> None:
         """Apply the durable records this replica may have missed while away; write back lost ones."""
@@ -299,7 +317,7 @@ class Rollout:
         if latest is not None:
             await self._follow_latest(name, latest)
         await self._write_back_latest(name, latest)
-        held = self._registry.pins.get(name)
+        held = self._registry.pinned(name)
         if pin is None:
             if held is not None and await self._control.write_if_absent(pin_key(name), _encode(self._held_pin(name))):
                 self._written_back.note(f"the pin of {name!r} (version {held}) was missing from Redis; written back")
@@ -358,17 +376,14 @@ class Rollout:
     async def _pin_here(self, name: str, version: str, sha256: str) -> LoadedModel:
         """Pin on this replica, loading the version if need be, only with the file `sha256` names;
         as it was before on failure."""
-        before = self._registry.pins.get(name)
-        self._registry.pins[name] = version  # NOTE: first: a version outside MODELS_KEEP_VERSIONS stays loaded
+        before = self._registry.pinned(name)
+        self._registry.set_pin(name, version)  # NOTE: first: a version outside MODELS_KEEP_VERSIONS stays loaded
         try:
             self._registry.vouch(ModelRef(name, version), sha256)
             await self._ensure_loaded(name, version)
             return await self._registry.pin(name, version)
         except BaseException:
-            if before is None:
-                self._registry.pins.pop(name, None)
-            else:
-                self._registry.pins[name] = before
+            self._registry.set_pin(name, before)
             raise
 
     async def _ensure_loaded(self, name: str, version: str) -> None:
@@ -376,7 +391,7 @@ class Rollout:
             return
         await self._check_pinnable(name, version)
         if await self._registry.load(ModelRef(name, version)) is None:
-            error = self._registry.last_error.get(name)
+            error = self._registry.last_error(name)
             raise ModelInvalid(error.reason if error else f"{name}/{version} cannot be loaded")
 
     def _serving(self, name: str, version: str) -> str | None:
@@ -394,7 +409,7 @@ class Rollout:
 
     def _held_pin(self, name: str) -> PinRecord:
         """The pin this replica holds, as a record (to write back a lost one)."""
-        version = self._registry.pins[name]
+        version = str(self._registry.pinned(name))
         loaded = version in self._registry.loaded_versions(name)
         return PinRecord(version, self._registry.active(name, version).digest if loaded else "", time.time())
 

@@ -17,7 +17,7 @@ every replica every WATCH_S, applied at start, and a release is a record too (`v
 so a *missing* record means "lost" and a replica that holds a shadow or canary writes it back.
 Each names its version's file by SHA-256, as a pin does: a replica whose file is another one
 neither loads nor routes to it (`ModelRegistry.vouch`).
-A version a record names is held loaded (`ModelRegistry.held`) beyond MODELS_KEEP_VERSIONS while
+A version a record names is held loaded (`ModelRegistry.hold`) beyond MODELS_KEEP_VERSIONS while
 named, and released when it no longer is; being held never makes it the version that serves.
 
 The automatic abort (`observe`) judges each replica's own traffic; its verdict is a record, so
@@ -40,7 +40,7 @@ import msgspec
 from shared.domain.answers import AbortView, ArmView, CanaryView, ShadowView
 from shared.domain.records import Arm
 from shared.errors import BadRequest, ControlStoreDown, ModelInvalid, ModelNotFound, RolloutConflict, ScoringError
-from shared.fleet.rollout import WATCH_S, Rollout, WrittenBack, decode_record
+from shared.fleet.rollout import WATCH_S, Rollout, WrittenBack, decode_record, watch
 from shared.fleet.shadow import ShadowScorer
 from shared.models.registry import ModelRegistry, RegistryEvent
 from shared.models.repository import ModelRef, check_ref, version_key
@@ -494,15 +494,7 @@ class Traffic:
         if self._control is None:
             return
         try:
-            while True:
-                await asyncio.sleep(self._watch_s)
-                for name in self._registry.names():
-                    try:
-                        await self._reconcile(name)
-                    except ControlStoreDown:
-                        break  # NOTE: readiness says so (`problem`); the next tick retries every name
-                    except ScoringError as exc:  # NOTE: a bad record is logged; the next read retries
-                        log.warning("traffic records of %s not applied: %s", name, exc.detail)
+            await watch(self._registry, self._reconcile, self._watch_s, "traffic records")
         finally:
             for task in list(self._tasks):
                 task.cancel()
@@ -567,11 +559,8 @@ class Traffic:
     async def _hold(self, name: str) -> None:
         """Hold and load the versions the applied records name, release the others, route."""
         wanted = self._wanted(name)
-        released = self._registry.held.get(name, set()) - wanted.keys()
-        if wanted:
-            self._registry.held[name] = set(wanted)
-        else:
-            self._registry.held.pop(name, None)
+        released = self._registry.held(name) - wanted.keys()
+        self._registry.hold(name, set(wanted))
         for version, sha256 in sorted(wanted.items(), key=lambda item: version_key(item[0])):
             try:
                 self._registry.vouch(ModelRef(name, version), sha256)  # NOTE: only the file the record names
@@ -637,7 +626,7 @@ class Traffic:
             return
         await self._check_candidate(name, version, "shadow or canary")
         if await self._registry.load(ModelRef(name, version)) is None:
-            error = self._registry.last_error.get(name)
+            error = self._registry.last_error(name)
             raise ModelInvalid(error.reason if error else f"{name}/{version} cannot be loaded")
         self._failed.pop((name, version), None)
 
@@ -647,7 +636,7 @@ class Traffic:
         loaded = version in self._registry.loaded_versions(name)
         if not loaded and ModelRef(name, version) not in await asyncio.to_thread(self._registry.repository.list):
             raise ModelNotFound(f"model {name!r} has no version {version!r} in the model source")
-        if version == live or (name not in self._registry.pins and version_key(version) > version_key(live)):
+        if version == live or (self._registry.pinned(name) is None and version_key(version) > version_key(live)):
             became = "is" if version == live else "would become, once loaded,"
             raise RolloutConflict(
                 f"{name}/{version} {became} the version that serves: a {what} needs another live version. "

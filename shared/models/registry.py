@@ -91,7 +91,7 @@ class ModelRegistry:
         self._sandbox = sandbox
         self._vetting = vetting
         self.auto_promote = auto_promote
-        self.promoted: dict[str, set[str]] = {}  # name -> versions that may serve unpinned
+        self._promoted: dict[str, set[str]] = {}  # name -> versions that may serve unpinned
         self._digests: dict[ModelRef, str] = {}  # the SHA-256 each version was first loaded with
         self._vouched: dict[ModelRef, str] = {}  # the SHA-256 the fleet's records name for a version
         self._catalogue = catalogue
@@ -104,11 +104,41 @@ class ModelRegistry:
         self._hooks: dict[EventKind, list[Hook]] = {"loaded": [], "activated": [], "retired": [], "failed": []}
         self._lock: asyncio.Lock | None = None
         self.ready = False
-        self.pins: dict[str, str] = {}  # name -> the version pinned to serve
+        self._pins: dict[str, str] = {}  # name -> the version pinned to serve
         # NOTE: name -> versions a shadow or canary names (shared/fleet/traffic.py): kept loaded beyond
         # keep_versions while named; being held never makes a version the active one
-        self.held: dict[str, set[str]] = {}
-        self.last_error: dict[str, LoadError] = {}  # name -> the last version rejected
+        self._held: dict[str, set[str]] = {}
+        self._last_error: dict[str, LoadError] = {}  # name -> the last version rejected
+
+    # -- the state others read and set, through methods (shared/fleet keeps it fleet-wide) ------
+
+    def pinned(self, name: str) -> str | None:
+        """The version pinned to serve `name`, if any."""
+        return self._pins.get(name)
+
+    def set_pin(self, name: str, version: str | None) -> None:
+        """Record the pin of `name` without activating anything (None: no pin): at start, before the
+        first load, and before a pinned version is loaded (so it is kept beyond MODELS_KEEP_VERSIONS)."""
+        if version is None:
+            self._pins.pop(name, None)
+        else:
+            self._pins[name] = version
+
+    def held(self, name: str) -> set[str]:
+        """The versions of `name` a shadow or canary names: kept loaded beyond MODELS_KEEP_VERSIONS."""
+        return self._held.get(name, set())
+
+    def hold(self, name: str, versions: set[str]) -> None:
+        """Keep `versions` of `name` loaded while a shadow or canary names them (empty: none); being held
+        never makes a version the active one. `release_unheld` retires what is no longer held."""
+        if versions:
+            self._held[name] = set(versions)
+        else:
+            self._held.pop(name, None)
+
+    def last_error(self, name: str) -> LoadError | None:
+        """The last version of `name` this registry rejected, and why."""
+        return self._last_error.get(name)
 
     def vouch(self, ref: ModelRef, sha256: str) -> None:
         """The fleet's records name `sha256` for `ref`: a file with another digest is refused here.
@@ -138,15 +168,15 @@ class ModelRegistry:
         for name, versions in by_name.items():
             loaded = 0
             for tried, version in enumerate(sorted(versions, key=version_key, reverse=True)):  # newest first
-                enough = self.auto_promote or self.promoted.get(name) or tried >= self._keep + CANDIDATES_DEEP
+                enough = self.auto_promote or self._promoted.get(name) or tried >= self._keep + CANDIDATES_DEEP
                 if loaded >= self._keep and enough:
                     break  # NOTE: with candidates, on (a bounded way) until a promoted version is loaded too
                 if await self.load(ModelRef(name, version)):
                     loaded += 1  # NOTE: a bad file left in the source must not keep a new replica down
-            pinned = self.pins.get(name)
+            pinned = self._pins.get(name)
             if pinned is not None and pinned in versions:
                 await self.load(ModelRef(name, pinned))
-            for held in sorted(self.held.get(name, set()) & set(versions), key=version_key):
+            for held in sorted(self._held.get(name, set()) & set(versions), key=version_key):
                 await self.load(ModelRef(name, held))
         if not self._active:
             raise NotReady(f"no valid model in the model source ({self.repository.setting})")
@@ -183,15 +213,15 @@ class ModelRegistry:
             loaded.digest = sha256
             await self._validate(loaded)
         except ModelInvalid as exc:
-            self.last_error[name] = LoadError(version, exc.detail, time.time(), stamp or digest)
+            self._last_error[name] = LoadError(version, exc.detail, time.time(), stamp or digest)
             log.error("model %s/%s rejected: %s", name, version, exc.detail)
             self._emit(RegistryEvent("failed", name, version, digest, exc.detail))
             raise
-        if self.last_error.get(name, LoadError("", "", 0.0, "")).version == version:
-            del self.last_error[name]
+        if self._last_error.get(name, LoadError("", "", 0.0, "")).version == version:
+            del self._last_error[name]
         self._digests[ref] = sha256
         if self.auto_promote or (release is not None and release.promoted):
-            self.promoted.setdefault(name, set()).add(version)
+            self._promoted.setdefault(name, set()).add(version)
         self._emit(RegistryEvent("loaded", name, version, digest))
         await self._retire(await self._activate(loaded))
         return loaded
@@ -230,33 +260,33 @@ class ModelRegistry:
         """Let a loaded candidate serve (unless a pin holds another version); the active version after."""
         if version not in self._models.get(name, {}):
             raise ModelNotFound(f"model {name!r} has no loaded version {version!r}")
-        self.promoted.setdefault(name, set()).add(version)
+        self._promoted.setdefault(name, set()).add(version)
         await self._retire(await self._activate(self._models[name][version]))
         log.info("model %s/%s promoted", name, version)
         return self._active[name]
 
     def candidates(self, name: str) -> list[str]:
         """Loaded versions of `name` that wait for a promote (they serve only shadows and canaries)."""
-        promoted = self.promoted.get(name, set())
-        return [v for v in self.loaded_versions(name) if v not in promoted and v != self.pins.get(name)]
+        promoted = self._promoted.get(name, set())
+        return [v for v in self.loaded_versions(name) if v not in promoted and v != self._pins.get(name)]
 
     def rejected(self, name: str, version: str, stamp: str) -> bool:
         """Whether this very file (same source stamp) was already rejected: not retried."""
-        error = self.last_error.get(name)
+        error = self._last_error.get(name)
         return error is not None and (error.version, error.stamp) == (version, stamp)
 
     async def pin(self, name: str, version: str) -> LoadedModel:
         """Serve `version` (loaded) until `unpin`, whatever newer versions arrive."""
         if version not in self._models.get(name, {}):
             raise ModelNotFound(f"model {name!r} has no loaded version {version!r}")
-        self.pins[name] = version
-        self.promoted.setdefault(name, set()).add(version)  # NOTE: a pin is an explicit promote
+        self._pins[name] = version
+        self._promoted.setdefault(name, set()).add(version)  # NOTE: a pin is an explicit promote
         await self._retire(await self._activate(self._models[name][version]))
         return self._active[name]
 
     async def unpin(self, name: str) -> LoadedModel:
         """Back to the newest promoted version (the oldest loaded while none is)."""
-        self.pins.pop(name, None)
+        self._pins.pop(name, None)
         if name not in self._active:
             raise ModelNotFound(f"no model named {name!r}")
         newest = self._models[name][max(self._models[name], key=version_key)]
@@ -276,7 +306,7 @@ class ModelRegistry:
         """Take out the versions outside the newest `keep_versions`, the chosen one and the held ones."""
         versions = self._models[name]
         keep = set(sorted(versions, key=version_key)[-self._keep :]) | {chosen}  # NOTE: never the pinned one
-        keep |= self.held.get(name, set())
+        keep |= self._held.get(name, set())
         return [versions.pop(v) for v in list(versions) if v not in keep]
 
     async def _retire(self, retired: list[LoadedModel]) -> None:
@@ -355,10 +385,10 @@ class ModelRegistry:
 
     def _chosen(self, name: str, versions: dict[str, LoadedModel]) -> str:
         """The pinned version, else the newest promoted one, else the oldest loaded (never a newer candidate)."""
-        pinned = self.pins.get(name)
+        pinned = self._pins.get(name)
         if pinned in versions:
             return pinned
-        promoted = self.promoted.get(name, set()) & versions.keys()
+        promoted = self._promoted.get(name, set()) & versions.keys()
         return max(promoted, key=version_key) if promoted else min(versions, key=version_key)
 
     def _emit(self, event: RegistryEvent) -> None:
@@ -395,8 +425,8 @@ class ModelRegistry:
                 self.loaded_versions(name),
                 active.model.providers,
                 active.loaded_at,
-                self.pins.get(name),
-                self.last_error.get(name),
+                self._pins.get(name),
+                self._last_error.get(name),
                 [m.describe() for m in self._models[name].values()],
             )
             for name, active in sorted(self._active.items())

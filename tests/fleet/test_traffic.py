@@ -246,7 +246,7 @@ async def test_promote_makes_the_candidate_the_pin_on_every_replica(replicas: Re
     await until(lambda: b.traffic.split("fraud"))
     await b.traffic.promote("fraud")
     await until(lambda: a.live() == "2" and not a.traffic.split("fraud"))
-    assert b.live() == "2" and a.registry.pins["fraud"] == b.registry.pins["fraud"] == "2"
+    assert b.live() == "2" and a.registry.pinned("fraud") == b.registry.pinned("fraud") == "2"
     assert a.traffic.canary_for("fraud", "anyone") is None and a.traffic.describe("fraud")[1] is None
     with pytest.raises(RolloutConflict):
         await a.traffic.promote("fraud")  # nothing left to promote

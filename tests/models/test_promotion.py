@@ -87,7 +87,7 @@ async def test_a_release_record_checks_the_digest_and_may_promote(candidates: Mo
     source.record_release(FRAUD_2, Release(hashlib.sha256(published).hexdigest(), promoted=True))
     with pytest.raises(ModelInvalid, match=r"fraud/2: the file's sha256 \w+… is not the digest recorded at publish"):
         await candidates.install("fraud", "2", make_model(bias=2.0))  # swapped after publishing
-    assert candidates.active("fraud").version == "1" and "recorded at publish" in candidates.last_error["fraud"].reason
+    assert candidates.active("fraud").version == "1" and "recorded at publish" in candidates.last_error("fraud").reason
     await candidates.install("fraud", "2", published)
     assert candidates.active("fraud").version == "2" and candidates.active("fraud").digest == source.release(FRAUD_2)[0]  # type: ignore[index]
 

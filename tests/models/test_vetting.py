@@ -110,7 +110,7 @@ async def test_the_registry_refuses_with_the_reason_in_last_error_and_serves_on(
     try:
         with pytest.raises(ModelInvalid):
             await registry.install("fraud", "2", hostile.external_data(str(secret)))
-        error = registry.last_error["fraud"]
+        error = registry.last_error("fraud")
         assert error.version == "2" and "keeps its data outside the model file (an absolute path" in error.reason
         assert registry.active("fraud").version == "1" and registry.loaded_versions("fraud") == ["1"]
     finally:
