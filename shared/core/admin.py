@@ -61,7 +61,7 @@ class AdminPlane:
     async def pin(self, name: str, version: str, *, by: Actor | None = None) -> ModelView:
         """Serve `version` of `name` on every replica until `unpin` (rollback, or a hold on uploads)."""
         if self._rollout is not None:
-            await self._rollout.pin(name, version, by=by)  # NOTE: `by`: who asked and why, audited
+            await self._rollout.pin(name, version, by=by)  # `by`: who asked and why, audited
         else:
             await self._registry.pin(name, version)
         return self._describe(name)

@@ -27,7 +27,7 @@ DEGRADED_SHARE = 0.5  # readiness lists the features as degraded past this recen
 def timings(prediction: Prediction, parse_s: float, spent: tuple[float, float, float]) -> dict[str, float]:
     """An answer's `timings_ms`; `spent` is (features, total, queue) in seconds.
 
-    NOTE: rounded as built, and to the microsecond by hand: `int(s * 1e6 + 0.5) / 1000` is
+    rounded as built, and to the microsecond by hand: `int(s * 1e6 + 0.5) / 1000` is
     `round(s * 1000, 3)` for durations (they could differ only on an exact tie) at a fifth of its cost.
     """
     features_s, total_s, queued_s = spent
@@ -61,7 +61,7 @@ def answer(
             risk_score = review.risk_score
         source = "llm"
     scores = verdict.scores if prediction.parts is None else {**prediction.parts, **verdict.scores}
-    if review is not None and not detail:  # NOTE: the decision, not the reviewer's working
+    if review is not None and not detail:  # the decision, not the reviewer's working
         review, scores = (
             Review(review.status, review.id, review.reason),
             {k: v for k, v in scores.items() if k != "llm"},
@@ -77,7 +77,7 @@ def answer(
         defaulted=row.defaulted,
         defaulted_why=cast("dict[str, DefaultedWhy]", row.why) if row.why else UNSET,
         timings_ms=timed,
-        scores={k: round(v, 6) for k, v in scores.items()} if len(scores) > 1 else UNSET,  # NOTE: every opinion
+        scores={k: round(v, 6) for k, v in scores.items()} if len(scores) > 1 else UNSET,  # every opinion
         review=UNSET if review is None else review,
         reasons=[Reason.of(code) for code in reasons] if reasons else UNSET,
     )
@@ -98,7 +98,7 @@ class DefaultedShare:
         if defaulted:
             self.defaulted += 1
             self._window += 1
-        if self.events % WINDOW == 0:  # NOTE: a share per window of events, not a float op per event
+        if self.events % WINDOW == 0:  # a share per window of events, not a float op per event
             self.recent, self._window = self._window / WINDOW, 0
 
     def problem(self) -> str | None:

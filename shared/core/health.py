@@ -49,7 +49,7 @@ class Health:
             return Readiness.refused("models are still loading", models)
         if self._settings.default_model not in models:
             return Readiness.refused(f"DEFAULT_MODEL {self._settings.default_model!r} names no loaded model", models)
-        failing = self._background.failing()  # NOTE: a port this replica is reached through does not serve
+        failing = self._background.failing()  # a port this replica is reached through does not serve
         if failing:
             why = "; ".join(f"{name}: {problem}" for name, problem in sorted(failing.items()))
             return Readiness.refused(f"a listener is failing and restarting ({why})", models)

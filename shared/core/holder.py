@@ -84,7 +84,7 @@ class ServiceHolder:
             return await asyncio.shield(self.start())
         except ScoringError:
             raise
-        except Exception as exc:  # NOTE: a foreign failure at start: its name only, the rest is logged
+        except Exception as exc:  # a foreign failure at start: its name only, the rest is logged
             raise NotReady(_public(exc)) from exc
 
     def peek(self) -> ScoringService | None:

@@ -59,7 +59,7 @@ class DecisionRecorder:
         self._log = log
         self._traffic = traffic
         self._shadows = shadows
-        # NOTE: one test on the hot path: does anything want a decision's record?
+        # one test on the hot path: does anything want a decision's record?
         self.recording = log is not None or (traffic is not None and shadows is not None)
         # logged decisions answered "pending", by event id: their review's outcome follows them
         self._awaiting: dict[str, DecisionRecord] = {}
@@ -169,7 +169,7 @@ class DecisionRecorder:
         hashed event id, model and version (the reader joins the two)."""
         if self._log is None:
             return
-        score, decision, reason = decided.score, decided.decision, decided.reason  # NOTE: the local decision stands
+        score, decision, reason = decided.score, decided.decision, decided.reason  # the local decision stands
         if verdict is not None:
             score = review.risk_score if isinstance(review.risk_score, float) else score
             decision, reason = verdict.decision, verdict.reason
@@ -207,8 +207,8 @@ class DecisionRecorder:
             try:
                 loaded = self._registry.active(model, version)
             except ScoringError:
-                continue  # NOTE: an ensemble, or a version retired meanwhile: the records go without
-            if not loaded.inline:  # NOTE: a heavy model: its occlusion runs would take the threads its answers need
+                continue  # an ensemble, or a version retired meanwhile: the records go without
+            if not loaded.inline:  # a heavy model: its occlusion runs would take the threads its answers need
                 continue
             rows = np.array([r.row for r in group])
             codes = await explain_many(loaded, rows, np.array([r.score for r in group]), self._drift)
@@ -217,6 +217,6 @@ class DecisionRecorder:
 
     def _dispatch(self, record: DecisionRecord, shadow: LoadedModel | None, served: LoadedModel | Ensemble) -> None:
         if shadow is not None and shadow is not served and self._shadows is not None:
-            self._shadows.offer(record, shadow)  # NOTE: it hands the record on to the log once scored
+            self._shadows.offer(record, shadow)  # it hands the record on to the log once scored
         elif record.logged and self._log is not None:
             self._log.add(record)

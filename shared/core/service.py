@@ -220,10 +220,10 @@ class ScoringService:
             try:
                 return await self._score(event, name, parse_s, review_wait_s, via, explain)
             except BatcherClosed:
-                # NOTE: the version was swapped while this request waited; the new one answers.
+                # the version was swapped while this request waited; the new one answers.
                 return await self._score(event, name, parse_s, review_wait_s, via, explain)
         except ModelNotFound as exc:
-            if model is None:  # NOTE: nobody asked for it: the configuration is wrong, not the request
+            if model is None:  # nobody asked for it: the configuration is wrong, not the request
                 raise NotReady(f"DEFAULT_MODEL {self._default!r} names no loaded model") from exc
             raise
 
@@ -240,14 +240,14 @@ class ScoringService:
         """
         try:
             loaded = self._registry.active(model or self._default)
-        except ModelNotFound:  # NOTE: an ensemble (or no such model: each event says so)
+        except ModelNotFound:  # an ensemble (or no such model: each event says so)
             return await self._score_each(events, model, via)
         split = self._traffic is not None and self._traffic.split(loaded.name)
-        if not loaded.takes_rows or split:  # NOTE: run off the event loop: its rows share the batcher's batches
+        if not loaded.takes_rows or split:  # run off the event loop: its rows share the batcher's batches
             return await self._score_each(events, model, via)
         try:
             return await self._score_together(events, loaded, via)
-        except BatcherClosed:  # NOTE: the version was swapped while the rows waited: the new one answers
+        except BatcherClosed:  # the version was swapped while the rows waited: the new one answers
             return await self._score_each(events, model, via)
 
     async def _score_each(
@@ -274,14 +274,14 @@ class ScoringService:
         predictions = await loaded.score_rows([row.values for row in rows])
         thresholds = loaded.spec.thresholds
         decide = self._decider.decide
-        if self._reviewer is None:  # NOTE: the local decider never waits: no task per event
+        if self._reviewer is None:  # the local decider never waits: no task per event
             verdicts = [await decide(e, p.score, thresholds) for e, p in zip(valid, predictions, strict=True)]
         else:
             pairs = zip(valid, predictions, strict=True)
             verdicts = list(await asyncio.gather(*(decide(e, p.score, thresholds) for e, p in pairs)))
         t2 = time.perf_counter()
         spent = (t1 - t0, t2 - t0, 0.0)
-        if self._reviewer is not None:  # NOTE: a review adds its own wait to an event's timings
+        if self._reviewer is not None:  # a review adds its own wait to an event's timings
             each = iter(
                 [
                     self._answer(e, loaded, row, p, 0.0, v, spent, via=via)
@@ -289,7 +289,7 @@ class ScoringService:
                 ]
             )
             return [e if isinstance(e, ScoringError) else next(each) for e in events]
-        # NOTE: the rows of one chunk share their timings: one dict each, recorded once with its count
+        # the rows of one chunk share their timings: one dict each, recorded once with its count
         shared: dict[tuple[float, float], tuple[dict[str, float], list[int]]] = {}
         scored: list[Scored] = []
         for e, row, p, v in zip(valid, rows, predictions, verdicts, strict=True):
@@ -314,7 +314,7 @@ class ScoringService:
             try:
                 return await self._infer(name, version, rows, via)
             except BatcherClosed:
-                return await self._infer(name, version, rows, via)  # NOTE: swapped while waiting: the new one answers
+                return await self._infer(name, version, rows, via)  # swapped while waiting: the new one answers
 
     async def _infer(self, name: str, version: str | None, rows: Sequence[Row], via: Via) -> Inferred:
         served = self.names.get(name, version)
@@ -336,7 +336,7 @@ class ScoringService:
         t0 = time.perf_counter()
         try:
             loaded: LoadedModel | Ensemble = self._registry.active(name)
-        except ModelNotFound:  # NOTE: a try costs nothing until it raises: the model path pays no lookup
+        except ModelNotFound:  # a try costs nothing until it raises: the model path pays no lookup
             loaded = self.names.get(name)
         traffic = self._traffic
         if traffic is not None and traffic.split(name):
@@ -394,7 +394,7 @@ class ScoringService:
         t2 = time.perf_counter()
         reasons, waiting = None, False
         if explain and verdict.decision != "approve" and isinstance(loaded, LoadedModel):
-            from shared.models.explain import explain as explained  # NOTE: asked for by ?explain=1 only
+            from shared.models.explain import explain as explained  # asked for by ?explain=1 only
 
             waiting = verdict.review is not None and verdict.review.status == "pending"
             if waiting:
@@ -409,7 +409,7 @@ class ScoringService:
         scored = self._answer(
             event, loaded, row, prediction, parse_s, verdict, spent, via=via, arm=arm, reasons=reasons
         )
-        if waiting:  # NOTE: a review that ended during the explanation: now its record exists
+        if waiting:  # a review that ended during the explanation: now its record exists
             self._recorder.explained(event.event_id)
         return scored
 

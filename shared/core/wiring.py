@@ -78,7 +78,7 @@ async def build_service(settings: Settings) -> ScoringService:
     features: ContextStore = FeatureStore(
         redis=redis,
         fallback=fallback,
-        l1_size=settings.cache.features_l1_size,  # NOTE: its own size: CACHE_L1_SIZE=0 once sent every read to Redis
+        l1_size=settings.cache.features_l1_size,  # its own size: CACHE_L1_SIZE=0 once sent every read to Redis
         l1_ttl_s=settings.cache.features_l1_ttl_s,
     )
     if settings.feature_store == "feast":
@@ -140,7 +140,7 @@ async def build_service(settings: Settings) -> ScoringService:
     if settings.telemetry:
         from shared.telemetry.setup import configure
 
-        telemetry = configure(settings)  # NOTE: once per process; later builds reuse it
+        telemetry = configure(settings)  # once per process; later builds reuse it
         if telemetry is not None:
             telemetry.watch(service)  # before the first load: the first activations count
     try:
@@ -149,7 +149,7 @@ async def build_service(settings: Settings) -> ScoringService:
         await ensembles.load()
         await traffic.restore()
         if decisions is not None:
-            if settings.prediction_log.reasons:  # NOTE: off, no occlusion runs for the log
+            if settings.prediction_log.reasons:  # off, no occlusion runs for the log
                 decisions.subscribe(recorder.explain_records)
             if drift is not None:
                 decisions.subscribe(drift.observe)
@@ -194,7 +194,7 @@ def _parts(
         Part("traffic", traffic.problem, traffic.run),
         Part("shadow", None, shadows.run, shadows.aclose),
         Part("prediction_log", decisions.problem, decisions.run, decisions.aclose) if decisions is not None else None,
-        # NOTE: the fleet's drift references, exchanged off the log's writer
+        # the fleet's drift references, exchanged off the log's writer
         Part("drift", None, drift.run) if drift is not None and control is not None else None,
         Part("models", registry.repository.problem, None, registry.aclose),
         Part("ensembles", None, None, release_ensembles),
@@ -224,7 +224,7 @@ def build_rollouts(
     if log is not None and settings.drift.reference:
         from shared.fleet.drift import DriftMonitor
 
-        drift = DriftMonitor(settings.drift, control, replica=replica)  # NOTE: one reference per fleet, via Redis
+        drift = DriftMonitor(settings.drift, control, replica=replica)  # one reference per fleet, via Redis
     kept = log
 
     def emit(record: DecisionRecord) -> None:
@@ -291,7 +291,7 @@ def _opinion_or_none(payload: bytes) -> Opinion | None:
     try:
         return read_opinion(payload)
     except ReviewInvalid:
-        return None  # NOTE: a corrupt cached answer is a miss, never an error
+        return None  # a corrupt cached answer is a miss, never an error
 
 
 def feast_store(settings: Settings) -> ContextStore:
@@ -328,7 +328,7 @@ def model_repository(settings: Settings) -> ModelRepository:
 def tune_gc(gen0_threshold: int) -> None:
     """Keep the cyclic garbage collector off the latency tail.
 
-    NOTE: with Python's default thresholds a full collection walks every object of the
+    with Python's default thresholds a full collection walks every object of the
     in-process caches (each TTL-LRU entry is several objects) every few thousand
     requests, a multiple of the p99 at 16 connections (docs/benchmark.md). Objects alive after
     start-up are frozen out of collection, and collections run far less often.

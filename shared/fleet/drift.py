@@ -131,7 +131,7 @@ class _Bins:
     def drawn(cls, reference: npt.NDArray[np.float64], bins: int) -> _Bins:
         """The bins of `reference`'s columns."""
         self = cls(reference.shape[1], bins)
-        for j in range(reference.shape[1]):  # NOTE: once per version, when its reference fills
+        for j in range(reference.shape[1]):  # once per version, when its reference fills
             distinct = np.unique(reference[:, j])
             if len(distinct) <= bins:
                 self.is_discrete[j] = True
@@ -161,7 +161,7 @@ class _Bins:
         values: list[list[float] | None] = []
         for j, discrete in enumerate(self.is_discrete.tolist()):
             row = self.values[j] if discrete else self.cuts[j]
-            held = row[np.isfinite(row)].tolist()  # NOTE: the padding (NaN, +inf) dropped
+            held = row[np.isfinite(row)].tolist()  # the padding (NaN, +inf) dropped
             cuts.append([] if discrete else held)
             values.append(held if discrete else None)
         return cuts, values
@@ -170,7 +170,7 @@ class _Bins:
         """The bin of each value (rows: records, columns: the version's columns)."""
         out = np.empty(values.shape, dtype=np.uint8)
         c, d = self.continuous, self.discrete
-        if len(c):  # NOTE: cut points below a value = its bin; a value on a cut goes below it
+        if len(c):  # cut points below a value = its bin; a value on a cut goes below it
             out[:, c] = (values[:, c, None] > self.cuts[None, c, :]).sum(axis=2)
         if len(d):
             same = values[:, d, None] == self.values[None, d, :]
@@ -240,13 +240,13 @@ class _Version:
         """Take a batch of this version's records, then recompute its figures; whether the
         reference froze with it (it can then be shared)."""
         values = np.empty((len(records), len(self.names)), dtype=np.float64)
-        # NOTE: np.array, not np.stack (Python around each row: three times the cost); rows of
+        # np.array, not np.stack (Python around each row: three times the cost); rows of
         # unequal width raise here as they did there
         values[:, :-1] = np.array([r.row for r in records])
         values[:, -1] = [r.score for r in records]
         defaulted = np.zeros((len(records), len(self.columns)), dtype=np.bool_)
         for i, record in enumerate(records):
-            for name in record.defaulted:  # NOTE: usually none
+            for name in record.defaulted:  # usually none
                 j = self.index.get(name)
                 if j is not None:
                     defaulted[i, j] = True
@@ -271,7 +271,7 @@ class _Version:
         assigned = bins.assign(self.reference)
         window = _Ring(self.policy.window, len(self.names), np.uint8, bins.count)
         window.push(assigned[-self.policy.window :])
-        self.reference = self.reference[:0]  # NOTE: the counts are all that is needed from here on
+        self.reference = self.reference[:0]  # the counts are all that is needed from here on
         return bins, bins.count(assigned), window
 
     def shared(self, replica: str) -> SharedReference | None:
@@ -290,7 +290,7 @@ class _Version:
         when it does not describe this version."""
         bins, baseline = _Bins.shared(checked(reference, self.names)), np.array(reference.counts, dtype=np.int64)
         window = _Ring(self.policy.window, len(self.names), np.uint8, bins.count)
-        if self.frozen is None and self.referenced:  # NOTE: the rows collected for its own become its window
+        if self.frozen is None and self.referenced:  # the rows collected for its own become its window
             window.push(bins.assign(self.reference[: self.referenced][-self.policy.window :]))
         self.frozen = (bins, baseline, window)
         self.reference = self.reference[:0]
@@ -345,7 +345,7 @@ class DriftMonitor:
         every = self._every
         if every == 1:
             self._pending.extend(records)
-        else:  # NOTE: a slice: the records not counted cost nothing
+        else:  # a slice: the records not counted cost nothing
             self._pending.extend(records[self._next :: every])
             self._next = (self._next - len(records)) % every
         if len(self._pending) >= CATCH_UP or time.monotonic() - self._caught_up >= CATCH_UP_S:
@@ -362,11 +362,11 @@ class DriftMonitor:
             if state is None:
                 state = self._versions[key] = _Version(batch[0].columns, self.policy)
                 state.fingerprint = batch[0].fingerprint
-                self._ask(key)  # NOTE: the fleet may hold its reference already
-            taken = [r for r in batch if state.takes(r)]  # NOTE: a version's columns never change
+                self._ask(key)  # the fleet may hold its reference already
+            taken = [r for r in batch if state.takes(r)]  # a version's columns never change
             if taken:
                 if state.add(taken) and state.origin != "fleet":
-                    self._ask(key)  # NOTE: its own is full: publish it, or adopt the winner's
+                    self._ask(key)  # its own is full: publish it, or adopt the winner's
                 state.report(*key)
 
     # -- the fleet's reference (a background job: never inside `observe`) ----------------------
@@ -382,7 +382,7 @@ class DriftMonitor:
         fill; every RETRY_S, ask again for the versions it could not reach the store for."""
         wake = self._wake = asyncio.Event()  # NOTE: made inside the running loop
         while True:
-            if not self._asks:  # NOTE: asks made before this job started are not waited for
+            if not self._asks:  # asks made before this job started are not waited for
                 try:
                     async with asyncio.timeout(RETRY_S):
                         await wake.wait()
@@ -397,7 +397,7 @@ class DriftMonitor:
             key = self._asks.popleft()
             state = self._versions.get(key)
             if state is None or state.origin == "fleet":
-                continue  # NOTE: forgotten meanwhile, or settled by an earlier ask
+                continue  # forgotten meanwhile, or settled by an earlier ask
             try:
                 await self._exchange(self._control, key, state)
             except ControlStoreDown as exc:
@@ -408,7 +408,7 @@ class DriftMonitor:
         try:
             fleet = await settle(control, reference_key(*key, state.fingerprint), own)
             if fleet is None:
-                state.origin = "local"  # NOTE: none published yet: this replica's, published once it fills
+                state.origin = "local"  # none published yet: this replica's, published once it fills
             elif fleet is own:
                 state.origin = "fleet"
                 log.info("drift: %s/%s: this replica's reference is the fleet's", *key)

@@ -64,7 +64,7 @@ async def settle(store: ControlStore, key: str, own: SharedReference | None) -> 
         raise Unshareable(f"the fleet's reference is unreadable ({len(found):,} bytes)")
     try:
         return msgspec.json.decode(found, type=SharedReference)
-    except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # NOTE: msgspec.ValidationError is a DecodeError
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # msgspec.ValidationError is a DecodeError
         raise Unshareable(f"the fleet's reference is unreadable ({exc})") from exc
 
 

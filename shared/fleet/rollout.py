@@ -78,7 +78,7 @@ async def watch(
             try:
                 await reconcile(name)
             except ControlStoreDown:
-                break  # NOTE: readiness says so (`problem`); the next tick retries every name
+                break  # readiness says so (`problem`); the next tick retries every name
             except ScoringError as exc:  # a bad record or file is logged; the next read retries
                 log.warning("%s of %s not applied: %s", what, name, exc.detail)
 
@@ -97,7 +97,7 @@ class LatestRecord(msgspec.Struct, frozen=True):
     name: str
     version: str
     fingerprint: str = ""
-    sha256: str = ""  # NOTE: empty in a record written before records named digests: unchecked
+    sha256: str = ""  # empty in a record written before records named digests: unchecked
     at: float = 0.0
 
 
@@ -287,7 +287,7 @@ class Rollout:
             await asyncio.sleep(self._poll_s)
             try:
                 await self.poll_once()
-            except ScoringError as exc:  # NOTE: the store or the source said no; the next tick retries
+            except ScoringError as exc:  # the store or the source said no; the next tick retries
                 log.warning("model poll incomplete: %s", exc.detail)
             except Exception:  # NOTE: a source hiccup must not end polling; the next tick retries
                 log.warning("model poll failed", exc_info=True)
@@ -326,17 +326,17 @@ class Rollout:
                 await self._registry.unpin(name)
                 self._changed(name)
         elif held != pin.version or pin.version not in self._registry.loaded_versions(name):
-            await self._pin_here(name, pin.version, pin.sha256)  # NOTE: a pin not loaded here says why
+            await self._pin_here(name, pin.version, pin.sha256)  # a pin not loaded here says why
             self._changed(name)
         else:
-            self._registry.vouch(ModelRef(name, pin.version), pin.sha256)  # NOTE: the file it serves is the one named
+            self._registry.vouch(ModelRef(name, pin.version), pin.sha256)  # the file it serves is the one named
 
     async def _follow_latest(self, name: str, latest: LatestRecord) -> None:
         """Load the version another replica installed (an echo of one loaded here changes nothing)."""
         ref = ModelRef(name, latest.version)
         self._registry.vouch(ref, latest.sha256)
         if self._older_than_served(name, latest.version):
-            return  # NOTE: a stale record: loading it would only retire it again
+            return  # a stale record: loading it would only retire it again
         fresh = self._serving(name, latest.version) != latest.fingerprint
         if fresh and await self._registry.load(ref) is not None:
             self._changed(name)
@@ -349,7 +349,7 @@ class Rollout:
         if not versions:
             return
         newest = self._registry.active(name, versions[-1])
-        # NOTE: logged, not listed in readiness: every replica serves on as it did, and each one's
+        # logged, not listed in readiness: every replica serves on as it did, and each one's
         # poll of the source would catch up anyway (a lost pin is listed: `WrittenBack`)
         if latest is None:
             if await self._control.write_if_absent(latest_key(name), _latest(newest)):
@@ -367,7 +367,7 @@ class Rollout:
 
     async def _check_pinnable(self, name: str, version: str) -> None:
         """`ModelNotFound` unless `version` is loaded here or in the model source."""
-        self._registry.active(name)  # NOTE: a name no replica serves
+        self._registry.active(name)  # a name no replica serves
         if version in self._registry.loaded_versions(name):
             return
         if ModelRef(name, version) not in await asyncio.to_thread(self._source.list):

@@ -36,7 +36,7 @@ __all__ = ["TAKE", "ShadowScorer"]
 log = logging.getLogger(__name__)
 
 TAKE = 64  # queued events scored together at most
-# how long the job lets a batch fill before scoring fewer than TAKE. NOTE: no answer waits for
+# how long the job lets a batch fill before scoring fewer than TAKE. no answer waits for
 # it, so it is set by the cost of a batch, not by latency: a batch's fixed cost (wake-up,
 # stacking, the model call) is shared by what it holds; at 5 ms, 35 events a batch in
 # bench.inprocess (~15 expected at 3,000 events/s) and 11.3 µs of shadow CPU an event; at 20 ms,
@@ -122,7 +122,7 @@ class ShadowScorer:
                 self._ready.clear()
                 await self._ready.wait()
             if len(self._queue) < TAKE:
-                # NOTE: a window, as the batcher's but longer (no answer waits for it): woken per
+                # a window, as the batcher's but longer (no answer waits for it): woken per
                 # event, the job ran a model call per handful of rows, and that cost ~4 µs an event
                 await asyncio.sleep(WINDOW_S)
             await self._score_next()
@@ -165,12 +165,12 @@ class ShadowScorer:
         columns = records[0].columns
         layout = self._layout(columns, shadow)
         if layout is None and all(r.columns is columns for r in records):
-            return await _scores(shadow, [r.row for r in records])  # NOTE: the usual case: the live row as it is
+            return await _scores(shadow, [r.row for r in records])  # the usual case: the live row as it is
         outcomes: list[float | str] = []
         rows: list[npt.NDArray[np.float32]] = []
         slots: list[int] = []
         for record in records:
-            if record.columns is not columns:  # NOTE: a layout per run of records sharing their columns
+            if record.columns is not columns:  # a layout per run of records sharing their columns
                 columns, layout = record.columns, self._layout(record.columns, shadow)
             if isinstance(layout, str):
                 outcomes.append(layout)
@@ -189,7 +189,7 @@ class ShadowScorer:
         once for the lot: a metric per record was a tenth of the shadow's CPU)."""
         version, thresholds = shadow.version, shadow.spec.thresholds
         decide, model, tally = thresholds.decide, None, _Tally()
-        run = _Run()  # NOTE: the metrics of a run of one model's records
+        run = _Run()  # the metrics of a run of one model's records
         for record, outcome in zip(records, outcomes, strict=True):
             if record.model != model or model is None:
                 if model is not None:
@@ -228,7 +228,7 @@ class ShadowScorer:
         else:
             at = {name: i for i, name in enumerate(columns)}
             layout = np.array([at[f] for f in wanted], dtype=np.intp)
-        if len(self._layouts) > 256:  # NOTE: versions come and go; a few live at a time
+        if len(self._layouts) > 256:  # versions come and go; a few live at a time
             self._layouts.clear()
         self._layouts[key] = (columns, shadow, layout)
         return layout
@@ -254,15 +254,15 @@ async def _scores(shadow: LoadedModel, rows: list[npt.NDArray[np.float32]]) -> l
     entries out). In a worker thread, whatever the version's `inline`: no answer waits for a
     shadow, one hop (~20 µs of the loop) carries up to TAKE rows (~1 µs each), and ONNX Runtime
     releases the GIL while it runs, so the loop serves requests meanwhile."""
-    # NOTE: a shadow's failure of any kind (a retired version, a run that fails, a row that does
+    # a shadow's failure of any kind (a retired version, a run that fails, a row that does
     # not fit) is that record's outcome, never an exception out of the job
     if shadow.model.released:
         return ["BatcherClosed: the shadow version was retired"] * len(rows)
     matrix = stack_rows(rows)
     try:
         scores = await asyncio.to_thread(shadow.model.predict, matrix)
-        split_rows(scores, len(rows))  # NOTE: the check that every row has its score
-        found: list[float | str] = scores.tolist()  # NOTE: the floats at once, not a float() per numpy scalar
+        split_rows(scores, len(rows))  # the check that every row has its score
+        found: list[float | str] = scores.tolist()  # the floats at once, not a float() per numpy scalar
         return found
     except Exception as exc:
         return [_why(exc)] * len(rows)

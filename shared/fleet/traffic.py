@@ -77,7 +77,7 @@ def canary_key(name: str) -> str:
 
 
 def _hash(name: str, user_id: str) -> int:
-    # NOTE: "/" never occurs in a model name (shared/models/repository.py NAME): the pair is unambiguous
+    # "/" never occurs in a model name (shared/models/repository.py NAME): the pair is unambiguous
     return int.from_bytes(blake2b(f"{name}/{user_id}".encode(), digest_size=8).digest(), "big")
 
 
@@ -109,7 +109,7 @@ class ShadowRecord(msgspec.Struct, frozen=True):
 
     version: str | None
     at: float = 0.0
-    sha256: str = ""  # NOTE: the version's file; empty in a record written before records named digests
+    sha256: str = ""  # the version's file; empty in a record written before records named digests
 
 
 class CanaryRecord(msgspec.Struct, frozen=True):
@@ -307,7 +307,7 @@ class Traffic:
         ):
             return "error_rate"
         if decline is None or live_decline is None:
-            return None  # NOTE: an arm that only erred: its error rate speaks for it
+            return None  # an arm that only erred: its error rate speaks for it
         decided, live_decided = candidate.events - candidate.errors, live.events - live.errors
         if abs(decline - live_decline) > policy.canary_max_decline_delta:
             return "decline_share" if abs(_z(decline, decided, live_decline, live_decided)) >= Z else None
@@ -366,7 +366,7 @@ class Traffic:
         first (POST /api/models/{name}/activate), so that an upload does not replace it.
         `ModelNotFound` when the model source has no such version.
         """
-        if not 0.0 <= weight <= 1.0:  # NOTE: NaN fails too
+        if not 0.0 <= weight <= 1.0:  # NaN fails too
             raise BadRequest(f"a canary weight is a share within 0..1, got {weight!r}")
         self._registry.active(name)
         check_ref(name, version)
@@ -377,7 +377,7 @@ class Traffic:
             sha256 = await self._rollout.digest(name, version)
             record = CanaryRecord(version, float(weight), time.time(), None, last, sha256)
             await self._write(canary_key(name), record)
-            self._pending.pop(name, None)  # NOTE: the operator's record replaces an abort not yet kept
+            self._pending.pop(name, None)  # the operator's record replaces an abort not yet kept
             self._applied.canary[name] = record
             try:
                 await self._loaded(name, version)
@@ -397,7 +397,7 @@ class Traffic:
             if current is None or current.version is None:
                 raise RolloutConflict(f"model {name!r} has no canary to abort")
             if current.aborted is not None:
-                return  # NOTE: aborted already: the first abort's reason stands
+                return  # aborted already: the first abort's reason stands
             record = _aborted(current, reason, time.time())
             await self._write(canary_key(name), record)
             self._pending.pop(name, None)
@@ -429,7 +429,7 @@ class Traffic:
             self._pending.pop(name, None)
             self._applied.canary[name] = record
             shadow = self._applied.shadow.get(name)
-            if shadow is not None and shadow.version == current.version:  # NOTE: it serves now: a shadow of
+            if shadow is not None and shadow.version == current.version:  # it serves now: a shadow of
                 released = ShadowRecord(None, time.time())  # itself would score every event twice alike
                 await self._write(shadow_key(name), released)
                 self._applied.shadow[name] = released
@@ -551,7 +551,7 @@ class Traffic:
                     await self._reconcile_records(name)
                 else:
                     await self._hold(name)
-        except ScoringError as exc:  # NOTE: the watch retries; readiness names an abort not kept
+        except ScoringError as exc:  # the watch retries; readiness names an abort not kept
             log.warning("the abort of %s's canary is not kept yet: %s", name, exc.detail)
 
     # -- holding versions and routing to them -----------------------------------------------------
@@ -563,7 +563,7 @@ class Traffic:
         self._registry.hold(name, set(wanted))
         for version, sha256 in sorted(wanted.items(), key=lambda item: version_key(item[0])):
             try:
-                self._registry.vouch(ModelRef(name, version), sha256)  # NOTE: only the file the record names
+                self._registry.vouch(ModelRef(name, version), sha256)  # only the file the record names
                 await self._ensure_loaded(name, version)
             except ScoringError as exc:
                 if self._failed.get((name, version)) != exc.detail:
@@ -609,7 +609,7 @@ class Traffic:
         if model is None:
             self._splits.pop(name, None)
         elif split is not None and split.record.version == canary.version:
-            split.record, split.model, split.below = canary, model, _below(canary.weight)  # NOTE: windows kept
+            split.record, split.model, split.below = canary, model, _below(canary.weight)  # windows kept
         else:
             size = self._policy.canary_window
             self._splits[name] = _Split(canary, model, _below(canary.weight), _Window(size), _Window(size))
@@ -657,7 +657,7 @@ class Traffic:
 
     def _version(self, name: str, version: str | None) -> LoadedModel | None:
         if version is None or version not in self._registry.loaded_versions(name) or (name, version) in self._failed:
-            return None  # NOTE: failed: loaded, but not with the file its record names
+            return None  # failed: loaded, but not with the file its record names
         return self._registry.active(name, version)
 
     async def _current_canary(self, name: str) -> CanaryRecord | None:
@@ -675,13 +675,13 @@ class Traffic:
     async def _put_back(self, key: str, record: ShadowRecord | CanaryRecord) -> None:
         try:
             await self._write(key, record)
-        except ControlStoreDown as exc:  # NOTE: the load error is the one to report; the watch reapplies
+        except ControlStoreDown as exc:  # the load error is the one to report; the watch reapplies
             log.error("the record %s could not be put back: %s", key, exc.detail)
 
     def _spawn(self, job: Coroutine[Any, Any, None]) -> None:
         try:
             task = asyncio.get_running_loop().create_task(job)
-        except RuntimeError:  # NOTE: no loop (a synchronous caller): the watch keeps the abort
+        except RuntimeError:  # no loop (a synchronous caller): the watch keeps the abort
             job.close()
             return
         self._tasks.add(task)

@@ -105,7 +105,7 @@ class ModelRegistry:
         self._lock: asyncio.Lock | None = None
         self.ready = False
         self._pins: dict[str, str] = {}  # name -> the version pinned to serve
-        # NOTE: name -> versions a shadow or canary names (shared/fleet/traffic.py): kept loaded beyond
+        # name -> versions a shadow or canary names (shared/fleet/traffic.py): kept loaded beyond
         # keep_versions while named; being held never makes a version the active one
         self._held: dict[str, set[str]] = {}
         self._last_error: dict[str, LoadError] = {}  # name -> the last version rejected
@@ -147,7 +147,7 @@ class ModelRegistry:
         the caller refuses to route to it or pin it).
         """
         if not sha256:
-            return  # NOTE: a record written before records named digests: nothing to check
+            return  # a record written before records named digests: nothing to check
         self._vouched[ref] = sha256
         loaded = self._models.get(ref.name, {}).get(ref.version)
         if loaded is not None and loaded.digest != sha256:
@@ -170,7 +170,7 @@ class ModelRegistry:
             for tried, version in enumerate(sorted(versions, key=version_key, reverse=True)):  # newest first
                 enough = self.auto_promote or self._promoted.get(name) or tried >= self._keep + CANDIDATES_DEEP
                 if loaded >= self._keep and enough:
-                    break  # NOTE: with candidates, on (a bounded way) until a promoted version is loaded too
+                    break  # with candidates, on (a bounded way) until a promoted version is loaded too
                 if await self.load(ModelRef(name, version)):
                     loaded += 1  # NOTE: a bad file left in the source must not keep a new replica down
             pinned = self._pins.get(name)
@@ -203,7 +203,7 @@ class ModelRegistry:
         digest = fingerprint(data)
         current = self._models.get(name, {}).get(version)
         if current is not None and current.fingerprint == digest:
-            return current  # NOTE: the same file again (a redelivered event, a broadcast echo)
+            return current  # the same file again (a redelivered event, a broadcast echo)
         ref = ModelRef(name, version)
         sha256 = hashlib.sha256(data).hexdigest()
         try:
@@ -280,7 +280,7 @@ class ModelRegistry:
         if version not in self._models.get(name, {}):
             raise ModelNotFound(f"model {name!r} has no loaded version {version!r}")
         self._pins[name] = version
-        self._promoted.setdefault(name, set()).add(version)  # NOTE: a pin is an explicit promote
+        self._promoted.setdefault(name, set()).add(version)  # a pin is an explicit promote
         await self._retire(await self._activate(self._models[name][version]))
         return self._active[name]
 
@@ -319,7 +319,7 @@ class ModelRegistry:
         """A model must be servable: every feature it names resolves to something."""
         known = await self._catalogue() if self._catalogue is not None else None
         feast = loaded.spec.feast
-        if isinstance(known, FromServingFeast):  # NOTE: the Feast store: each model's own serving.feast
+        if isinstance(known, FromServingFeast):  # the Feast store: each model's own serving.feast
             known = feast.columns if feast is not None else frozenset()
             source = "user feature: no 'view:feature' of serving.feast fills it (FEATURE_STORE=feast)"
         else:
