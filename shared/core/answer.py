@@ -27,7 +27,7 @@ DEGRADED_SHARE = 0.5  # readiness lists the features as degraded past this recen
 def timings(prediction: Prediction, parse_s: float, spent: tuple[float, float, float]) -> dict[str, float]:
     """An answer's `timings_ms`; `spent` is (features, total, queue) in seconds.
 
-    rounded as built, and to the microsecond by hand: `int(s * 1e6 + 0.5) / 1000` is
+    Rounded as built, and to the microsecond by hand: `int(s * 1e6 + 0.5) / 1000` is
     `round(s * 1000, 3)` for durations (they could differ only on an exact tie) at a fifth of its cost.
     """
     features_s, total_s, queued_s = spent
