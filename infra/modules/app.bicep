@@ -210,7 +210,6 @@ var serviceSettings = [
   { name: 'FEAST_REDIS_URL', value: feastRedisUrl } // empty = unset: REDIS_URL
   { name: 'BATCH_WINDOW_MS', value: '5' }
   { name: 'BATCH_MAX_SIZE', value: '8' }
-  { name: 'BATCH_MAX_QUEUE', value: '1024' }
   { name: 'CACHE_L1_SIZE', value: '50000' }
   { name: 'CACHE_L1_TTL_S', value: '30' }
   { name: 'CACHE_L2_TTL_S', value: '3600' } // > 0: under volatile-lru only predictions are evictable, never features
@@ -219,8 +218,6 @@ var serviceSettings = [
   { name: 'REDIS_TIMEOUT_MS', value: '50' }
   { name: 'PREDICTION_L2', value: 'auto' }
   { name: 'ORT_INTRA_OP_THREADS', value: string(ortIntraOpThreads) }
-  { name: 'ORT_INTER_OP_THREADS', value: '1' }
-  { name: 'ORT_GRAPH_OPTIMIZATION', value: 'all' }
   { name: 'ORT_USE_GPU', value: useGpu ? 'true' : 'false' }
   { name: 'ORT_USE_TENSORRT', value: 'false' }
   { name: 'ORT_REQUIRE_GPU', value: useGpu ? 'true' : 'false' } // the CPU image on a GPU profile is not ready
@@ -252,13 +249,9 @@ var serviceSettings = [
   { name: 'LLM_CALL_TIMEOUT_MS', value: '10000' }
   { name: 'LLM_MAX_RPS', value: '20' } // per replica (openai.bicep sizes the deployment's tokens/min)
   { name: 'LLM_MAX_SHARE', value: '0.25' }
-  { name: 'LLM_MAX_TOKENS', value: '300' }
-  { name: 'LLM_BREAKER_FAILURES', value: '5' }
-  { name: 'LLM_BREAKER_RESET_S', value: '30' }
   { name: 'REVIEW_TTL_S', value: '86400' }
   { name: 'TELEMETRY', value: 'true' }
   { name: 'TRACE_SAMPLE_RATIO', value: '0.01' }
-  { name: 'LOG_REJECTIONS_PER_S', value: '10' }
   { name: 'GRPC_PORT', value: string(grpcPort) } // the V2 gRPC server in the same process (ingress below)
   // NOTE: empty = every gRPC call is refused (UNAUTHENTICATED) until an operator sets the keys as a
   // Container App secret (docs/deploy.md, "Keys"): a key is a secret, and this template holds none.
@@ -269,13 +262,10 @@ var serviceSettings = [
   { name: 'PREDICTION_LOG_DIR', value: '' } // PREDICTION_LOG=dir only
   { name: 'PREDICTION_LOG_CONTAINER', value: predictionsContainerName }
   { name: 'PREDICTION_LOG_SAMPLE', value: '1' }
-  { name: 'PREDICTION_LOG_BUFFER', value: '50000' }
-  { name: 'PREDICTION_LOG_FLUSH_S', value: '1' }
   { name: 'PREDICTION_LOG_REASONS', value: 'false' } // reason codes on `?explain=1` answers only
   // NOTE: a secret (generated once per environment: main.bicep), never a value in the template.
   { name: 'PREDICTION_LOG_HASH_KEY', secretRef: 'prediction-log-hash-key' }
   // Shadow scoring, the sticky canary and its automatic abort.
-  { name: 'SHADOW_QUEUE', value: '10000' }
   { name: 'CANARY_WINDOW', value: '1000' }
   { name: 'CANARY_MIN_EVENTS', value: '200' }
   { name: 'CANARY_MAX_DECLINE_DELTA', value: '0.05' }
@@ -285,14 +275,11 @@ var serviceSettings = [
   { name: 'DRIFT_REFERENCE', value: '2000' }
   { name: 'DRIFT_WINDOW', value: '2000' }
   { name: 'DRIFT_BINS', value: '10' }
-  { name: 'EXPLAIN_TOP', value: '3' }
-  { name: 'EXPLAIN_BUDGET_MS', value: '5' }
 ]
 
 var openAiSettings = [
   { name: 'AZURE_OPENAI_ENDPOINT', value: openAiEndpoint }
   { name: 'AZURE_OPENAI_DEPLOYMENT', value: openAiDeployment }
-  { name: 'AZURE_OPENAI_API_VERSION', value: '2024-10-21' } // GA; structured outputs (json_schema)
 ]
 
 var env = concat(hostSettings, serviceSettings, empty(openAiEndpoint) ? [] : openAiSettings)

@@ -4,7 +4,7 @@ Method. A row x scored s. Each column j whose value differs from its default d_j
 mapper's template: the declared default, 0.0 for an indicator column) is occluded alone,
 x⁽ʲ⁾ = x with x_j := d_j; one model run scores every x⁽ʲ⁾ at once (a matrix of k rows, k the
 columns off their default), and j's contribution is s - f(x⁽ʲ⁾): how far the score falls
-when j alone goes back to its default. The reason codes are the EXPLAIN_TOP largest positive
+when j alone goes back to its default. The reason codes are the `explain_top` (3) largest positive
 contributions, largest first. A column on its default is never named (there is nothing to
 occlude), nor is one whose return to its default would raise the score.
 
@@ -12,7 +12,7 @@ Cost: building the k * width matrix and one model run on k rows (k ≤ width). M
 features, all off their default, on the tiny test model (a 2-core development machine): 22 µs
 a call, 5 µs of it the model run.
 Budget: before running, the run is estimated at the version's moving average of a batch run
-(`batch_run_s`) per BATCH_MAX_SIZE rows of the matrix; over EXPLAIN_BUDGET_MS, there are no
+(`batch_run_s`) per BATCH_MAX_SIZE rows of the matrix; over `explain_budget_ms` (5 ms), there are no
 reason codes (None), and none either when the run took longer than the budget after all
 (a version that has run no batch yet has no estimate: it runs, and the elapsed time decides).
 
@@ -64,8 +64,8 @@ def estimated_s(loaded: LoadedModel, rows: int) -> float | None:
 def reason_codes(
     loaded: LoadedModel, row: npt.NDArray[np.float32], score: float, policy: DriftPolicy
 ) -> list[ReasonCode] | None:
-    """The EXPLAIN_TOP features whose return to their default lowers `score` most, largest first;
-    None when that cannot be known within EXPLAIN_BUDGET_MS (or the version's session is gone)."""
+    """The `policy.explain_top` features whose return to their default lowers `score` most, largest
+    first; None when that cannot be known within `policy.explain_budget_ms` (or the version's session is gone)."""
     started = time.perf_counter()
     budget_s = policy.explain_budget_ms / 1000.0
     base = loaded.mapper.defaults
@@ -100,7 +100,7 @@ def reason_codes_many(
     """`reason_codes` for many rows of one version at once (the prediction log's records): every
     row's occlusions in one model run and one vectorised ranking, so a record costs a few µs,
     not a call. The same codes as one call per row (tests/models/test_explain.py holds them
-    equal); None when the run would not fit EXPLAIN_BUDGET_MS, or the session is gone."""
+    equal); None when the run would not fit `policy.explain_budget_ms`, or the session is gone."""
     plan = _occlusions(loaded, rows, policy)
     if not isinstance(plan, _Occlusions):
         return plan

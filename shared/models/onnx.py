@@ -27,6 +27,7 @@ __all__ = ["OnnxModel", "choose_providers", "gpu_missing", "gpu_usable"]
 
 log = logging.getLogger(__name__)
 
+INTER_OP_THREADS = 1  # fixed by design: sessions run ORT_SEQUENTIAL, one node at a time, so no inter-op pool works
 _OPT_LEVELS = {
     "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
     "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
@@ -94,7 +95,7 @@ def choose_providers(options: OrtOptions) -> list[str]:
 def _session_options(options: OrtOptions) -> ort.SessionOptions:
     so = ort.SessionOptions()
     so.intra_op_num_threads = options.intra_op_threads
-    so.inter_op_num_threads = options.inter_op_threads
+    so.inter_op_num_threads = INTER_OP_THREADS
     so.graph_optimization_level = _OPT_LEVELS[options.graph_optimization]
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.log_severity_level = 3  # errors only: a CPU-only host must not log GPU noise

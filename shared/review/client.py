@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 __all__ = ["Answer", "AzureOpenAIClient", "ReviewClient", "retry_after_s"]
 
 COGNITIVE_SERVICES_SCOPE = "https://cognitiveservices.azure.com/.default"
+API_VERSION = "2024-10-21"  # fixed by design: the GA version with structured outputs (json_schema) the prompt needs
+MAX_TOKENS = 300  # fixed by design: the prompt asks for a score, a decision and at most two sentences
 _SAMPLE_COMPLETION = {
     "id": "warm-up",
     "object": "chat.completion",
@@ -81,7 +83,7 @@ class AzureOpenAIClient:
             auth = {"azure_ad_token_provider": self._entra_token_provider()}
         return AsyncAzureOpenAI(
             azure_endpoint=policy.endpoint or "",
-            api_version=policy.api_version,
+            api_version=API_VERSION,
             max_retries=0,  # NOTE: ours are the only retries (breaker, bucket); the client's would stack
             timeout=policy.call_timeout_ms / 1000,
             **auth,
@@ -112,7 +114,7 @@ class AzureOpenAIClient:
                 model=self._policy.deployment,
                 messages=cast(Any, self._prompt.messages(fields)),
                 response_format=self._response_format,
-                max_completion_tokens=self._policy.max_tokens,
+                max_completion_tokens=MAX_TOKENS,
                 temperature=0,
             )
         except openai.RateLimitError as exc:

@@ -47,6 +47,7 @@ __all__ = ["Telemetry", "Watched", "configure", "traceparent_of"]
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = "fraud-scoring"
+LOG_REJECTIONS_PER_S = 10.0  # fixed by design: rejected-input lines a second; the rest are counted, never lost
 _HOOKED: weakref.WeakSet[Any] = weakref.WeakSet()
 STAGE_ORDER = ("parse", "features", "queue", "cache", "inference", "llm")  # laid end to end in a trace
 
@@ -93,7 +94,7 @@ class Telemetry:
         self._observe()
         self.tracer_provider = self._tracing(connection, credential, span_processors)
         self.tracer: Tracer = self.tracer_provider.get_tracer("shared.telemetry")
-        rejections.configure(settings.log_rejections_per_s)
+        rejections.configure(LOG_REJECTIONS_PER_S)
 
     # -- traces ------------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ def client(llm: LlmServer, **policy: object) -> AzureOpenAIClient:
 
 
 async def test_an_answer_is_a_validated_opinion_with_its_token_use(llm: LlmServer) -> None:
-    c = client(llm, deployment="fraud-review", api_version="2024-10-21")
+    c = client(llm, deployment="fraud-review")
     try:
         answer = await c.ask(FIELDS)
     finally:

@@ -402,7 +402,7 @@ async def test_work_past_request_timeout_is_dropped_and_the_caller_told(settings
 
 
 async def test_the_batcher_queue_is_bounded(settings: Settings) -> None:
-    """Past BATCH_MAX_QUEUE rows waiting for one version, a row is refused at once (V2 and the queue path too)."""
+    """Past `max_queue` rows waiting for one version, a row is refused at once (V2 and the queue path too)."""
     tight = dataclasses.replace(settings, batch=dataclasses.replace(settings.batch, max_queue=8), max_batch_items=8)
     async for _, core in _app(tight):
         loaded = core.active()

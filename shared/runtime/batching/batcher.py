@@ -96,7 +96,7 @@ class Batcher(Generic[T, R]):
         if len(self._queue) >= self._policy.max_queue:
             self.shed += 1
             metrics.shed("overloaded")
-            raise Overloaded(f"{self.name}: {len(self._queue)} rows queued (BATCH_MAX_QUEUE): try again shortly")
+            raise Overloaded(f"{self.name}: {len(self._queue)} rows queued, all it holds: try again shortly")
         loop = asyncio.get_running_loop()
         pending: _Pending[T, R] = _Pending(item, loop.create_future(), time.perf_counter())
         if self._in_flight == 0 and not self._queue and self._last_size == 1 and self._max_concurrency == 1:
