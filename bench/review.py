@@ -8,7 +8,7 @@ open-loop generator at the same offered rate, rounds interleaved, medians report
     off       AZURE_OPENAI_ENDPOINT unset
     healthy   a local Azure OpenAI stand-in answering in ~50 ms (bench/llm_server.py)
     slow      the stand-in answering in 2 s (past LLM_TIMEOUT_MS: answers go out pending)
-    failing   the stand-in answering 500 (the breaker opens after LLM_BREAKER_FAILURES)
+    failing   the stand-in answering 500 (the breaker opens after 5 failures in a row)
 
 The band is set from the local scores of the generator's own events so that 20% of them
 fall in it; the rate and share caps are lifted so every event in the band is reviewed

@@ -56,7 +56,7 @@ async def defaulted_share_under_prediction_pressure(settings: Settings, url: str
     assert await seed_redis(url, USERS) == len(USERS)
     # NOTE: a generous round-trip deadline: on a loaded machine a 50 ms one skips writes, and Redis never fills
     cache = CachePolicy(l1_size=0, prediction_l2="always", features_l1_ttl_s=0.001, redis_timeout_ms=1000)
-    # NOTE: each wave puts ~2,000 rows before one model at once: past BATCH_MAX_QUEUE they would be shed
+    # NOTE: each wave puts ~2,000 rows before one model at once: past the batcher's `max_queue` they would be shed
     batch = replace(settings.batch, max_queue=1 << 16)
     service = await build_service(replace(settings, redis_url=url, features_file=None, cache=cache, batch=batch))
     client = Redis.from_url(url)

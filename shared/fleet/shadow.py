@@ -1,6 +1,6 @@
 """Shadow scoring: a model's shadow version scores each event after its answer is sent.
 
-    offer(record, shadow)     on the response path: one bounded append (past SHADOW_QUEUE:
+    offer(record, shadow)     on the response path: one bounded append (past `shadow_queue`, 10,000:
                               dropped, counted, and the record passed on unshadowed)
     run()                     the background job: up to 64 queued events at a time (or what
                               WINDOW_S gathered), grouped by shadow version, scored in one

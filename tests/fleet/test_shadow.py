@@ -68,7 +68,7 @@ async def versions() -> AsyncIterator[Versions]:
 
 @pytest.fixture
 async def scorer() -> AsyncIterator[tuple[ShadowScorer, Log]]:
-    """A scorer (SHADOW_QUEUE=100) running in the background, and what it emitted."""
+    """A scorer (shadow_queue=100) running in the background, and what it emitted."""
     log = Log()
     shadow = ShadowScorer(RolloutPolicy(shadow_queue=100), log)
     job = asyncio.create_task(shadow.run())
