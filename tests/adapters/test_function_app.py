@@ -178,7 +178,9 @@ def test_host_json_hands_the_batch_function_model_sized_batches() -> None:
     sb = json.loads((REPO / "host.json").read_text())["extensions"]["serviceBus"]
     batch = Settings().batch
     assert sb["maxMessageBatchSize"] % batch.max_size == 0 and 4 * batch.max_size <= sb["maxMessageBatchSize"] <= 256
-    assert sb["maxMessageBatchSize"] <= batch.max_queue, "one invocation's messages would be shed past the batcher's max_queue"
+    assert sb["maxMessageBatchSize"] <= batch.max_queue, (
+        "one invocation's messages would be shed past the batcher's max_queue"
+    )
     assert sb["prefetchCount"] == 0
     assert sb["autoCompleteMessages"] is True  # completes or abandons the batch by whether the function raised
 
