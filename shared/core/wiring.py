@@ -150,9 +150,9 @@ async def build_service(settings: Settings) -> ScoringService:
         await traffic.restore()
         if decisions is not None:
             if settings.prediction_log.reasons:  # off, no occlusion runs for the log
-                decisions.subscribe(recorder.explain_records)
+                decisions.on("batch", recorder.explain_records)
             if drift is not None:
-                decisions.subscribe(drift.observe)
+                decisions.on("batch", drift.observe)
                 registry.on("retired", lambda e: drift.forget(e.name, e.version))
         service.start()
     except BaseException:

@@ -30,6 +30,7 @@ import random
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Literal
 
 import msgspec
 
@@ -134,7 +135,7 @@ class PredictionLog:
         self._outcomes_held = True
         self.add(record)
 
-    def subscribe(self, fn: Subscriber) -> None:
+    def on(self, kind: Literal["batch"], fn: Subscriber) -> None:
         """Hand every batch the writer takes to `fn`, before it is encoded, in the order subscribed
         (its exceptions are logged; an awaitable it answers is awaited first)."""
         self._subscribers.append(fn)

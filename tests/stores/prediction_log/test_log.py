@@ -189,7 +189,7 @@ async def test_an_awaitable_subscriber_is_awaited_before_the_batch_is_encoded(tm
         for record in batch:
             record.reasons = [ReasonCode("amount", float(record.row[0]), 80.0, 0.4)]
 
-    log.subscribe(explain)
+    log.on("batch", explain)
     for i in range(HAND_OVER + 10):
         log.add(decision(i))
     await log.flush()
@@ -206,7 +206,7 @@ async def test_a_writer_cancelled_while_a_subscriber_runs_loses_no_record(tmp_pa
         started.set()
         await asyncio.sleep(60)
 
-    log.subscribe(slow)
+    log.on("batch", slow)
     count = 3 * HAND_OVER
     for i in range(count):
         log.add(decision(i))
@@ -267,8 +267,8 @@ async def test_a_subscriber_sees_each_record_before_it_is_encoded_and_one_that_r
         for record in batch:
             record.reasons = [ReasonCode("amount", float(record.row[0]), 80.0, 0.4)]
 
-    log.subscribe(broken)
-    log.subscribe(explain)
+    log.on("batch", broken)
+    log.on("batch", explain)
     for i in range(600):
         log.add(decision(i))
     await log.flush()
@@ -285,7 +285,7 @@ async def test_a_subscriber_sees_each_record_before_it_is_encoded_and_one_that_r
 async def test_with_no_sink_records_go_to_the_subscribers_only() -> None:
     log = PredictionLog(POLICY, None, replica="r1")
     seen: list[DecisionRecord] = []
-    log.subscribe(seen.extend)
+    log.on("batch", seen.extend)
     for i in range(300):
         log.add(decision(i))
     await log.flush()
