@@ -691,7 +691,7 @@ class Settings:
 def _is_redis_url(url: str) -> bool:
     try:
         parts = urlsplit(url)
-        parts.port  # noqa: B018  # NOTE: raises ValueError for a port that is not a number
+        parts.port  # noqa: B018  # raises ValueError for a port that is not a number
     except ValueError:
         return False
     if parts.scheme == "unix":
@@ -712,7 +712,7 @@ def _build(cls: type[Any], env: Mapping[str, str]) -> Any:
         if raw != "":
             values[f.name] = _parser(hints[f.name])(raw, doc)
         elif doc.env in env and type(None) in typing.get_args(hints[f.name]):
-            values[f.name] = None  # NOTE: set but empty turns an optional setting off
+            values[f.name] = None  # set but empty turns an optional setting off
     try:
         return cls(**values)
     except SettingsError:

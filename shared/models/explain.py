@@ -79,11 +79,11 @@ def reason_codes(
     occluded[np.arange(len(off)), off] = base[off]
     try:
         scores = loaded.model.predict(occluded)
-    except InferenceFailed:  # NOTE: a retired version's released session; the answer stands without codes
+    except InferenceFailed:  # a retired version's released session; the answer stands without codes
         return None
     if time.perf_counter() - started > budget_s:
         return None
-    drops = np.round(score - scores, 6)  # NOTE: as answered; a drop that rounds to 0 names nothing
+    drops = np.round(score - scores, 6)  # as answered; a drop that rounds to 0 names nothing
     top = [i for i in np.argsort(-drops, kind="stable")[: policy.explain_top] if drops[i] > 0]
     return [_code(loaded.spec, int(off[i]), row, base, float(drops[i])) for i in top]
 
@@ -116,7 +116,7 @@ async def explain_many(
 ) -> list[list[ReasonCode]] | None:
     """`reason_codes_many` with its model run in a worker thread, whatever the version's `inline`.
 
-    NOTE: for the prediction log's writer, whose records no answer waits for: one hop (~20 µs
+    For the prediction log's writer, whose records no answer waits for: one hop (~20 µs
     of the loop) carries the occlusions of a whole batch (hundreds of rows, ~1 µs each), and
     ONNX Runtime releases the GIL while it runs, so the loop serves requests meanwhile."""
     plan = _occlusions(loaded, rows, policy)
@@ -138,7 +138,7 @@ class _Occlusions:
                  defaults: npt.NDArray[np.float32]) -> None:  # fmt: skip
         self.count, self.at, self.columns, self.defaults = len(rows), at, columns, defaults
         self.values = rows[at, columns]
-        matrix = rows[at]  # NOTE: a fancy index is a copy already
+        matrix = rows[at]  # a fancy index is a copy already
         if matrix.dtype != np.float32:
             matrix = matrix.astype(np.float32)
         matrix[np.arange(len(at)), columns] = defaults
@@ -150,12 +150,12 @@ class _Occlusions:
         """Each row's first `top` positive drops, largest first, ties to the lower column (as a
         stable sort of each row's drops would rank them).
 
-        NOTE: only the occluded columns are ranked (not a row * width matrix), and only the
+        Only the occluded columns are ranked (not a row * width matrix), and only the
         chosen few become Python objects: by row, then the largest drop first (NaN last), a
         row's positive drops lead its run, so its first `top` entries that are positive are
         its codes."""
         at, columns = self.at, self.columns
-        drops = np.round(scores[at] - occluded, 6)  # NOTE: as answered; a drop that rounds to 0 names nothing
+        drops = np.round(scores[at] - occluded, 6)  # as answered; a drop that rounds to 0 names nothing
         order = np.lexsort((columns, -drops, at))
         by_row = at[order]
         first = np.flatnonzero(np.concatenate(([True], by_row[1:] != by_row[:-1])))
@@ -177,7 +177,7 @@ def _occlusions(
     """What to run, or the answer without a run: no codes for any row (every column on its
     default), or None (the run would not fit the budget: per row here, as for one row)."""
     base = loaded.mapper.defaults
-    at, columns = np.nonzero(rows != base)  # NOTE: a column on its default: occluding it changes nothing
+    at, columns = np.nonzero(rows != base)  # a column on its default: occluding it changes nothing
     if not len(at):
         return [[] for _ in range(len(rows))]
     estimate = estimated_s(loaded, len(at))

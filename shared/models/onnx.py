@@ -175,7 +175,7 @@ class OnnxModel:
         except InferenceFailed as exc:
             raise ModelInvalid(f"golden rows failed: {exc.detail}") from exc
         worst = float(np.max(np.abs(scores - np.array(golden.scores))))
-        if not worst <= golden.tolerance:  # NOTE: a NaN fails too
+        if not worst <= golden.tolerance:  # a NaN fails too
             raise ModelInvalid(f"golden scores differ by {worst:.6g} (tolerance {golden.tolerance:g})")
 
     @property

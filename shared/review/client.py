@@ -60,7 +60,7 @@ class AzureOpenAIClient:
     def __init__(self, policy: ReviewPolicy, prompt: Prompt, client: AsyncAzureOpenAI | None = None) -> None:
         self._policy = policy
         self._prompt = prompt
-        self._response_format: Any = prompt.response_format()  # NOTE: the client's TypedDicts, built from a file
+        self._response_format: Any = prompt.response_format()  # the client's TypedDicts, built from a file
         self._credential: Any = None
         self._client = client or self._connect(policy)
         self._warm()
@@ -92,7 +92,7 @@ class AzureOpenAIClient:
     def _entra_token_provider(self) -> Callable[[], Awaitable[str]]:
         """A Microsoft Entra token for the managed identity, fetched off the event loop.
 
-        NOTE: azure-identity's sync credential (its async one needs aiohttp, which nothing
+        Azure-identity's sync credential (its async one needs aiohttp, which nothing
         else here uses); the provider caches the token, so the thread hop is per call only.
         AZURE_CLIENT_ID (set by infra/) selects the app's user-assigned identity.
         """
@@ -125,9 +125,9 @@ class AzureOpenAIClient:
             raise ReviewFailed(f"Azure OpenAI answered {exc.status_code}") from exc
         except openai.APIConnectionError as exc:
             raise ReviewFailed("cannot reach Azure OpenAI") from exc
-        except openai.OpenAIError as exc:  # NOTE: e.g. the response did not parse as a completion
+        except openai.OpenAIError as exc:  # e.g. the response did not parse as a completion
             raise ReviewInvalid(f"unusable answer from Azure OpenAI ({type(exc).__name__})") from exc
-        except Exception as exc:  # NOTE: e.g. the Entra token provider's own errors pass through the client
+        except Exception as exc:  # e.g. the Entra token provider's own errors pass through the client
             raise ReviewFailed(f"no review: {type(exc).__name__}") from exc
         if not response.choices:
             raise ReviewInvalid("the review came back with no choices")

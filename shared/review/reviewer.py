@@ -63,7 +63,7 @@ def bounded(local: Decision, reviewed: Decision, *, may_lower: bool, in_band: bo
         return reviewed, "escalated"
     if reviewed == local:
         return local, "confirmed"
-    if may_lower and in_band and local == "decline":  # NOTE: to review at most, whatever the reviewer said
+    if may_lower and in_band and local == "decline":  # to review at most, whatever the reviewer said
         return "review", "lowered"
     return local, "refused"
 
@@ -92,7 +92,7 @@ class Reviewer:
         self._low, self._high = policy.band_low, policy.band_high
         self._may_lower = policy.may_lower
         self._wait_s = policy.timeout_ms / 1000
-        self._model = policy.deployment  # NOTE: the gen_ai.request.model of its metrics
+        self._model = policy.deployment  # the gen_ai.request.model of its metrics
         self._bucket = TokenBucket(policy.max_rps, policy.max_rps, clock())
         self._share = ShareBudget(policy.max_share)
         self.breaker = Breaker(policy.breaker_failures, policy.breaker_reset_s)
@@ -127,7 +127,7 @@ class Reviewer:
         try:
             await asyncio.wait_for(asyncio.shield(task), wait_s)
         except TimeoutError:
-            if not task.done():  # NOTE: else it ended while the wait was called off: use its outcome
+            if not task.done():  # else it ended while the wait was called off: use its outcome
                 self.stats.pending += 1
                 self._pending.add(event.event_id)
                 review = Review("pending", event.event_id)
@@ -138,7 +138,7 @@ class Reviewer:
         return self._outcome(event, local, task)
 
     def _settled(self, task: asyncio.Task[Opinion]) -> None:
-        """A review ended. NOTE: its failure is already kept (`_ended`) and counted; taking it here
+        """A review ended. its failure is already kept (`_ended`) and counted; taking it here
         stops asyncio logging "Task exception was never retrieved" for each review nobody waited for."""
         self._tasks.discard(task)
         if not task.cancelled():
@@ -198,7 +198,7 @@ class Reviewer:
         if isinstance(exc, ReviewSkipped):
             self.stats.skipped += 1
             if not told:
-                return  # NOTE: nobody was told to come back for it: nothing to keep
+                return  # nobody was told to come back for it: nothing to keep
             review = Review("skipped", event.event_id, exc.detail)
         else:
             self.stats.failed += 1
@@ -226,10 +226,10 @@ class Reviewer:
         except ReviewFailed as exc:
             self._failed(started, "timeout" if isinstance(exc, ReviewTimeout) else exc.code, exc)
             raise
-        except Exception as exc:  # NOTE: a fault of ours or of a library: a failure like any other
+        except Exception as exc:  # a fault of ours or of a library: a failure like any other
             self._failed(started, type(exc).__name__)
             raise ReviewFailed(f"no review: {type(exc).__name__}") from exc
-        except BaseException:  # NOTE: cancelled (shutdown): no verdict on the endpoint
+        except BaseException:  # cancelled (shutdown): no verdict on the endpoint
             self.breaker.released()
             raise
         self.breaker.succeeded()
@@ -305,7 +305,7 @@ class Reviewer:
         await asyncio.gather(*cancelled, return_exceptions=True)
         for event_id in self._pending:
             self._store.put(event_id, ReviewRecord(event_id, "failed", event_id, "shutdown"))
-            if self.settled is not None:  # NOTE: the local decision stands, and the log says why
+            if self.settled is not None:  # the local decision stands, and the log says why
                 self.settled(event_id, Review("failed", event_id, "shutdown"), None)
         self._pending.clear()
         await self._store.drain()

@@ -75,7 +75,7 @@ class Admission:
         self.timeout_s = policy.request_timeout_ms / 1000
         self._max_wait_s = policy.max_queue_wait_ms / 1000
         self._target_s = policy.queue_target_ms / 1000
-        # NOTE: a deadline is honoured within a tenth of itself (at most 100 ms late)
+        # a deadline is honoured within a tenth of itself (at most 100 ms late)
         self.deadlines = Deadlines(tick_s=min(0.1, self.timeout_s / 10))
         self.inflight = 0
         self.total_admitted = 0
@@ -148,15 +148,15 @@ class Admission:
         now = time.monotonic()
         waiter = _Waiter(loop.create_future(), now)
         if not self._waiting:
-            self._released_at = now  # NOTE: the interval between slots freed is measured while some wait
+            self._released_at = now  # the interval between slots freed is measured while some wait
         limit_s = self._allowed_s()
         waiter.timer = loop.call_later(limit_s, self._expire, waiter, limit_s)
         self._waiting.append(waiter)
         try:
-            await waiter.future  # NOTE: resolved by `leave` (the slot passes over) or `_expire`
+            await waiter.future  # resolved by `leave` (the slot passes over) or `_expire`
         except BaseException:
             if not waiter.future.done() or waiter.future.cancelled():
-                self._forget(waiter)  # NOTE: cancelled from outside while waiting
+                self._forget(waiter)  # cancelled from outside while waiting
             elif waiter.future.exception() is None:
                 self.leave()  # NOTE: handed a slot in the same tick as a cancellation: give it on
             raise
@@ -196,9 +196,9 @@ class Admission:
             if waiter.timer is not None:
                 waiter.timer.cancel()
             if waiter.future.done():
-                continue  # NOTE: cancelled in this tick, its task not yet run to leave the queue
+                continue  # cancelled in this tick, its task not yet run to leave the queue
             self._handed(waiter, time.monotonic())
-            waiter.future.set_result(None)  # NOTE: the slot passes over; inflight is unchanged
+            waiter.future.set_result(None)  # the slot passes over; inflight is unchanged
             return
         self._emptied()
         self.inflight -= 1
@@ -214,7 +214,7 @@ class Admission:
         if not self._waiting:
             self._emptied()
         elif self._standing:
-            pass  # NOTE: once standing, it stands until it empties (waits near the target would flap it)
+            pass  # once standing, it stands until it empties (waits near the target would flap it)
         elif now - waiter.since < self._target_s:
             self._above_since = None
         elif self._above_since is None:
@@ -275,12 +275,12 @@ class Admitted:
 
     def __init__(self, admission: Admission) -> None:
         self._admission = admission
-        self._task: asyncio.Task[object] | None = None  # NOTE: None after enter: inside the task's own slot
+        self._task: asyncio.Task[object] | None = None  # None after enter: inside the task's own slot
 
     async def __aenter__(self) -> None:
         admission = self._admission
         if (held := _HELD.get()) is not None and held[0] is admission and held[1] is asyncio.current_task():
-            return  # NOTE: the task's slot, taken before decoding, covers this work
+            return  # the task's slot, taken before decoding, covers this work
         if admission.inflight < admission.limit and not admission._waiting:  # NOTE: `take`, inlined: the hot path
             admission.inflight += 1
             admission.total_admitted += 1
@@ -293,10 +293,10 @@ class Admitted:
     ) -> None:
         admission, task = self._admission, self._task
         if task is None:
-            return  # NOTE: inside a slot taken before decoding: its holder gives it back
+            return  # inside a slot taken before decoding: its holder gives it back
         try:
             if kind is not None and (late := admission.expired(task)) is not None:
-                raise late from None  # NOTE: the deadline cancelled the work, whatever it raised then
+                raise late from None  # the deadline cancelled the work, whatever it raised then
         finally:
             admission.deadlines.disarm(task)
             admission.leave()

@@ -106,7 +106,7 @@ class Telemetry:
         elif connection:
             from azure.monitor.opentelemetry import configure_azure_monitor
 
-            # NOTE: sampling_ratio 1.0: the decision is ours, made before a span exists
+            # sampling_ratio 1.0: the decision is ours, made before a span exists
             # (tracing.sampled), so the distro keeps what we start. Its library instrumentations
             # stay off: they would start root spans of their own for unsampled requests.
             configure_azure_monitor(
@@ -121,7 +121,7 @@ class Telemetry:
             )
             provider = trace.get_tracer_provider()
         else:
-            provider = TracerProvider(resource=self.resource)  # NOTE: exports nothing: spans for tests
+            provider = TracerProvider(resource=self.resource)  # exports nothing: spans for tests
         for processor in processors:
             provider.add_span_processor(processor)
         return provider
@@ -160,7 +160,7 @@ class Telemetry:
     def watch(self, service: Any) -> None:
         """Read `service`'s counters at each collection and follow its models' lifecycle."""
         self._watched = service
-        if service not in _HOOKED:  # NOTE: the counters are the process's: one hook per service
+        if service not in _HOOKED:  # the counters are the process's: one hook per service
             _HOOKED.add(service)
             service.admin.on_model("activated", lambda e: metrics.model_event(e.name, "activated"))
             service.admin.on_model("failed", lambda e: metrics.model_event(e.name, "failed"))
@@ -180,7 +180,7 @@ class Telemetry:
             create(name, callbacks=[callback], unit=spec.unit, description=spec.description)
 
     def _uptime(self, options: CallbackOptions) -> Iterable[Observation]:
-        # NOTE: always one point, so a collection is never empty and the bridge always runs
+        # always one point, so a collection is never empty and the bridge always runs
         return [Observation((time.time_ns() - self.bridge.started) / 1e9)]
 
     def _stats(self) -> dict[str, Any]:

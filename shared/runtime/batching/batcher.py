@@ -82,7 +82,7 @@ class Batcher(Generic[T, R]):
         self.batches = 0
         self.items = 0
         self.shed = 0
-        self._last_size = 1  # NOTE: the last batch's size: 1 at low load, where `_lead` serves
+        self._last_size = 1  # the last batch's size: 1 at low load, where `_lead` serves
 
     @property
     def closing(self) -> bool:
@@ -122,7 +122,7 @@ class Batcher(Generic[T, R]):
         try:
             await asyncio.sleep(0)
         except BaseException:
-            pending.future.cancel()  # NOTE: cancelled before its run: `_take` skips it
+            pending.future.cancel()  # cancelled before its run: `_take` skips it
             self._in_flight -= 1
             self._poke()
             raise
@@ -130,7 +130,7 @@ class Batcher(Generic[T, R]):
             self._queue.popleft()
             await self._run_batch([pending])
         else:
-            self._in_flight -= 1  # NOTE: `_start` takes the slot again for the batch's own task
+            self._in_flight -= 1  # `_start` takes the slot again for the batch's own task
             self._start(self._take())
             self._poke()
         return await pending.future
@@ -178,7 +178,7 @@ class Batcher(Generic[T, R]):
                 await self._wait_change(None)
                 continue
             if self._in_flight == 0:
-                # NOTE: one tick lets requests already woken in this loop iteration join.
+                # one tick lets requests already woken in this loop iteration join.
                 await asyncio.sleep(0)
             elif len(self._queue) < self._policy.max_size:
                 wait = self._queue[0].arrived + self._policy.window_s - time.perf_counter()
@@ -187,7 +187,7 @@ class Batcher(Generic[T, R]):
                     continue
             batch = self._take()
             if batch and self._max_concurrency == 1:
-                # NOTE: one slot: the dispatcher would only wait for it, so it runs the batch itself
+                # one slot: the dispatcher would only wait for it, so it runs the batch itself
                 self._in_flight += 1
                 await self._run_batch(batch)
             else:
@@ -232,5 +232,5 @@ class Batcher(Generic[T, R]):
             self.items += len(batch)
             self._last_size = len(batch)
             self._in_flight -= 1
-            if self._queue or self._closing:  # NOTE: only then can anyone be waiting for a slot
+            if self._queue or self._closing:  # only then can anyone be waiting for a slot
                 self._poke()

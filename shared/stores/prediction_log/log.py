@@ -44,10 +44,10 @@ from shared.telemetry import metrics
 __all__ = ["CHUNK", "CLOSE_S", "HAND_OVER", "PAUSE_S", "SOON", "PredictionLog", "Subscriber"]
 
 log = logging.getLogger(__name__)
-# NOTE: a subscriber may answer an awaitable (reason codes: their model run in a worker thread); the
+# a subscriber may answer an awaitable (reason codes: their model run in a worker thread); the
 # writer awaits it before the batch is encoded
 Subscriber = Callable[[Sequence[DecisionRecord]], Awaitable[None] | None]
-# NOTE: records handed to the subscribers at once: reason codes make one model run for all of
+# records handed to the subscribers at once: reason codes make one model run for all of
 # a batch's review and decline rows, ~24 µs a row at 7 of them (a chunk of 64 records: 2.7 µs a
 # record, before) and ~13 µs at 28 or more; 256 records hold the loop ~0.4 ms. 512 took ~0.9 µs
 # a record less of the loop, and gave a p99 at 16 connections of 4.8-5.2 ms against 4.6-4.7
@@ -207,7 +207,7 @@ class PredictionLog:
 
     def _locked(self) -> asyncio.Lock:
         if self._lock is None:
-            self._lock = asyncio.Lock()  # NOTE: made inside the running loop, on first use
+            self._lock = asyncio.Lock()  # made inside the running loop, on first use
         return self._lock
 
     # -- taking: subscribers and encoding, a chunk at a time ---------------------------------
@@ -215,20 +215,20 @@ class PredictionLog:
     async def _take(self) -> None:
         """Hand over and encode what is held now (not what arrives meanwhile), yielding between chunks."""
         records, left = self._records, len(self._records)
-        outcomes, self._outcomes_held = self._outcomes_held, False  # NOTE: one arriving meanwhile sets it again
+        outcomes, self._outcomes_held = self._outcomes_held, False  # one arriving meanwhile sets it again
         while left:
             batch = [records.popleft() for _ in range(min(left, HAND_OVER))]
             left -= len(batch)
             if self._sink is None:
                 await self._hand_over([r for r in batch if r.via != "review"] if outcomes else batch)
-                self._stats.written += len(batch)  # NOTE: no sink: the subscribers were its destination
+                self._stats.written += len(batch)  # no sink: the subscribers were its destination
                 if left:
                     await asyncio.sleep(PAUSE_S)
                 continue
-            kept = 0  # NOTE: the batch's records encoded so far
+            kept = 0  # the batch's records encoded so far
             try:
                 await self._hand_over([r for r in batch if r.via != "review"] if outcomes else batch)
-                # NOTE: drift and ranking the reason codes held the loop: encoding would add to it
+                # drift and ranking the reason codes held the loop: encoding would add to it
                 await asyncio.sleep(PAUSE_S)
                 for start in range(0, len(batch), CHUNK):
                     chunk = batch[start : start + CHUNK]
@@ -238,7 +238,7 @@ class PredictionLog:
                     # with a chunk on every turn it paid for several (p99 6-9 ms at 16 connections)
                     await asyncio.sleep(PAUSE_S)
             except BaseException:
-                # NOTE: cancelled (shutdown) while a subscriber ran or at a pause: the batch's rest
+                # cancelled (shutdown) while a subscriber ran or at a pause: the batch's rest
                 # is encoded at once, so no record taken is lost
                 if kept < len(batch):
                     self._encode(self._grouped(batch[kept:]))
@@ -263,9 +263,9 @@ class PredictionLog:
         """The chunk's records by partition (model, version, UTC hour), each in arrival order."""
         groups: dict[tuple[str, str, int], list[DecisionRecord]] = {}
         for record in chunk:
-            if getattr(record.review, "rationale", ""):  # NOTE: a review is on few records (the uncertain tail)
+            if getattr(record.review, "rationale", ""):  # a review is on few records (the uncertain tail)
                 record.review = _without_rationale(record.review)
-            hour = (record.model, record.version, int(record.at // 3600))  # NOTE: epoch hours are UTC hours
+            hour = (record.model, record.version, int(record.at // 3600))  # epoch hours are UTC hours
             group = groups.get(hour)
             if group is None:
                 group = groups[hour] = []
@@ -279,7 +279,7 @@ class PredictionLog:
             count = len(group)
             try:
                 lines = encode_records(group, key)
-            except Exception:  # NOTE: one record the encoder refuses: each on its own, that one counted
+            except Exception:  # one record the encoder refuses: each on its own, that one counted
                 lines, count = self._encode_each(group)
             if not count:
                 continue

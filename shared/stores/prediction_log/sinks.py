@@ -112,7 +112,7 @@ class DirectorySink:
     in a worker thread."""
 
     name = "dir"
-    write_bytes = 1 << 20  # NOTE: a second's records at capacity are ~9 MB: joining them at once held the loop ms
+    write_bytes = 1 << 20  # a second's records at capacity are ~9 MB: joining them at once held the loop ms
 
     def __init__(self, root: Path, replica: str, max_bytes: int = DIRECTORY_CAP) -> None:
         self.root = root
@@ -141,7 +141,7 @@ class DirectorySink:
             path = self.root / object_name(partition, self._replica, segment)
         self._segments[partition] = segment
         _append(path, lines)
-        self._sizes[path] = self._sizes.pop(path, 0) + len(lines)  # NOTE: re-inserted: newest last
+        self._sizes[path] = self._sizes.pop(path, 0) + len(lines)  # re-inserted: newest last
         self._trim(keep=path)
 
     def _scan(self) -> None:
@@ -164,7 +164,7 @@ class DirectorySink:
             self.removed_bytes += size
 
     async def aclose(self) -> None:
-        return None  # NOTE: every write opens and closes its file: nothing is held open
+        return None  # every write opens and closes its file: nothing is held open
 
 
 def _mtime(path: Path) -> float:
@@ -201,7 +201,7 @@ class _Blob:
 class BlobSink:
     """Hourly append blobs in one container (PREDICTION_LOG_CONTAINER of the model storage account).
 
-    NOTE: the async client (azure.storage.blob.aio over aiohttp, already installed for the async
+    The async client (azure.storage.blob.aio over aiohttp, already installed for the async
     identity) rather than the sync one in a thread: a flush is a request or two per partition, awaited
     on the loop with nothing blocking it and no worker thread taken from the models' file reads.
     The client opens its aiohttp session on the first request, inside the running loop.
@@ -223,7 +223,7 @@ class BlobSink:
         self._replica = _check_replica(replica)
         self._timeout_s = timeout_s
         self._block_bytes = block_bytes
-        self.write_bytes = block_bytes  # NOTE: one append block a write
+        self.write_bytes = block_bytes  # one append block a write
         self._max_blocks = max_blocks
         self._credential = credential
         self._blobs: dict[Partition, _Blob] = {}
@@ -240,7 +240,7 @@ class BlobSink:
     ) -> BlobSink:
         """A sink in `container`: by connection string (locally, Azurite) or by `blob_uri` and
         the managed identity (Azure), as the model repository reaches the same account."""
-        from azure.storage.blob.aio import ContainerClient  # NOTE: imported only when blobs are used
+        from azure.storage.blob.aio import ContainerClient  # imported only when blobs are used
 
         # NOTE: no SDK retries: the log retries with its own backoff while the records wait in memory.
         sdk: dict[str, Any] = {"retry_total": 0, "connection_timeout": 5}
@@ -274,11 +274,11 @@ class BlobSink:
         blob = await self._open(partition)
         block = lines[done : _block_end(lines, done, self._block_bytes)]
         try:
-            # NOTE: a stream, not bytes: aiohttp warns that a large bytes body may hold the loop while it is sent
+            # a stream, not bytes: aiohttp warns that a large bytes body may hold the loop while it is sent
             body = io.BytesIO(block)
             answer = await self._call(blob.client.append_block(body, len(block), appendpos_condition=blob.offset))
         except ResourceNotFoundError:
-            self._blobs.pop(partition, None)  # NOTE: the blob or its container went away: open them again
+            self._blobs.pop(partition, None)  # the blob or its container went away: open them again
             raise SinkError("the blob went away (it is created again on the next try)") from None
         except HttpResponseError as exc:
             return await self._refused(partition, blob, exc, lines, done)
@@ -286,7 +286,7 @@ class BlobSink:
         blocks = answer.get("blob_committed_block_count")
         blob.blocks = blocks if isinstance(blocks, int) else blob.blocks + 1
         if blob.blocks >= self._max_blocks:
-            self._blobs.pop(partition, None)  # NOTE: the next write opens the next segment
+            self._blobs.pop(partition, None)  # the next write opens the next segment
         return len(block)
 
     async def _refused(self, partition: Partition, blob: _Blob, exc: HttpResponseError, lines: bytes, done: int) -> int:
@@ -320,7 +320,7 @@ class BlobSink:
         blob = self._blobs.get(partition)
         if blob is None:
             blob = self._blobs[partition] = await self._open_segment(partition, 0)
-            while len(self._blobs) > 64:  # NOTE: hours go by; keep the recent partitions only
+            while len(self._blobs) > 64:  # hours go by; keep the recent partitions only
                 del self._blobs[next(iter(self._blobs))]
         return blob
 
@@ -358,7 +358,7 @@ class BlobSink:
         try:
             await create()
         except ResourceExistsError:
-            pass  # NOTE: this replica's earlier run made it; its size was 0 when we looked, or we reconcile
+            pass  # this replica's earlier run made it; its size was 0 when we looked, or we reconcile
         except ResourceNotFoundError:
             with contextlib.suppress(ResourceExistsError):
                 await self._call(self._container.create_container())
@@ -374,7 +374,7 @@ class BlobSink:
         except TimeoutError:
             raise SinkError(f"TimeoutError: no answer within {self._timeout_s:g} s") from None
         except HttpResponseError:
-            raise  # NOTE: the caller reads its status and code
+            raise  # the caller reads its status and code
         except (AzureError, OSError) as exc:
             raise SinkError(type(exc).__name__) from exc
 
