@@ -92,7 +92,7 @@ class AzureOpenAIClient:
     def _entra_token_provider(self) -> Callable[[], Awaitable[str]]:
         """A Microsoft Entra token for the managed identity, fetched off the event loop.
 
-        Azure-identity's sync credential (its async one needs aiohttp, which nothing
+        azure-identity's sync credential (its async one needs aiohttp, which nothing
         else here uses); the provider caches the token, so the thread hop is per call only.
         AZURE_CLIENT_ID (set by infra/) selects the app's user-assigned identity.
         """

@@ -138,7 +138,7 @@ class Reviewer:
         return self._outcome(event, local, task)
 
     def _settled(self, task: asyncio.Task[Opinion]) -> None:
-        """A review ended. its failure is already kept (`_ended`) and counted; taking it here
+        """A review ended. Its failure is already kept (`_ended`) and counted; taking it here
         stops asyncio logging "Task exception was never retrieved" for each review nobody waited for."""
         self._tasks.discard(task)
         if not task.cancelled():
