@@ -9,8 +9,9 @@ Auth levels are the route table's (`auth`): "function" accepts any host or funct
 scoring clients get), "admin" only the master key (the control routes; which key goes to whom:
 docs/deploy.md).
 
-NOTE: host.json's routePrefix is "" so that the V2 routes sit at the root paths standard
+host.json's routePrefix is "" so that the V2 routes sit at the root paths standard
 clients call (`/v2/...`); every other route names its `api/` itself.
+
 NOTE: one explicit route per HTTP function, no catch-all. The host puts routes into one
 first-match table in the order of function names, with no precedence: a keyed catch-all
 named before `health` answered the probes with 401. Explicit routes cannot overlap, so
@@ -119,7 +120,7 @@ async def metrics(req: func.HttpRequest, context: func.Context) -> func.HttpResp
 
 
 # -- the Open Inference Protocol (V2), served by the same ASGI app (shared/adapters/oip/rest.py) --------------
-# NOTE: keyed like every non-probe route, health included: the platform's probes use
+# keyed like every non-probe route, health included: the platform's probes use
 # /api/health/*, and V2 clients (tritonclient's `headers=`) send the key as they do for infer.
 
 

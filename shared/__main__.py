@@ -15,7 +15,7 @@ from shared.settings import Settings
 def main() -> int:
     try:
         settings = Settings.from_env()
-    except SettingsError as exc:  # NOTE: one line naming the setting, no traceback
+    except SettingsError as exc:  # one line naming the setting, no traceback
         print(f"fraud scoring: invalid settings: {exc.detail}", file=sys.stderr)
         return 2
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -100,7 +100,7 @@ class ScoringError(Exception):
     grpc_status: str = "INTERNAL"
     code: str = "internal"
     retryable: bool = True
-    retry_after_s: float | None = None  # NOTE: set where the caller should wait: HTTP says so in Retry-After
+    retry_after_s: float | None = None  # set where the caller should wait: HTTP says so in Retry-After
 
     def __init__(self, detail: str) -> None:
         super().__init__(detail)
@@ -178,7 +178,7 @@ class BatcherClosed(NotReady):
 class SettingsError(NotReady):
     """A setting has a value the service cannot run with; the detail names it and what is expected.
 
-    NOTE: its code stays `not_ready`: to a caller it is the same retry-later answer.
+    Its code stays `not_ready`: to a caller it is the same retry-later answer.
     """
 
 

@@ -55,7 +55,7 @@ class FunctionHandlers:
         self, holder: ServiceHolder, *, publisher: Publisher | None = None, store: ResultStore | None = None
     ) -> None:
         self.holder = holder
-        self.publisher = publisher  # NOTE: the seams of the queue path; None: built from settings
+        self.publisher = publisher  # the seams of the queue path; None: built from settings
         self.store = store
         self._queue: QueueHandler | None = None
         self._app = create_app(holder, hosted=True)
@@ -65,7 +65,7 @@ class FunctionHandlers:
     def warm_up_soon(self) -> None:
         """Start building the service now if a worker's loop is running, else on first use.
 
-        NOTE: the Python worker imports function_app.py on its one event loop (the loop that
+        The Python worker imports function_app.py on its one event loop (the loop that
         later runs every async function), so a task created here starts right after
         indexing: models load before the first probe or message instead of during it.
         Imported by a tool or a test (no running loop), this does nothing.
@@ -82,13 +82,13 @@ class FunctionHandlers:
             await asyncio.to_thread(importlib.import_module, name)
         try:
             await self.holder.get()
-        except ScoringError as exc:  # NOTE: readiness says why; the next probe or call retries
+        except ScoringError as exc:  # readiness says why; the next probe or call retries
             log.error("warm-up failed: %s", exc.detail)
 
     async def http(self, req: func.HttpRequest, context: func.Context | None = None) -> func.HttpResponse:
         """Every HTTP route: the same ASGI app that `make run` serves.
 
-        NOTE: the scoring routes are framed here in a few lines (`call_asgi`); every other route
+        The scoring routes are framed here in a few lines (`call_asgi`); every other route
         goes through `func.AsgiMiddleware`, whose general bridge costs a large share of an
         invocation's worker CPU on the hot route (docs/capacity.md). Same app, same answers.
         """
@@ -96,7 +96,7 @@ class FunctionHandlers:
             return await call_asgi(self._app, req, path)
         try:
             response: func.HttpResponse = await self._asgi.handle_async(req, context)
-        except UnicodeDecodeError:  # NOTE: AsgiMiddleware decodes the path as UTF-8 before the app runs
+        except UnicodeDecodeError:  # AsgiMiddleware decodes the path as UTF-8 before the app runs
             body = to_builtins(error_body(BadRequest("the request path is not UTF-8 once percent-decoded")))
             return func.HttpResponse(json.dumps(body), status_code=400, mimetype="application/json")
         return response
@@ -176,7 +176,7 @@ async def call_asgi(app: ASGIApp, req: func.HttpRequest, path: tuple[str, str]) 
     async def receive() -> Message:
         nonlocal sent
         if sent:
-            await asyncio.Future()  # NOTE: nothing more comes: a disconnect is never reported
+            await asyncio.Future()  # nothing more comes: a disconnect is never reported
         sent = True
         return {"type": "http.request", "body": body, "more_body": False}
 
@@ -211,7 +211,7 @@ async def call_asgi(app: ASGIApp, req: func.HttpRequest, path: tuple[str, str]) 
 def quiet_worker_logs(service: ScoringService) -> None:
     """Leave the Python worker's own loggers at WARNING: their INFO lines are one or two per invocation.
 
-    NOTE: the worker writes "Received FunctionInvocationRequest" / "Function name: ..." at INFO
+    The worker writes "Received FunctionInvocationRequest" / "Function name: ..." at INFO
     for every invocation, each a gRPC message to the host, which files the worker's
     system-category logs in the platform's own store, not the app's Application Insights; the
     host logs each execution itself. Their cost is measured in docs/capacity.md. Their warnings and errors still flow. (No setting: one would have to be

@@ -100,7 +100,7 @@ Platform = Literal["onnx_onnxv1", "ensemble"]
 Score = Annotated[float, Meta(ge=0, le=1)]
 REF = "#/components/schemas/{name}"  # where shared/adapters/http/openapi.py puts each type's schema
 
-encode = msgspec.json.encode  # NOTE: one encoder for every answer, bound once (the hot path calls it)
+encode = msgspec.json.encode  # one encoder for every answer, bound once (the hot path calls it)
 
 
 def one_of(*types: type[Struct], anyof: bool = False) -> Meta:
@@ -161,7 +161,7 @@ class Reason(Answer, frozen=True):
 
     @classmethod
     def of(cls, code: ReasonCode) -> Reason:
-        return cls(code.feature, "raises")  # NOTE: only codes whose feature raised the score are chosen
+        return cls(code.feature, "raises")  # only codes whose feature raised the score are chosen
 
 
 class Scored(Answer, frozen=True, gc=False):
@@ -317,7 +317,7 @@ class ModelList(Answer, frozen=True):
 
 
 # -- stats ---------------------------------------------------------------------------------
-# NOTE: the cache, tier and review counters are the live objects their owners count into;
+# the cache, tier and review counters are the live objects their owners count into;
 # /api/stats encodes them as they stand.
 
 

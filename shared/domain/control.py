@@ -39,5 +39,5 @@ def decode_note(body: bytes) -> ControlNote:
         raise MalformedJson("body is not valid UTF-8") from None
     except RecursionError:
         raise MalformedJson("JSON is nested too deeply") from None
-    except msgspec.DecodeError as exc:  # NOTE: the same words as the action's own decoder (events.py)
+    except msgspec.DecodeError as exc:  # the same words as the action's own decoder (events.py)
         raise MalformedJson(str(exc)) from None

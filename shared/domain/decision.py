@@ -45,7 +45,7 @@ class ThresholdDecider:
     """The model's own thresholds: below `review` approve, from `decline` up decline."""
 
     def __init__(self) -> None:
-        # NOTE: the reasons of each thresholds object, worked out once (an f-string per event cost more)
+        # the reasons of each thresholds object, worked out once (docs/benchmark.md)
         self._reasons: dict[int, tuple[Thresholds, dict[str, str]]] = {}
 
     async def decide(

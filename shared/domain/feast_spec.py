@@ -50,7 +50,7 @@ _TYPES: tuple[EntityType, ...] = ("string", "int64")
 def _text_fields() -> frozenset[str]:
     """The event fields every event carries as text: the only values an entity key is built from.
 
-    NOTE: `amount` (a float), `timestamp` and the optional `note` cannot key a Feast entity: a
+    `amount` (a float), `timestamp` and the optional `note` cannot key a Feast entity: a
     join key over one would fail at request time, so a model declaring it is refused at load."""
     info = msgspec.inspect.type_info(PaymentEvent)
     assert isinstance(info, msgspec.inspect.StructType)  # noqa: S101 narrows the type for mypy

@@ -58,8 +58,8 @@ def _hasher(key: bytes) -> Any:
     return state
 
 
-_second: list[Any] = [None, ""]  # NOTE: the last second formatted: records of one flush share their seconds
-_MILLIS = tuple(f".{ms:03d}Z" for ms in range(1000))  # NOTE: a lookup, not a format spec per record
+_second: list[Any] = [None, ""]  # the last second formatted: records of one flush share their seconds
+_MILLIS = tuple(f".{ms:03d}Z" for ms in range(1000))  # a lookup, not a format spec per record
 
 
 def _iso(at: float) -> str:
@@ -84,7 +84,7 @@ class Shadowed(msgspec.Struct, frozen=True, gc=False):
 class Line(msgspec.Struct, gc=False):
     """A record as the sink holds it: one JSON object per line, these keys in this order.
 
-    NOTE: a struct, encoded a chunk at a time (`encode_lines`: one C call for the chunk), not a
+    A struct, encoded a chunk at a time (`encode_lines`: one C call for the chunk), not a
     dict per record through orjson: the writer's encoding was its largest cost (docs/benchmark.md).
     """
 
@@ -106,7 +106,7 @@ class Line(msgspec.Struct, gc=False):
     reasons: Any
 
 
-encode_lines = msgspec.json.Encoder().encode_lines  # NOTE: every line ends with "\n"
+encode_lines = msgspec.json.Encoder().encode_lines  # every line ends with "\n"
 _NONE_DEFAULTED: dict[str, str] = {}  # NOTE: written, never changed: the lines of records with no default share it
 _ROWS: dict[int, tuple[Sequence[str], type[msgspec.Struct]]] = {}  # id(columns) -> (columns, its struct)
 
@@ -119,7 +119,7 @@ def _row_type(columns: Sequence[str]) -> type[msgspec.Struct]:
         return known[1]
     fields = [f"f{i}" for i in range(len(columns))]
     kind = msgspec.defstruct("Row", fields, rename=dict(zip(fields, columns, strict=True)), gc=False)
-    if len(_ROWS) > 256:  # NOTE: a few versions live at a time; the column tuples are their mappers'
+    if len(_ROWS) > 256:  # a few versions live at a time; the column tuples are their mappers'
         _ROWS.clear()
     _ROWS[id(columns)] = (columns, kind)
     return kind
@@ -195,7 +195,7 @@ def _hashed_review(review: Any, event: str) -> Any:
 def plain_defaulted(defaulted: Mapping[str, str]) -> dict[str, str]:
     """A dict the encoder takes (the answer's defaulted reasons come as a read-only view).
 
-    NOTE: the answer's own dict when it is one (never changed after it was built: not copied)."""
+    The answer's own dict when it is one (never changed after it was built: not copied)."""
     if type(defaulted) is dict:
         return defaulted
     return dict(defaulted) if defaulted else _NONE_DEFAULTED
@@ -218,7 +218,7 @@ def encode_records(records: Sequence[DecisionRecord], key: bytes = b"") -> bytes
     kind = _row_type(columns)
     lines = []
     for record in records:
-        if record.columns is not columns:  # NOTE: the struct of a run of records sharing their columns, found once
+        if record.columns is not columns:  # the struct of a run of records sharing their columns, found once
             columns, kind = record.columns, _row_type(record.columns)
         if record.event_id:
             state = hasher.copy()

@@ -278,7 +278,7 @@ def _plan(spec: FeastSpec) -> _Plan:
     read = {view for _, view, _ in spec.features}
     for view in spec.views:
         if view.name not in read:
-            continue  # NOTE: a declared view no column reads costs no HMGET
+            continue  # a declared view no column reads costs no HMGET
         by_keys.setdefault(view.entities, []).append(view)
     groups: list[_Group] = []
     views: list[_ViewPlan] = []
@@ -421,7 +421,7 @@ class FeastStore:
 
     def _cached(self, index: int, key: bytes | None) -> Entry | None:
         if key is None:
-            return _NOT_FOUND  # NOTE: an event value Feast could not have keyed (a non-integer int64)
+            return _NOT_FOUND  # an event value Feast could not have keyed (a non-integer int64)
         entry = self._l1.get((index, key)) if self._l1 is not None else None
         if entry is not None:
             self.counts["l1_hits"] += 1
@@ -473,8 +473,8 @@ class FeastStore:
         """A caller's HMGETs: straight to Redis when no other read is in flight, else queued to share
         the next round trip with every read that arrives meanwhile (at most two round trips at once).
 
-        NOTE: measured (bench/feast.py): at 16 callers, sharing cuts the CPU per lookup to a third;
-        one caller at a time through the batcher pays ~100 µs more per read: so only the busy go there."""
+        Sharing pays only when reads overlap, so only the busy go through the batcher
+        (docs/benchmark.md, bench/feast.py)."""
         if self._direct:
             return (await self._reader.submit(items)).value
         self._direct = True
@@ -516,7 +516,7 @@ class FeastStore:
         conn = await pool.get_connection()  # type: ignore[no-untyped-call,unused-ignore]
         try:
             await conn.send_packed_command(packed, check_health=False)
-            # NOTE: math.inf: no deadline per reply (a timer each); `_hmget`'s one deadline bounds them all
+            # math.inf: no deadline per reply (a timer each); `_hmget`'s one deadline bounds them all
             return [await conn.read_response(timeout=math.inf) for _ in range(count)]
         except BaseException:
             await conn.disconnect()  # NOTE: replies may be left unread (timeout, cancel): never reuse it
@@ -541,7 +541,7 @@ def _decode(group: _Group, reply: list[bytes | None]) -> Entry:
 
 def _feature(data: bytes | None) -> object:
     """A Value as a model column takes it: `decode_value`, a bool as 0.0/1.0."""
-    if data is not None and len(data) == 9 and data[0] == 0x29:  # NOTE: double_val, the common case, first
+    if data is not None and len(data) == 9 and data[0] == 0x29:  # double_val, the common case, first
         return _D(data, 1)[0]
     value = decode_value(data)
     return float(value) if type(value) is bool else value

@@ -44,7 +44,7 @@ __all__ = [
 
 CATEGORICAL_FIELDS = ("channel", "country", "currency", "merchant_category", "merchant_id")
 _NUMBERS = (int, float)  # exact types: a bool is not a feature value
-# NOTE: a finite double past float32's range becomes inf in the row: the bound also refuses NaN
+# a finite double past float32's range becomes inf in the row: the bound also refuses NaN
 # and inf, and compares a huge int exactly (where `math.isfinite` would raise OverflowError).
 _F32_MAX = float(np.finfo(np.float32).max)
 _F32_RANGE = (-_F32_MAX, _F32_MAX)
@@ -58,7 +58,7 @@ class Absent(Enum):
     STALE = "stale"  # older than its view's max age
 
 
-# NOTE: a store's answer for one event: a number per feature, or why there is none (never a sentinel number)
+# a store's answer for one event: a number per feature, or why there is none (never a sentinel number)
 Context: TypeAlias = Mapping[str, "float | Absent"]
 _NO_WHY: Mapping[str, str] = MappingProxyType({})
 
@@ -71,7 +71,7 @@ class FeatureRow(NamedTuple):
 
 def _utc(event: PaymentEvent) -> datetime:
     ts = event.timestamp
-    return ts if ts.tzinfo is UTC else ts.astimezone(UTC)  # NOTE: "Z" decodes to UTC itself: most skip it
+    return ts if ts.tzinfo is UTC else ts.astimezone(UTC)  # "Z" decodes to UTC itself: most skip it
 
 
 # The numeric features an event carries by itself, each computed only where a model asks for it.
@@ -91,7 +91,7 @@ class FeatureMapper:
 
     def __init__(self, spec: ModelSpec) -> None:
         self.spec = spec
-        self.columns = tuple(f.name for f in spec.features)  # NOTE: once: every decision record names them
+        self.columns = tuple(f.name for f in spec.features)  # once: every decision record names them
         self._template = [f.default for f in spec.features]
         self._event_cols: list[tuple[int, Callable[[PaymentEvent], float]]] = []
         self._indicators: dict[str, dict[str, int]] = {}  # field -> value -> column
@@ -126,7 +126,7 @@ class FeatureMapper:
 
     def row(self, event: PaymentEvent, user: Context | None) -> FeatureRow:
         """The input row for `event`, with the names that took their default."""
-        values = self._template.copy()  # NOTE: a list, then one array: numpy item writes cost more
+        values = self._template.copy()  # a list, then one array: numpy item writes cost more
         for i, compute in self._event_cols:
             values[i] = compute(event)
         for field, columns in self._indicators.items():
@@ -137,7 +137,7 @@ class FeatureMapper:
         lowest, highest = _F32_RANGE
         for i, name in self._user_cols:
             value = user.get(name) if user is not None else None
-            # NOTE: the exact-type test narrows what mypy cannot see: a number, never an Absent
+            # the exact-type test narrows what mypy cannot see: a number, never an Absent
             if value is not None and type(value) in _NUMBERS and lowest <= value <= highest:  # type: ignore[operator]
                 values[i] = value  # type: ignore[assignment]
             else:
@@ -149,7 +149,7 @@ class FeatureMapper:
     def rows(self, events: Sequence[PaymentEvent], users: Sequence[Context | None] | None) -> list[FeatureRow]:
         """`row` for each event (with `users[k]` its user's context), built as one matrix.
 
-        NOTE: a batch request's rows: column by column, one list per column written into one
+        A batch request's rows: column by column, one list per column written into one
         matrix, instead of a list and an array per event (docs/benchmark.md). Each row is a
         view of that matrix, equal to `row`'s byte for byte (tests/features/test_mapping_properties.py).
         """

@@ -158,10 +158,10 @@ class FeatureStore:
         return [found.get(e.user_id) for e in events]
 
     def problem(self) -> str | None:
-        return None  # NOTE: its Redis is the cache tier, which reports itself
+        return None  # its Redis is the cache tier, which reports itself
 
     async def aclose(self) -> None:
-        return None  # NOTE: its Redis is the cache tier, which the core closes
+        return None  # its Redis is the cache tier, which the core closes
 
     async def _from_fallback(self, user_id: str) -> UserFeatures:
         return dict(self._fallback.get(user_id, {}))
@@ -171,7 +171,7 @@ async def seed_redis(
     url: str, users: Mapping[str, Mapping[str, float]], *, prefix: str = "", ttl_s: int | None = None
 ) -> int:
     """Write every user's features to Redis in pipelined chunks; returns the count."""
-    from redis.asyncio import Redis  # NOTE: a tool's path (scripts/seed_features.py), not the server's
+    from redis.asyncio import Redis  # a tool's path (scripts/seed_features.py), not the server's
 
     client = Redis.from_url(url)
     try:

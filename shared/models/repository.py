@@ -127,10 +127,9 @@ def check_size(size: int, cap: int, ref: ModelRef) -> None:
         raise ModelInvalid(f"{ref.name}/{ref.version}: {size} bytes exceeds MAX_MODEL_BYTES ({cap})")
 
 
-# NOTE: the poller (MODEL_POLL_SECONDS) and the fleet watch (every second) are the retry: two SDK
-# retries about a second apart (backoff = initial + increment_base^n) ride out a blip. The SDK's
-# default (3 retries, 15 s + 3^n apart) held one call to a stopped account for 83 s (measured
-# against Azurite), so a replica noticed neither the outage nor the recovery for that long.
+# NOTE: not the SDK's default retries (3, 15 s + 3^n apart): they hide an outage and its recovery from
+# a replica for over a minute (docs/benchmark.md). The poller (MODEL_POLL_SECONDS) and the fleet watch
+# (every second) are the retry; two SDK retries about a second apart ride out a blip.
 RETRY: dict[str, Any] = {"retry_total": 2, "initial_backoff": 0, "increment_base": 1, "random_jitter_range": 0.2}
 
 
@@ -289,7 +288,7 @@ class BlobRepository:
     def connect(
         cls, *, container: str, connection_string: str | None, blob_uri: str | None, max_bytes: int = 256 * 1024 * 1024
     ) -> BlobRepository:
-        from azure.storage.blob import BlobServiceClient  # NOTE: imported only when blobs are used
+        from azure.storage.blob import BlobServiceClient  # imported only when blobs are used
 
         if connection_string:
             try:
@@ -346,7 +345,7 @@ class BlobRepository:
         check_ref(*ref)
 
         def upload() -> None:
-            self._container.upload_blob(_blob_name(ref), data, overwrite=True)  # NOTE: committed whole
+            self._container.upload_blob(_blob_name(ref), data, overwrite=True)  # committed whole
 
         self._call(f"write {ref.name}/{ref.version}", upload)
 

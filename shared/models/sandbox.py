@@ -114,7 +114,7 @@ class Sandbox:
                 stderr=subprocess.PIPE,
                 cwd=scratch,
                 env=child_env(),
-                start_new_session=True,  # NOTE: its own process group, killed whole at the deadline
+                start_new_session=True,  # its own process group, killed whole at the deadline
             )
             try:
                 out, err = child.communicate(data, timeout=self.limits.wall_s)
@@ -152,7 +152,7 @@ class Sandbox:
 def child_env() -> dict[str, str]:
     """No secrets (no connection strings, no identity endpoint settings): only where to find code.
 
-    NOTE: the child imports what this process imports: under the Functions worker the app's
+    The child imports what this process imports: under the Functions worker the app's
     packages are on `sys.path` through the worker, not through the interpreter's site-packages.
     """
     path = dict.fromkeys([str(ROOT), *(p for p in sys.path if p and os.path.isdir(p))])

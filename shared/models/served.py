@@ -68,7 +68,7 @@ class LoadedModel:
     mapper: FeatureMapper = field(init=False)
 
     def __post_init__(self) -> None:
-        # NOTE: inline, the loop is busy while the model runs, so one slot; in a thread, a
+        # inline, the loop is busy while the model runs, so one slot; in a thread, a
         # second batch may form (within the window) while the first one runs.
         slots = 1 if self.inline else 2
         self.batcher = Batcher(self._run, self.policy, max_concurrency=slots, name=f"{self.name}/{self.version}")
@@ -83,7 +83,7 @@ class LoadedModel:
         """Score one feature row: from this process's cache, else through the shared micro-batch."""
         key = PredictionCache.key(self.name, self._key_prefix, row.tobytes())
         if self.predictions is not None:
-            score = self.predictions.get_l1(key)  # NOTE: a hit needs no future and no batch
+            score = self.predictions.get_l1(key)  # a hit needs no future and no batch
             if score is not None:
                 return Completed(Prediction(score, "l1"), 0.0, 0.0, 1)
         return await self.batcher.submit((key, row))
@@ -96,7 +96,7 @@ class LoadedModel:
     async def score_rows(self, rows: list[Row]) -> list[Prediction]:
         """Score rows that arrived together (a batch request): they are their own model batches.
 
-        NOTE: no window to wait for and no future per row: the rows this process holds answer
+        No window to wait for and no future per row: the rows this process holds answer
         at once, the rest go through `_run` in chunks of up to ROWS_PER_RUN (one cache lookup,
         one model run each). Only for models run inline, on the event loop, where a run cannot
         overlap a retirement; `BatcherClosed` tells the caller to take the per-row path.
@@ -120,11 +120,11 @@ class LoadedModel:
                 answers[i] = prediction
         self.batcher.batches += (len(pending) + ROWS_PER_RUN - 1) // ROWS_PER_RUN
         self.batcher.items += len(pending)
-        return answers  # type: ignore[return-value]  # NOTE: every slot is filled above
+        return answers  # type: ignore[return-value]  # every slot is filled above
 
     async def _run(self, items: list[tuple[str, Row]], *, l1_checked: bool = False) -> list[Prediction]:
         started = time.perf_counter()
-        metrics.batch(self.name, len(items))  # NOTE: once per batch, not per row
+        metrics.batch(self.name, len(items))  # once per batch, not per row
         cache = self.predictions
         use_l2 = cache is not None and cache.pays(self.batch_run_s)
         known: dict[str, tuple[float, Origin]] = {}
@@ -146,10 +146,10 @@ class LoadedModel:
         return [Prediction(*known[key], cache_s, inference_s) for key, _ in items]
 
     async def _predict(self, rows: list[Row]) -> list[float]:
-        if self.model.released:  # NOTE: only rows of a batch request (score_rows) can get here late
+        if self.model.released:  # only rows of a batch request (score_rows) can get here late
             raise BatcherClosed(f"{self.name}/{self.version} was retired")
         matrix = stack_rows(rows)
-        # NOTE: a small model runs faster inline than a thread hop costs (docs/benchmark.md)
+        # a small model runs faster inline than a thread hop costs (docs/benchmark.md)
         scores = self.model.predict(matrix) if self.inline else await asyncio.to_thread(self.model.predict, matrix)
         return [float(s) for s in split_rows(scores, len(rows))]
 

@@ -35,7 +35,7 @@ from shared.models import onnx_ml_pb2 as pb
 
 __all__ = ["CONTROL_FLOW", "DEFAULT_POLICY", "SUPPORTED_IR", "SUPPORTED_OPSETS", "VettingPolicy", "vet"]
 
-# NOTE: what onnxruntime 1.23 implements (its docs' compatibility table: IR 11, ai.onnx opset 23,
+# what onnxruntime 1.23 implements (its docs' compatibility table: IR 11, ai.onnx opset 23,
 # ai.onnx.ml opset 5); the floors are the oldest files any exporter we use still writes.
 SUPPORTED_IR = range(3, 12)
 SUPPORTED_OPSETS = {"": range(7, 24), "ai.onnx": range(7, 24), "ai.onnx.ml": range(1, 6)}

@@ -93,7 +93,7 @@ class Breaker:
         if self.state == "half_open" or self._streak >= self.failures:
             self._open(now + max(self.reset_s, retry_after_s or 0.0))
         elif retry_after_s:
-            self._open(now + retry_after_s)  # NOTE: asked to wait: no call before then, however few failures
+            self._open(now + retry_after_s)  # asked to wait: no call before then, however few failures
 
     def _open(self, until: float) -> None:
         if self.state != "open":

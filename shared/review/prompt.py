@@ -33,7 +33,7 @@ from shared.errors import ReviewInvalid
 __all__ = ["DEFAULT_PROMPT", "SENT_FIELDS", "Opinion", "Prompt"]
 
 DEFAULT_PROMPT = Path(__file__).parent / "prompts" / "fraud-review.v2.json"
-# NOTE: the README's "What leaves the service" lists these; a test holds the two together.
+# the README's "What leaves the service" lists these; a test holds the two together.
 SENT_FIELDS = (
     "amount",
     "currency",
@@ -126,7 +126,7 @@ class Prompt:
         user = self.user.replace("{fields}", body)
         nonce = secrets.token_hex(8)
         if note is not None:
-            # NOTE: JSON-quoted as well: no newline or marker of the note's own survives as one
+            # JSON-quoted as well: no newline or marker of the note's own survives as one
             user += self.note.replace("{nonce}", nonce).replace("{note}", orjson.dumps(note).decode())
         return [{"role": "system", "content": self.system.replace("{nonce}", nonce)}, {"role": "user", "content": user}]
 

@@ -69,8 +69,8 @@ class ReviewStore:
             return None
         try:
             return msgspec.json.decode(payload, type=ReviewRecord)
-        except (msgspec.DecodeError, UnicodeDecodeError):  # NOTE: msgspec raises the latter for a bad string
-            return None  # NOTE: a corrupt record (or not a record) reads as absent, never as an error
+        except (msgspec.DecodeError, UnicodeDecodeError):  # msgspec raises the latter for a bad string
+            return None  # a corrupt record (or not a record) reads as absent, never as an error
 
     def problem(self) -> str | None:
         """Records Redis did not keep lately (readiness lists it), or None."""

@@ -34,7 +34,7 @@ class Deadlines:
 
     def disarm(self, task: asyncio.Task[object]) -> None:
         self._due.pop(task, None)
-        if task in self._expired:  # NOTE: the wait swallowed its deadline's cancellation: take it back
+        if task in self._expired:  # the wait swallowed its deadline's cancellation: take it back
             self._expired.discard(task)
             task.uncancel()
 

@@ -121,7 +121,7 @@ class RedisControlStore:
         if not keys:
             return []
         values = await self._call(self._client.mget([self._prefix + k for k in keys]))
-        return [v.encode() if isinstance(v, str) else v for v in values]  # NOTE: the client never decodes
+        return [v.encode() if isinstance(v, str) else v for v in values]  # the client never decodes
 
     async def write(self, key: str, value: bytes, ttl_s: float | None = None) -> None:
         px = max(1, int(ttl_s * 1000)) if ttl_s else None
@@ -131,7 +131,7 @@ class RedisControlStore:
         return bool(await self._call(self._client.set(self._prefix + key, value, nx=True)))
 
     async def append(self, key: str, value: bytes, keep: int) -> None:
-        pipe = self._client.pipeline(transaction=True)  # NOTE: MULTI: the list never grows past `keep`
+        pipe = self._client.pipeline(transaction=True)  # MULTI: the list never grows past `keep`
         pipe.lpush(self._prefix + key, value)
         pipe.ltrim(self._prefix + key, 0, keep - 1)
         await self._call(pipe.execute())
@@ -152,7 +152,7 @@ class RedisControlStore:
             _honour_cancel()
         except (RedisError, OSError, TimeoutError) as exc:
             self._health.failed_at, self._health.failure = time.monotonic(), type(exc).__name__
-            if isinstance(exc, TimeoutError):  # NOTE: a write may have landed all the same
+            if isinstance(exc, TimeoutError):  # a write may have landed all the same
                 detail = "redis did not answer in time (TimeoutError): the fleet's record may or may not have changed"
             else:
                 detail = f"redis failed ({type(exc).__name__}): the fleet's record was not changed"
@@ -193,7 +193,7 @@ class MemoryControlStore:
 
     async def write(self, key: str, value: bytes, ttl_s: float | None = None) -> None:
         self._check()
-        self.data[key] = value  # NOTE: no expiry here: a fake for tests of other code
+        self.data[key] = value  # no expiry here: a fake for tests of other code
 
     async def write_if_absent(self, key: str, value: bytes) -> bool:
         self._check()
@@ -279,7 +279,7 @@ class ControlAudit:
             return entry
         try:
             await self._store.append(audit_key(model), encoded, self._keep)
-        except ControlStoreDown as exc:  # NOTE: the action is done and on the stream; only the list misses it
+        except ControlStoreDown as exc:  # the action is done and on the stream; only the list misses it
             audit_log.error("control %s on %s by %s: not kept in the store: %s", action, model, actor.who, exc.detail)
         return entry
 

@@ -1,8 +1,8 @@
 """The HTTP middleware: each request's duration by route, method, status and answer source;
 one span per sampled request, with a child per stage of a scored event.
 
-NOTE: per request, unsampled (the common case): two clock reads, a scan of the headers for
-`traceparent`, one random draw, and one histogram record (~1 µs). A score endpoint leaves
+Per request, unsampled (the common case): two clock reads, a scan of the headers for
+`traceparent`, one random draw, and one histogram record. A score endpoint leaves
 its `Scored` in `scope["scoring"]`, where the source and stage timings are read.
 
 `hosted=True` (under the Functions host): the host already records the request (App
@@ -44,7 +44,7 @@ class Measured:
         if self._on is None:
             try:
                 self._on = bool(self._enabled())
-            except Exception:  # NOTE: invalid settings: the app answers why; measure nothing yet
+            except Exception:  # invalid settings: the app answers why; measure nothing yet
                 return False
         return self._on
 
@@ -69,7 +69,7 @@ class Measured:
     def begin(self, scope: Scope) -> tuple[float, Any]:
         """A request starts: its clock, and its span when it is sampled (else None).
 
-        NOTE: a route that knows its own status (`FastPath`, shared/adapters/http/app.py) calls
+        A route that knows its own status (`FastPath`, shared/adapters/http/app.py) calls
         `begin` and `end` itself, without the `send` wrapper.
         """
         started = time.perf_counter()
@@ -77,7 +77,7 @@ class Measured:
         if telemetry is None:
             return started, None
         parent = _header(scope, b"traceparent")
-        if parent is None and not self.hosted:  # NOTE: the common case, the rule of `sampled` inlined
+        if parent is None and not self.hosted:  # the common case, the rule of `sampled` inlined
             return started, (_start(telemetry, scope, None, None, False) if random() < telemetry.ratio else None)  # noqa: S311
         context = _worker_context() if self.hosted else None
         if sampled(parent if context is None else _context_traceparent(context), telemetry.ratio):
@@ -138,7 +138,7 @@ def _finish(telemetry: Any, span: Any, method: str, template: str, status: int, 
     from opentelemetry.trace import StatusCode
 
     if not span.is_recording():
-        # NOTE: a tracer provider the app did not configure (the Functions worker's azure-monitor
+        # a tracer provider the app did not configure (the Functions worker's azure-monitor
         # setup, with its own sampler) hands out non-recording spans: they have no `name` to read
         # and record nothing, so only their end is due.
         span.end()

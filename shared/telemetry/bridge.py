@@ -113,7 +113,7 @@ def _histogram_point(
     last[(name, key)] = (count, total, *counts)
     if count == before[0]:
         return None
-    high = series.take_window_max()  # NOTE: one delta reader per process (Azure Monitor)
+    high = series.take_window_max()  # one delta reader per process (Azure Monitor)
     diff = [int(c - b) for c, b in zip(counts, before[2:], strict=True)]
     return HistogramDataPoint(
         attributes, start, now, int(count - before[0]), total - before[1], diff, bounds, series.low(diff), high

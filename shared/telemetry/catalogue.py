@@ -286,7 +286,7 @@ CATALOGUE: tuple[Spec, ...] = (
     ),
 )
 
-_UNIT_WORDS = {"s": "seconds", "1": ""}  # NOTE: the exporter adds no word for "1"
+_UNIT_WORDS = {"s": "seconds", "1": ""}  # the exporter adds no word for "1"
 
 
 def by_name(name: str) -> Spec:

@@ -1,6 +1,6 @@
 """The instruments of the catalogue, as cheap in-process series, and the API that records them.
 
-NOTE: an OpenTelemetry SDK `Histogram.record(v, attributes)` re-validates and re-hashes the
+An OpenTelemetry SDK `Histogram.record(v, attributes)` re-validates and re-hashes the
 attributes on every call, at a cost near a whole score's (docs/benchmark.md, "Measurements
 behind the code's shape"). So the hot path records into these series instead: one dict lookup
 by a tuple of attribute values (or none: series are bound once), one `bisect` and a few additions. `shared.telemetry.bridge` hands them to every OpenTelemetry metric reader at
@@ -96,7 +96,7 @@ class Series:
         self.max = self.window_max = -math.inf
 
     def record(self, value: float) -> None:
-        self.counts[bisect_left(self.bounds, value)] += 1  # NOTE: bucket i holds (bounds[i-1], bounds[i]]
+        self.counts[bisect_left(self.bounds, value)] += 1  # bucket i holds (bounds[i-1], bounds[i]]
         self.sum += value
         self.count += 1
         if value > self.window_max:
@@ -113,7 +113,7 @@ class Series:
     def record_many(self, values: Any) -> None:
         """Values in bulk (a float64 numpy array): the same buckets, count and max as `record`
         one at a time (the sum is numpy's, which may differ from a running sum in its last bits)."""
-        import numpy as np  # NOTE: loaded by the scoring core long before a first fold
+        import numpy as np  # loaded by the scoring core long before a first fold
 
         if not len(values):
             return
@@ -121,7 +121,7 @@ class Series:
             self.edges = np.array(self.bounds, dtype=np.float64)
         found = np.bincount(self.edges.searchsorted(values, side="left"), minlength=len(self.counts))
         counts = self.counts
-        for i in np.flatnonzero(found).tolist():  # NOTE: searchsorted "left" is bisect_left
+        for i in np.flatnonzero(found).tolist():  # searchsorted "left" is bisect_left
             counts[i] += int(found[i])
         self.sum += float(values.sum())
         self.count += len(values)
@@ -191,7 +191,7 @@ _KINDS: dict[str, type[Counter] | type[Gauge] | type[Histogram]] = {
     "gauge": Gauge,
     "histogram": Histogram,
 }
-# NOTE: process-wide, like the OpenTelemetry API's global meter: every layer records here
+# process-wide, like the OpenTelemetry API's global meter: every layer records here
 # without being handed anything, and each reader sees the whole process.
 _ALL: dict[str, Instrument] = {spec.name: _KINDS[spec.kind](spec) for spec in CATALOGUE}
 
@@ -247,14 +247,14 @@ def instruments() -> Iterator[Instrument]:
 
 def fold() -> None:
     """Put the stage timings `stages` packed into their histograms."""
-    import numpy as np  # NOTE: loaded by the scoring core long before a first fold
+    import numpy as np  # loaded by the scoring core long before a first fold
 
     with _FOLDING:
         taken = bytes(_PENDING)
         del _PENDING[: len(taken)]
         if not taken:
             return
-        table = np.frombuffer(taken, dtype=np.float64).reshape(-1, len(_ROW_STAGES)) / 1000.0  # NOTE: ms -> s
+        table = np.frombuffer(taken, dtype=np.float64).reshape(-1, len(_ROW_STAGES)) / 1000.0  # ms -> s
         for column, stage in enumerate(_ROW_STAGES):
             _STAGE_SERIES[stage].record_many(table[:, column])
 
@@ -265,11 +265,11 @@ _REQUEST_SERIES: dict[tuple[str, str, int, str], Series] = {}  # by the attribut
 def request(method: str, route: str, status: int, source: str, seconds: float) -> None:
     """One HTTP request: `source` is where its answer came from (model, cache) or "" for none."""
     series = _REQUEST_SERIES.get((method, route, status, source))
-    if series is None:  # NOTE: bound once per attribute set: no `str(status)` and no call per request
+    if series is None:  # bound once per attribute set: no `str(status)` and no call per request
         series = _REQUEST_SERIES[(method, route, status, source)] = HTTP_DURATION.series(
             (method, route, str(status), source)
         )
-    series.counts[bisect_left(series.bounds, seconds)] += 1  # NOTE: Series.record inlined
+    series.counts[bisect_left(series.bounds, seconds)] += 1  # Series.record inlined
     series.sum += seconds
     series.count += 1
     if seconds > series.window_max:
@@ -280,12 +280,12 @@ def stages(timings_ms: Mapping[str, float], count: int = 1) -> None:
     """Scored events' stage timings, as `Scored.timings_ms` holds them (milliseconds); `count`
     events that share the same timings (the rows of one batch request) are recorded at once.
 
-    NOTE: an event's usual six are packed as doubles (two C calls) and folded in bulk; timings
+    An event's usual six are packed as doubles (two C calls) and folded in bulk; timings
     with a review's wait (`llm`), or shared by a batch's rows, are recorded at once."""
     if count == 1 and len(timings_ms) == len(_ROW_STAGES):
         try:
             _PENDING.extend(_PACK(*_ROW(timings_ms)))
-        except KeyError:  # NOTE: six stages, not the usual six (no event's today)
+        except KeyError:  # six stages, not the usual six (no event's today)
             _stages_now(timings_ms, 1)
             return
         if len(_PENDING) >= _FOLD_BYTES:
@@ -298,7 +298,7 @@ def _stages_now(timings_ms: Mapping[str, float], count: int) -> None:
     series = _STAGE_SERIES
     for stage, ms in timings_ms.items():
         found = series.get(stage)
-        if found is not None:  # NOTE: Series.record inlined: six of these per event
+        if found is not None:  # Series.record inlined: six of these per event
             value = ms / 1000.0
             found.counts[bisect_left(found.bounds, value)] += count
             found.sum += value * count

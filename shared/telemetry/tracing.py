@@ -1,6 +1,6 @@
 """W3C trace context, and the sampling decision made before any span exists.
 
-NOTE: an SDK span is costly to start and end (docs/benchmark.md), so the decision comes first, by the
+An SDK span is costly to start and end (docs/benchmark.md), so the decision comes first, by the
 parent-based ratio rule: a parent's sampled flag is honoured (in a `traceparent` header
 or message property, or the context the Functions worker attached), and a request
 without one is traced with probability TRACE_SAMPLE_RATIO. Unsampled work creates no

@@ -65,7 +65,7 @@ class Endpoints:
     def __init__(self, holder: ServiceHolder, *, hosted: bool = False) -> None:
         self.holder = holder
         self.hosted = hosted
-        self.deadlines = Deadlines()  # NOTE: its sweeper task starts inside the running loop, on first use
+        self.deadlines = Deadlines()  # its sweeper task starts inside the running loop, on first use
         self._openapi: bytes | None = None
 
     async def core(self) -> ScoringService:
@@ -80,13 +80,13 @@ class Endpoints:
     async def score_answer(self, scope: Scope, receive: Receive, model: str | None) -> bytes:
         """One event scored, encoded: the one score function (the route below and `FastPath`)."""
         started = time.perf_counter()
-        settings = self.holder.settings  # NOTE: a bad setting is a 503 naming it, like on every route
+        settings = self.holder.settings  # a bad setting is a 503 naming it, like on every route
         timeout_s = settings.body_timeout_ms / 1000
         body = await read_body(scope, receive, settings.max_body_bytes, timeout_s, self.deadlines)
         query: bytes = scope.get("query_string", b"")
         explain = bool(query) and _explains(query)
         scored = await (await self.core()).score_json(body, model, started=started, explain=explain)
-        scope["scoring"] = scored  # NOTE: the telemetry reads its source and stage timings
+        scope["scoring"] = scored  # the telemetry reads its source and stage timings
         return encode(scored)
 
     async def score(self, request: Request) -> Response:
@@ -117,7 +117,7 @@ class Endpoints:
     async def models(self, request: Request) -> Response:
         return json_response(ModelList((await self.core()).models()))
 
-    # NOTE: the control routes below take the master key under the host (the route table's "admin"
+    # the control routes below take the master key under the host (the route table's "admin"
     # auth); each passes who called and why (`Actor`) to the core, which audits the action.
 
     async def model_activate(self, request: Request) -> Response:
@@ -164,7 +164,7 @@ class Endpoints:
         if principal:
             return f"principal {principal}"
         if self.hosted:
-            return "admin key"  # NOTE: AuthLevel.ADMIN: the host let only the master key through
+            return "admin key"  # AuthLevel.ADMIN: the host let only the master key through
         client = request.client.host if request.client is not None else "?"
         return f"local {client}"
 
@@ -218,7 +218,7 @@ def create_app(holder: ServiceHolder, *, hosted: bool = False) -> ASGIApp:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         try:
             await holder.get()
-        except ScoringError as exc:  # NOTE: stay up; readiness says why and the next request retries
+        except ScoringError as exc:  # stay up; readiness says why and the next request retries
             log.error("service failed to start: %s", exc.detail)
         yield
         await holder.aclose()
@@ -259,13 +259,13 @@ class FastPath:
         else:
             await self.app(scope, receive, send)
             return
-        scope["route"] = route  # NOTE: the telemetry reads the route template here
+        scope["route"] = route  # the telemetry reads the route template here
         if model is None and (core := self.api.holder.peek()) is not None and core.admission.refuses():
             await send(SHED_START)
             await send(SHED_BODY)
         elif not self.app.on:
             await self.answer(scope, receive, send, model)
-        else:  # NOTE: measured here, without the middleware's `send` wrapper: the path knows its status
+        else:  # measured here, without the middleware's `send` wrapper: the path knows its status
             started, span = self.app.begin(scope)
             status = 500
             try:
@@ -292,7 +292,7 @@ class FastPath:
 class CatchAll:
     """Outermost guard: an unexpected error becomes a JSON 500 and goes no further.
 
-    NOTE: Starlette re-raises after its own 500 handler; under Azure Functions that would
+    Starlette re-raises after its own 500 handler; under Azure Functions that would
     fail the invocation and the host would answer with its own body. Here it ends.
     """
 
@@ -319,7 +319,7 @@ class CatchAll:
 
 
 SCORE_PATHS = frozenset(("/api/score", "/api/score/"))
-NAMED_SCORE = re.compile(r"/api/models/([^/]+)/score/?\Z")  # NOTE: Starlette's `{name}`: one path segment
+NAMED_SCORE = re.compile(r"/api/models/([^/]+)/score/?\Z")  # Starlette's `{name}`: one path segment
 _SHED = encode(
     error_body(Overloaded("the service is at capacity (MAX_INFLIGHT busy, MAX_QUEUED waiting): try again shortly"))
 )
@@ -367,5 +367,5 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 async def _internal_error(request: Request, exc: Exception) -> Response:
-    # NOTE: Starlette sends this, then re-raises; CatchAll logs the error once and ends it there.
+    # Starlette sends this, then re-raises; CatchAll logs the error once and ends it there.
     return json_response(ErrorBody("internal", "internal error"), 500)

@@ -6,5 +6,5 @@ from shared.core.holder import ServiceHolder
 
 __all__ = ["app", "holder"]
 
-holder = ServiceHolder(on_built=[grpc_server("127.0.0.1")])  # NOTE: loopback, as `make run` binds
+holder = ServiceHolder(on_built=[grpc_server("127.0.0.1")])  # loopback, as `make run` binds
 app = create_app(holder)

@@ -27,7 +27,7 @@ async def read_body(
 ) -> bytes:
     """`read_json_body` straight from ASGI (`FastPath` has no `Request`)."""
     media_type, declared = "", ""
-    for name, value in scope["headers"]:  # NOTE: ASGI header names are lower-case bytes
+    for name, value in scope["headers"]:  # ASGI header names are lower-case bytes
         if name == b"content-type":
             media_type = value.decode("latin-1").partition(";")[0].strip().lower()
         elif name == b"content-length":
@@ -43,7 +43,7 @@ async def read_body(
         while True:  # NOTE: straight from receive(): the per-request path, no async generator
             message = await receive()
             if message["type"] == "http.disconnect":
-                # NOTE: the client left mid-body (or a server ended a body it could not parse): never
+                # the client left mid-body (or a server ended a body it could not parse): never
                 # a body to score; to a client that did leave, no one answers.
                 raise BadRequest("the request body was cut off or is malformed")
             chunk = message.get("body", b"")

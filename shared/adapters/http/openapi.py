@@ -50,7 +50,7 @@ STR: Schema = {"type": "string"}
 INT: Schema = {"type": "integer"}
 NO_CONTROL = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"  # shared/domain/events.py: no text field admits one
 NOT_FOUND = "not_found"  # the router's 404 (shared/adapters/http/app.py), in the /api shape on every path
-SWITCHED_OFF = {"metrics"}  # NOTE: answers the router's 404 while TELEMETRY=false (app.py: no class for it)
+SWITCHED_OFF = {"metrics"}  # answers the router's 404 while TELEMETRY=false (app.py: no class for it)
 
 
 def _ref(name: str) -> Schema:
@@ -169,7 +169,7 @@ INFER_REQUEST = _object(  # shared/adapters/oip/rest.py reads it by hand
 INFER_REQUEST["examples"] = [
     {"id": "r1", "inputs": [{"name": "features", "datatype": "FP32", "shape": [2, 25], "data": ROWS}]}
 ]
-BYTES: Schema = {}  # NOTE: OpenAPI 3.1 for bytes of any form: no schema
+BYTES: Schema = {}  # OpenAPI 3.1 for bytes of any form: no schema
 
 
 def _written(kind: Written, max_batch_items: int) -> Schema:
@@ -202,7 +202,7 @@ def _components(routes: tuple[RouteSpec, ...]) -> dict[str, Schema]:
         "V2InferRequest": INFER_REQUEST,
         **_answered([*dict.fromkeys(given), answers.ErrorBody, answers.V2Error]),
     }
-    return dict(sorted(schemas.items()))  # NOTE: by name: the table's order does not move them
+    return dict(sorted(schemas.items()))  # by name: the table's order does not move them
 
 
 def _decoded(types: list[Struct], noted: set[Struct]) -> dict[str, Schema]:
@@ -211,7 +211,7 @@ def _decoded(types: list[Struct], noted: set[Struct]) -> dict[str, Schema]:
     _, schemas = msgspec.json.schema_components([*types, ControlNote], ref_template=answers.REF)
     for schema in schemas.values():
         for prop in schema["properties"].values():
-            if "pattern" in prop:  # NOTE: Python's \A ... \Z is ECMA-262's ^ ... $ (no multiline flag)
+            if "pattern" in prop:  # Python's \A ... \Z is ECMA-262's ^ ... $ (no multiline flag)
                 prop["pattern"] = "^" + prop["pattern"].removeprefix("\\A").removesuffix("\\Z") + "$"
     event = schemas["PaymentEvent"]
     for field in TEXT_FIELDS:
@@ -309,7 +309,7 @@ def _answer(answer: Struct | Written, max_batch_items: int) -> Schema:
     if isinstance(answer, str):
         return _written(answer, max_batch_items)
     given = _json(_ref(answer.__name__), ANSWERED[answer])
-    if answer is answers.V2InferHead:  # NOTE: the binary-data extension: the JSON head, then the tensors
+    if answer is answers.V2InferHead:  # the binary-data extension: the JSON head, then the tensors
         length = {"schema": INT, "description": "binary answers only"}
         content = {**given.pop("content"), "application/octet-stream": BYTES}
         given |= {"headers": {"Inference-Header-Content-Length": length}, "content": content}

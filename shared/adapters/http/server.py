@@ -8,7 +8,7 @@ owns HTTP. Its edges (tests/adapters/http/test_server.py):
     headers not whole within BODY_TIMEOUT_MS     connection closed unanswered (`HeaderDeadline`)
     framing httptools cannot parse               uvicorn's own 400 (see below)
 
-NOTE: uvicorn answers framing httptools cannot parse (a bad request line, header line or chunk
+Uvicorn answers framing httptools cannot parse (a bad request line, header line or chunk
 size; two Content-Lengths) with its own 400 and the text body "Invalid HTTP request received.",
 and has no limit on the number of header fields. It holds every connection (no backpressure:
 liveness answers at once under a flood of stalled bodies, which each end in the app's 408). It
@@ -52,7 +52,7 @@ class HeaderDeadline(HttpToolsProtocol):
     """uvicorn's httptools protocol with a header deadline: from connect (or a request's first
     byte) to the end of its headers within BODY_TIMEOUT_MS, or the connection is closed.
 
-    NOTE: uvicorn's own keep-alive timer stops at the first byte of a request, so a client that
+    Uvicorn's own keep-alive timer stops at the first byte of a request, so a client that
     trickles its headers would hold the connection forever; this timer runs until they end.
     """
 

@@ -52,7 +52,7 @@ def element_count(shape: Sequence[int]) -> int:
         raise BadRequest(f"shape {list(shape)} must be non-negative integers")
     if len(shape) > MAX_RANK:
         raise BadRequest(f"shape {list(shape)} has more than {MAX_RANK} dimensions")
-    if any(d > MAX_ELEMENTS for d in shape):  # NOTE: [0, 10**20] has no elements, and no array can take it
+    if any(d > MAX_ELEMENTS for d in shape):  # [0, 10**20] has no elements, and no array can take it
         raise BadRequest(f"shape {list(shape)} has a dimension over {MAX_ELEMENTS}")
     # NOTE: numpy sizes an array by its non-zero dimensions too: [0, 3, 4, 2905, 7102, 16384, 2273850]
     # holds nothing, yet `reshape` to it raises ValueError ("array is too big").
@@ -74,7 +74,7 @@ def from_json(datatype: str, shape: Sequence[int], data: Any) -> Tensor:
     flat = _flatten(data, shape)
     if len(flat) != count:
         raise BadRequest(f"data has {len(flat)} elements, shape {list(shape)} needs {count}")
-    kinds = set(map(type, flat))  # NOTE: one pass in C; JSON gives exact types (a bool is not an int here)
+    kinds = set(map(type, flat))  # one pass in C; JSON gives exact types (a bool is not an int here)
     if datatype == "BYTES":
         if not kinds <= {str}:
             raise BadRequest("BYTES data must be strings")
@@ -102,7 +102,7 @@ def _flatten(data: Any, shape: Sequence[int]) -> list[Any]:
     if not isinstance(data, list):
         raise BadRequest("tensor data must be a JSON array")
     if not data or not isinstance(data[0], list):
-        return data  # NOTE: flat, what tritonclient sends: its length is checked against the shape
+        return data  # flat, what tritonclient sends: its length is checked against the shape
     flat: list[Any] = []
     _collect(data, shape, 0, flat)
     return flat

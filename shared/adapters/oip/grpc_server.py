@@ -67,7 +67,7 @@ async def serve_grpc(service: ScoringService, host: str, port: int, *, grace_s: 
     settings = service.settings
     keys: tuple[bytes, ...] | None = _keys(settings.grpc_keys)
     if not keys and host in LOOPBACK:
-        keys = None  # NOTE: no key on loopback (`make run`, tests): nothing else can reach the port
+        keys = None  # no key on loopback (`make run`, tests): nothing else can reach the port
     elif not keys:
         log.error("GRPC_KEYS is not set: every gRPC call on %s:%d is refused (UNAUTHENTICATED)", host, port)
     cap = settings.max_body_bytes * 16

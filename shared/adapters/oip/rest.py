@@ -85,7 +85,7 @@ class V2Endpoints:
 
     async def infer(self, request: Request) -> Response:
         plane = await self.plane()
-        body = await self.read_body(request)  # NOTE: bounded by the body cap and BODY_TIMEOUT_MS
+        body = await self.read_body(request)  # bounded by the body cap and BODY_TIMEOUT_MS
         async with plane.core.admission.admitted(before_decode=True):  # NOTE: decoding is work: admitted first
             decoded, binary_out = decode_infer(request, body, plane.check_head)
             return encode_infer(await plane.infer(decoded), binary_out)
@@ -112,7 +112,7 @@ def _v2(endpoint: Endpoint) -> Endpoint:
         except ScoringError as exc:
             log_answered(exc, "v2", route=str(getattr(request.scope.get("route"), "path", "")).rstrip("/"))
             response = _json(V2Error(exc.detail), exc.status)
-            if (wait := retry_after(exc)) is not None:  # NOTE: overloaded or past its deadline
+            if (wait := retry_after(exc)) is not None:  # overloaded or past its deadline
                 response.headers["retry-after"] = wait
             return response
 

@@ -73,7 +73,7 @@ REJECTED_QUEUE = "risk-rejected"
 Outcome = Literal["completed", "duplicate", "rejected", "failed"]
 INPUT = "payments"  # the trigger's queue, as telemetry names it
 OVERLOAD_WAIT_S = 5.0  # how long a message waits out a full model queue before its batch is redelivered
-# NOTE: the SDK's retries stay well inside the publish share of the budget (its default backoff
+# the SDK's retries stay well inside the publish share of the budget (its default backoff
 # may wait up to 120 s between tries); the budget's own timeout is the hard bound.
 PUBLISH_RETRY = {"retry_total": 3, "retry_backoff_factor": 0.5, "retry_backoff_max": 2.0}
 HOLD_FIRST_S = 0.05  # the first wait after a dependency outage; doubling (full jitter) up to HOLD_MAX_S
@@ -318,10 +318,10 @@ class QueueHandler:
             _fail(scored, exc)
             return
         for d, body, kept in zip(scored, bodies, stored, strict=True):
-            if not kept.answers(d.digest):  # NOTE: another replica kept another payment under this id first
+            if not kept.answers(d.digest):  # another replica kept another payment under this id first
                 self._reject(d, _conflict())
                 continue
-            outcome: Outcome = "completed" if kept.body == body else "duplicate"  # NOTE: another replica won
+            outcome: Outcome = "completed" if kept.body == body else "duplicate"  # another replica won
             d.verdict = Handled(d.msg.message_id, outcome, kept.body)
 
     @staticmethod
@@ -341,7 +341,7 @@ class QueueHandler:
         try:
             async with asyncio.timeout_at(until):
                 while True:
-                    # NOTE: a queue message can wait longer than an HTTP caller for a review of its event
+                    # a queue message can wait longer than an HTTP caller for a review of its event
                     wait_s = min(service.settings.review.queue_timeout_ms / 1000, max(0.0, until - loop.time()))
                     try:
                         return await service.score(event, parse_s=parse_s, review_wait_s=wait_s, via="queue")
@@ -350,7 +350,7 @@ class QueueHandler:
                             return exc
                     except ScoringError as exc:
                         return exc
-                    except Exception as exc:  # NOTE: a fault of ours: this message alone is rejected
+                    except Exception as exc:  # a fault of ours: this message alone is rejected
                         return Unexpected(f"{type(exc).__name__} while scoring this message (see the log)")
                     await asyncio.sleep(pause)
                     waited, pause = waited + pause, min(pause * 2, 0.5)

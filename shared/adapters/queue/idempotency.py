@@ -155,7 +155,7 @@ class RedisResultStore:
             winners = await self._call(self._client.mget([keys[i] for i in lost]))
             for i, winner in zip(lost, winners, strict=True):
                 decoded = _kept(winner)
-                if decoded is not None:  # NOTE: expired between the two calls: ours stands
+                if decoded is not None:  # expired between the two calls: ours stands
                     kept[i] = decoded
         return kept
 
@@ -178,4 +178,4 @@ def _kept(value: bytes | str | None) -> Kept | None:
 
 
 def _as_bytes(value: bytes | str | None) -> bytes | None:
-    return value.encode() if isinstance(value, str) else value  # NOTE: the client never decodes responses
+    return value.encode() if isinstance(value, str) else value  # the client never decodes responses

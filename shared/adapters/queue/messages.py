@@ -62,12 +62,12 @@ def trace_properties(properties: Mapping[str, object] | None) -> dict[str, str]:
         name = key.decode() if isinstance(key, bytes) else str(key)
         if name in TRACE_PROPERTIES and value is not None:
             found[name] = value.decode() if isinstance(value, bytes) else str(value)
-    if "traceparent" not in found and "Diagnostic-Id" in found:  # NOTE: the SDK writes W3C there
+    if "traceparent" not in found and "Diagnostic-Id" in found:  # the SDK writes W3C there
         found["traceparent"] = found["Diagnostic-Id"]
     return found
 
 
-# NOTE: for a body that is not a JSON object (cut short, broken): the fields found by their text
+# for a body that is not a JSON object (cut short, broken): the fields found by their text
 _USER_TEXT = re.compile(rb'("user_id"\s*:\s*)"((?:[^"\\]|\\.){0,512})"?')
 _NOTE_TEXT = re.compile(rb'("note"\s*:\s*)("(?:[^"\\]|\\.)*"?|[^,}]*)')
 
@@ -84,7 +84,7 @@ def redacted(body: bytes, key: bytes = b"") -> bytes:
             doc["user_id"] = "h:" + hashed_id(doc["user_id"], key)
         return orjson.dumps(doc)
     if doc is not None:
-        return body  # NOTE: JSON, but no object: no field of a payment to name
+        return body  # JSON, but no object: no field of a payment to name
     body = _NOTE_TEXT.sub(rb"\1null", body)
     return _USER_TEXT.sub(
         lambda m: m[1] + b'"h:' + hashed_id(m[2].decode("utf-8", "replace"), key).encode() + b'"', body

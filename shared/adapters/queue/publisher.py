@@ -100,7 +100,7 @@ class ServiceBusPublisher:
     def _connect(self) -> Any:
         """The SDK client; a client that cannot be built (settings, a missing package) is `PublishFailed`.
 
-        NOTE: azure.identity.aio's DefaultAzureCredential raises ImportError when aiohttp is not
+        azure.identity.aio's DefaultAzureCredential raises ImportError when aiohttp is not
         installed (its async transport); translated here, it fails the messages with its reason
         instead of escaping as an invocation error without a verdict.
         """
@@ -126,7 +126,7 @@ class ServiceBusPublisher:
             return
         try:
             if self._client is None:
-                self._client = self._connect()  # NOTE: inside the running loop, once per process
+                self._client = self._connect()  # inside the running loop, once per process
             for queue, group in by_queue(messages).items():
                 # NOTE: one send at a time per sender: concurrent send_messages on one async sender
                 # fails (Azure/azure-sdk-for-python#36334, open; a lock is the known workaround).

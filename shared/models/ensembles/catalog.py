@@ -42,7 +42,7 @@ class Ensembles:
         sandbox: Sandbox | None = None,
     ) -> None:
         self._registry = registry
-        self._sandbox = sandbox  # NOTE: a meta-model is a model file too: tried in a child first
+        self._sandbox = sandbox  # a meta-model is a model file too: tried in a child first
         self._source = source
         self._ort = ort
         self._warm_rows = warm_rows
@@ -56,7 +56,7 @@ class Ensembles:
         newest: dict[str, ModelRef] = {}
         try:
             refs = await asyncio.to_thread(self._source.ensembles)
-        except ModelSourceError as exc:  # NOTE: the models loaded; ensembles must not take them down
+        except ModelSourceError as exc:  # the models loaded; ensembles must not take them down
             log.error("ensembles not listed: %s", exc.detail)
             refs = ()
         for ref in refs:

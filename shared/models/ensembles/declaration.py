@@ -82,7 +82,7 @@ def parse_declaration(name: str, version: str, data: bytes) -> Declaration:
         return replace(declaration, thresholds=thresholds)
     meta = raw.get("meta_model", "meta.onnx")
     if not isinstance(meta, str) or not _META_FILE.match(meta) or meta == "model.onnx":
-        # NOTE: `model.onnx` in the folder would make the ensemble's name a model of its own
+        # `model.onnx` in the folder would make the ensemble's name a model of its own
         raise ModelInvalid(f"ensemble {name}: meta_model must be a file name like meta.onnx (not model.onnx)")
     return replace(declaration, meta_model=meta)
 

@@ -43,7 +43,7 @@ class Ensemble:
         self.members = tuple(members)
         features = _union(members)
         thresholds = declaration.decision or (meta.spec.thresholds if meta else members[0].spec.thresholds)
-        feast = FeastSpec.union(m.spec.feast for m in members)  # NOTE: the members' Feast columns, read once
+        feast = FeastSpec.union(m.spec.feast for m in members)  # the members' Feast columns, read once
         self.spec = ModelSpec(features, members[0].spec.input_name, SCORE_OUTPUT, 0, thresholds, feast=feast)
         self.mapper = FeatureMapper(self.spec)
         names = [f.name for f in features]
@@ -84,7 +84,7 @@ def _union(members: Sequence[LoadedModel]) -> tuple[FeatureDef, ...]:
     seen: dict[str, FeatureDef] = {}
     for member in members:
         for feature in member.spec.features:
-            seen.setdefault(feature.name, feature)  # NOTE: the first member's default wins
+            seen.setdefault(feature.name, feature)  # the first member's default wins
     return tuple(seen.values())
 
 
@@ -110,7 +110,7 @@ def _combiner(declaration: Declaration, meta: OnnxModel | None) -> Combine:
         raise ModelInvalid(
             f"ensemble {declaration.name}: the meta-model's serving.features must be the members {expected}"
         )
-    model = meta  # NOTE: a tiny model on a handful of scores: run inline, no batcher
+    model = meta  # a tiny model on a handful of scores: run inline, no batcher
 
     def stack(scores: list[float]) -> float:
         return float(model.predict(np.array([scores], dtype=np.float32))[0])

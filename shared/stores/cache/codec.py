@@ -19,7 +19,7 @@ __all__ = ["MAX_DECODED_BYTES", "decode", "encode"]
 
 RAW = b"\x00"
 LZ4 = b"\x01"
-# NOTE: what this service stores is small (a user context, a score, a result); a block that
+# what this service stores is small (a user context, a score, a result); a block that
 # claims more is foreign or corrupt, and decoding it would allocate what it claims.
 MAX_DECODED_BYTES = 1 << 26
 
@@ -43,6 +43,6 @@ def decode(value: bytes | None) -> bytes | None:
     if marker == LZ4 and int.from_bytes(body[:4], "little") <= MAX_DECODED_BYTES:
         try:
             return bytes(lz4.block.decompress(body))
-        except (lz4.block.LZ4BlockError, ValueError):  # NOTE: ValueError: a size prefix cut short
+        except (lz4.block.LZ4BlockError, ValueError):  # ValueError: a size prefix cut short
             return None
     return None

@@ -88,7 +88,7 @@ class RedisTier:
         self._answered_at = 0.0  # the last read answered in time: a recovery clears the failure at once
         self._failure = ""
         self._reader: Batcher[str, bytes | None] = Batcher(
-            # NOTE: reads are bounded upstream (MAX_INFLIGHT, the model batchers); this queue only coalesces
+            # reads are bounded upstream (MAX_INFLIGHT, the model batchers); this queue only coalesces
             self._mget,
             BatchPolicy(window_ms=0, max_size=512, max_queue=1 << 20),
             name="redis-mget",
@@ -169,8 +169,7 @@ class RedisTier:
         return values
 
     async def _flush(self) -> None:
-        # NOTE: writes wait a few ms for company: at 5k req/s one MSET carries ~25 scores
-        # instead of one per batch (a redis-py command costs ~100 µs of client CPU here).
+        # writes wait a few ms for company: one MSET carries many batches' scores (docs/benchmark.md)
         await asyncio.sleep(self._write_delay)
         while self._writes and self.available:
             writes, self._writes = self._writes, []
@@ -179,7 +178,7 @@ class RedisTier:
                 async with asyncio.timeout(self._timeout * 4):
                     await self._send(writes)
                 self.stats.writes += len(writes)
-            except ResponseError as exc:  # NOTE: the server answered (e.g. OOM): reads go on
+            except ResponseError as exc:  # the server answered (e.g. OOM): reads go on
                 self.stats.errors += 1
                 self.stats.refused += len(writes)
                 log.warning("redis refused %d writes: %s", len(writes), str(exc).split(".")[0][:120])

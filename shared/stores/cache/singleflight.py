@@ -28,14 +28,14 @@ class SingleFlight(Generic[K, V]):
                 task = asyncio.current_task()
                 if task is None or task.cancelling():
                     raise  # this caller was cancelled
-                # NOTE: the leader was cancelled, not us: try again (perhaps as the leader)
+                # the leader was cancelled, not us: try again (perhaps as the leader)
         future: asyncio.Future[V] = asyncio.get_running_loop().create_future()
         self._calls[key] = future
         try:
             value = await fn()
         except Exception as exc:
             future.set_exception(exc)
-            future.exception()  # NOTE: marks it retrieved when no follower was waiting
+            future.exception()  # marks it retrieved when no follower was waiting
             raise
         except BaseException:
             future.cancel()

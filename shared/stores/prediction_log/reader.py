@@ -105,7 +105,7 @@ def _late_outcomes(source: Path | ContainerClient, wanted: Range, records: Seque
     """The outcome lines, written in [until, until + OUTCOME_LOOK_PAST), of the pending decisions
     among `records` that have none among them (a decision at 10:59:58 whose review ended at 11:00:03)."""
     if wanted.until is None:
-        return []  # NOTE: an open range already reads every outcome written
+        return []  # an open range already reads every outcome written
     settled = {r["event"] for r in records if r.get("via") == "review"}
     owed = {
         r["event"]
@@ -122,7 +122,7 @@ def _late_outcomes(source: Path | ContainerClient, wanted: Range, records: Seque
                 owed.discard(r["event"])
                 found.append(r)
         if not owed:
-            break  # NOTE: every outcome owed is found: later hours stay unopened
+            break  # every outcome owed is found: later hours stay unopened
     return found
 
 
@@ -147,7 +147,7 @@ def joined(records: Sequence[Record]) -> list[Record]:
     """The decisions, each pending one with its review's later outcome under `outcome` (status,
     decision, reason, risk_score, at), the outcome lines themselves folded in (`via="review"`).
 
-    NOTE: an outcome whose decision lies outside the range read stays out; a decision whose
+    An outcome whose decision lies outside the range read stays out; a decision whose
     outcome is not (yet) written, or was written past `load`'s look-past, has no `outcome`."""
     outcomes = {r["event"]: r for r in records if r.get("via") == "review"}
     decisions: list[Record] = []
@@ -226,7 +226,7 @@ def _parse(data: bytes, name: str) -> list[Record]:
     """The object's records; a last line still being written (no newline yet) is left for later."""
     lines = data.split(b"\n")
     records, bad = [], 0
-    for line in lines[:-1]:  # NOTE: the piece after the last newline is partial (or empty)
+    for line in lines[:-1]:  # the piece after the last newline is partial (or empty)
         try:
             records.append(orjson.loads(line))
         except orjson.JSONDecodeError:
