@@ -221,7 +221,7 @@ class BatchIncomplete(Unavailable):
 
 
 class Overloaded(Unavailable):
-    """More work in progress than the process takes (MAX_INFLIGHT, BATCH_MAX_QUEUE): turned away
+    """More work in progress than the process takes (MAX_INFLIGHT, or a model version's batch queue of 1024 rows): turned away
     at once, before any work, rather than queued behind what is already late."""
 
     code = "overloaded"

@@ -144,7 +144,7 @@ CATALOGUE: tuple[Spec, ...] = (
         "scoring.requests.shed",
         "counter",
         "{request}",
-        "work turned away: overloaded (MAX_INFLIGHT, BATCH_MAX_QUEUE: refused at once) or deadline "
+        "work turned away: overloaded (MAX_INFLIGHT, a batch queue of 1024 rows: refused at once) or deadline "
         "(dropped past REQUEST_TIMEOUT_MS)",
         ("scoring.reason",),
     ),

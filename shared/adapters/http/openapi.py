@@ -133,7 +133,7 @@ PARAMS: dict[str, Schema] = {
     "event_id": {"name": "event_id", "in": "path", "required": True, "schema": STR, "example": "evt-1001"},
     "explain": {"name": "explain", "in": "query", "required": False, "schema": {"enum": ["1", "true", "0", "false"]},
                 "description": "1: a review or decline answer names the features behind its score (`reasons`; "
-                "occlusion, within EXPLAIN_BUDGET_MS)"},
+                "occlusion, within 5 ms)"},
     "header_length": {"name": "Inference-Header-Content-Length", "in": "header", "required": False,
                       "schema": {"type": "integer", "minimum": 0},
                       "description": "binary-data extension: the length of the JSON header that starts the body"},
