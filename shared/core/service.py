@@ -111,7 +111,6 @@ class ScoringService:
         self._l2 = l2
         self._reviewer = reviewer
         self._decider: Decider = decider or reviewer or ThresholdDecider()
-        self._ensembles = ensembles
         self._log = log
         self._traffic = traffic
         self._recorder = recorder

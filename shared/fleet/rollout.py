@@ -182,12 +182,11 @@ class Rollout:
         refs = await asyncio.to_thread(self._source.list)
         names = sorted({ref.name for ref in refs})
         try:
-            pins = await self._records(names, pin_key, PinRecord)
-            latest = await self._records(names, latest_key, LatestRecord)
+            records = await self._records(names)
         except ControlStoreDown as exc:
             log.error("the fleet's pins are unknown at start, serving the newest versions: %s", exc.detail)
             return
-        for name, pin, newest in zip(names, pins, latest, strict=True):
+        for name, (newest, pin) in zip(names, records, strict=True):
             if newest is not None:
                 self._registry.vouch(ModelRef(name, newest.version), newest.sha256)
             if pin is not None and pin.version is not None:
@@ -225,7 +224,7 @@ class Rollout:
             if self._control is None:
                 loaded = await self._pin_here(name, version, sha256)
             else:
-                (before,) = await self._records([name], pin_key, PinRecord)
+                [(_, before)] = await self._records([name])
                 await self._control.write(pin_key(name), _encode(PinRecord(version, sha256, time.time())))
                 try:
                     loaded = await self._pin_here(name, version, sha256)
@@ -311,9 +310,7 @@ class Rollout:
 
     async def _reconcile_records(self, name: str) -> None:
         assert self._control is not None  # noqa: S101 narrows the type for mypy; the caller checked
-        latest_payload, pin_payload = await self._control.read([latest_key(name), pin_key(name)])
-        latest = decode_record(name, latest_payload, LatestRecord)
-        pin = decode_record(name, pin_payload, PinRecord)
+        [(latest, pin)] = await self._records([name])
         if latest is not None:
             await self._follow_latest(name, latest)
         await self._write_back_latest(name, latest)
@@ -413,10 +410,14 @@ class Rollout:
         loaded = version in self._registry.loaded_versions(name)
         return PinRecord(version, self._registry.active(name, version).digest if loaded else "", time.time())
 
-    async def _records(self, names: list[str], key: Callable[[str], str], kind: type[R]) -> list[R | None]:
+    async def _records(self, names: list[str]) -> list[tuple[LatestRecord | None, PinRecord | None]]:
+        """Each name's newest-version record and pin, in one read."""
         assert self._control is not None  # noqa: S101 narrows the type for mypy; an invariant, never an input check
-        payloads = await self._control.read([key(name) for name in names])
-        return [decode_record(name, payload, kind) for name, payload in zip(names, payloads, strict=True)]
+        payloads = await self._control.read([key for name in names for key in (latest_key(name), pin_key(name))])
+        return [
+            (decode_record(name, payloads[2 * i], LatestRecord), decode_record(name, payloads[2 * i + 1], PinRecord))
+            for i, name in enumerate(names)
+        ]
 
 
 def _encode(record: msgspec.Struct) -> bytes:
