@@ -72,7 +72,7 @@ PIP_QUIET := -q --disable-pip-version-check --no-warn-script-location
 	@touch $@
 
 .PHONY: worker-venvs
-worker-venvs: .venv-worker/.installed .venv-worker311/.installed
+worker-venvs: .venv-worker/.installed .venv-worker311/.installed .venv-worker311-2026/.installed
 
 # NOTE: without a Python 3.13 (Debian 12 has none; pyenv or `PYTHON313=` provide one) the 3.13 runtime's
 # tests skip and say so; under CI=true they fail (tests/worker/conftest.py), so CI always runs them.
@@ -88,10 +88,18 @@ else
 	@touch $@
 endif
 
+# The 3.11 worker's two bundles (tests/worker/test_bundled.py runs the app under each): until host 4.1049
+# (2024: protobuf 4.25, grpcio 1.59) and since (2026: protobuf 5.29, grpcio 1.70; production runs this one).
 .venv-worker311/.installed: requirements-worker311.txt
-	@echo "installing the 3.11 worker's bundled packages into .venv-worker311..."
+	@echo "installing the 3.11 worker's 2024 bundle into .venv-worker311..."
 	@rm -rf .venv-worker311 && $(PYTHON) -m pip install $(PIP_QUIET) --target .venv-worker311 -r requirements-worker311.txt 2>&1 | grep -v '^WARNING: Location\|root' || true
 	@test -d .venv-worker311/google/protobuf
+	@touch $@
+
+.venv-worker311-2026/.installed: requirements-worker311-2026.txt
+	@echo "installing the 3.11 worker's 2026 bundle into .venv-worker311-2026..."
+	@rm -rf .venv-worker311-2026 && $(PYTHON) -m pip install $(PIP_QUIET) --target .venv-worker311-2026 -r requirements-worker311-2026.txt 2>&1 | grep -v '^WARNING: Location\|root' || true
+	@test -d .venv-worker311-2026/google/protobuf && test -d .venv-worker311-2026/grpc_tools
 	@touch $@
 
 ## stubs: regenerate the V2 gRPC messages at the protobuf 4.25 gencode level (loads under 4.25 and the pins)
@@ -179,7 +187,7 @@ readme: $(VENV)/.runtime
 
 ## clean: remove the virtual environments, node_modules and caches
 clean:
-	rm -rf $(VENV) .venv-infra .venv-worker .venv-worker311 .venv-feast .venv-stubs node_modules .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-infra .venv-worker .venv-worker311 .venv-worker311-2026 .venv-feast .venv-stubs node_modules .pytest_cache .mypy_cache .ruff_cache
 
 ## capacity: simulate the flash sale (PEAK/s, BURST x, P99_MS target) against infra/'s scale rules; sizes min/max replicas and thresholds
 .PHONY: capacity

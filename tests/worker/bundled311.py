@@ -1,6 +1,7 @@
-"""Run inside a Python 3.11 process with the 3.11 worker's bundled packages first on sys.path
-(tests/worker/test_bundled.py starts it): index the app as that worker does and import every
-module the app loads at run time, then serve one V2 gRPC call. Prints one JSON line.
+"""Run inside a Python 3.11 process with one of the 3.11 worker's bundles first on sys.path, either
+the 2024 one (protobuf 4.25, grpcio 1.59) or the 2026 one production runs (protobuf 5.29, grpcio 1.70;
+tests/worker/test_bundled.py starts it under each): index the app as that worker does and import
+every module the app loads at run time, then serve one V2 gRPC call. Prints one JSON line.
 
 The 3.11 worker (azure-functions-python-worker 4.x, not on PyPI) refuses a binding annotation
 that is not a class or a `typing` generic: `list[X]` is a `types.GenericAlias`, which its
@@ -92,9 +93,14 @@ def main() -> None:
     from azure.identity.aio import DefaultAzureCredential
 
     DefaultAzureCredential()  # NOTE: needs aiohttp; nothing is asked of the network until a token is
-    grpc_ok = asyncio.run(one_grpc_call())
+    grpc_live, grpc_error = False, None
+    try:
+        grpc_live = asyncio.run(one_grpc_call())
+    except Exception as exc:  # NOTE: reported, as an import failure is: the test names the reason
+        grpc_error = f"{type(exc).__name__}: {exc}"
     print(json.dumps({"versions": versions, "functions": len(functions), "refused": refused(functions),
-                      "failed": failed, "grpc_live": grpc_ok, "path0": sys.path[0]}))  # fmt: skip
+                      "failed": failed, "grpc_live": grpc_live, "grpc_error": grpc_error,
+                      "path0": sys.path[0]}))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -12,7 +12,11 @@ from tests.worker import rpc
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if os.environ.get("CI"):
         return  # NOTE: under CI a missing runtime fails the tests instead of skipping them
-    built = {"test_runtime": rpc.worker_python().exists(), "test_bundled": (rpc.REPO / ".venv-worker311").exists()}
+    bundles = (rpc.REPO / ".venv-worker311", rpc.REPO / ".venv-worker311-2026")  # the 2024 and 2026 bundles
+    built = {
+        "test_runtime": rpc.worker_python().exists(),
+        "test_bundled": all((bundle / ".installed").exists() for bundle in bundles),
+    }
     for item in items:
         for module, ready in built.items():
             if f"tests/worker/{module}" in item.nodeid and not ready:
