@@ -1,6 +1,6 @@
 """The production hop, measured: the app driven through the real worker runtime.
 
-    python -m bench.worker [--rounds 3] [--singles 3000] [--batches 20] [--profile]
+    python -m bench.worker [--rounds 3] [--singles 3000] [--batches 20] [--per-message N] [--profile]
 
 A stand-in host (tests/worker/host.py) drives `function_app.py` through `azure_functions_runtime`
 (Python 3.13, .venv-worker; `make worker-venvs`) over the host's gRPC messages, as in
@@ -12,9 +12,20 @@ production. It reports, medians over `--rounds` fresh worker processes:
 - `payments`: batches of 64 messages, one at a time (the host runs one batch at a time per
   replica), events per second, worker CPU per event and milliseconds per batch.
 
+Each round runs the floor first: the same functions with empty bodies (bench/worker_floor/: a
+constant answer; the queue function only reads each body), through the same runtime, then the
+app; every figure is also reported as a ratio to its floor within the round (the median of the
+rounds' ratios), which is what carries across machines:
+
+- `score`: the app's CPU per invocation / the floor's (target <= 1.25);
+- `score_batch`: the app's CPU per event / the floor's per event (target <= 1.6);
+- `payments`: the app's CPU per event / ONE empty single-event invocation (target <= 0.25): what
+  a queued event costs against what an HTTP one cannot go below. `--per-message N` packs N events
+  in each message (docs/queue.md, "Several events in one message").
+
 The stand-in host shares the machine's cores with the worker: invocations/s is a floor, CPU
-per invocation is the figure that carries over. `--profile` records the worker with py-spy
-during the single-event run (bench-out/worker-profile.txt, collapsed stacks).
+per invocation is the figure that carries over. `--profile` records the app's worker with py-spy
+during each phase of the first round (bench-out/worker-<phase>.txt, collapsed stacks).
 """
 
 from __future__ import annotations
@@ -35,13 +46,19 @@ from typing import Any
 from bench.loadgen import event_body
 from tests.worker.host import REPO, Host, running_worker
 
-TICK = os.sysconf("SC_CLK_TCK")
+FLOOR = REPO / "bench" / "worker_floor"  # the same functions, empty bodies
 
 
 def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+    """CPU seconds a process's threads have run so far (Linux /proc: each live thread's
+    `schedstat`, in nanoseconds; the clock-tick `stat` counters are 10 ms coarse)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # NOTE: a thread that ended between the listing and the read
+    return total / 1e9
 
 
 def drive(count: int, in_flight: int, send: Callable[[int], Any]) -> float:
@@ -91,22 +108,32 @@ def http_batches(host: Host, pid: int, count: int, tag: str, size: int = 64) -> 
     return {"events_per_s": count * size / seconds, "cpu_us_per_event": used / (count * size) * 1e6}
 
 
-def batches(host: Host, pid: int, count: int, tag: str, size: int = 64) -> dict[str, float]:
+def batches(host: Host, pid: int, count: int, tag: str, size: int = 64, per_message: int = 1) -> dict[str, float]:
+    """`payments` invocations of `size` messages each, one at a time; `per_message` events in each
+    message (more than one: an envelope, `{"events": [...]}`)."""
+
+    def body(n: int, i: int) -> bytes:
+        events = [
+            event_body(250_000 + (n * size + i) * per_message + j).replace(
+                b'"event_id":"', f'"event_id":"{tag}-b{n}-{i}-'.encode(), 1
+            )
+            for j in range(per_message)
+        ]
+        return events[0] if per_message == 1 else b'{"events":[' + b",".join(events) + b"]}"
+
     def send(n: int) -> Any:
-        messages = []
-        for i in range(size):
-            body = event_body(250_000 + n * size + i).replace(b'"event_id":"', f'"event_id":"{tag}-b{n}-'.encode(), 1)
-            messages.append((f"{tag}-{n}-{i}", body))
-        inputs, metadata = host.batch(messages)
+        inputs, metadata = host.batch([(f"{tag}-{n}-{i}", body(n, i)) for i in range(size)])
         return host.invoke_async("payments", inputs, metadata)
 
     drive(3, 1, send)
     before = cpu_s(pid)
     seconds = drive(count, 1, send)
     used = cpu_s(pid) - before
+    events = count * size * per_message
     return {
-        "events_per_s": count * size / seconds,
-        "cpu_us_per_event": used / (count * size) * 1e6,
+        "events_per_s": events / seconds,
+        "cpu_us_per_event": used / events * 1e6,
+        "cpu_us_per_message": used / (count * size) * 1e6,
         "ms_per_batch": seconds / count * 1000,
     }
 
@@ -136,23 +163,59 @@ def profile(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes] | No
     )
 
 
-def one_round(args: argparse.Namespace, round_no: int, env: dict[str, str], out: Path) -> dict[str, Any]:
+def one_side(
+    args: argparse.Namespace, app_dir: Path, tag: str, env: dict[str, str], spy_out: Path | None
+) -> dict[str, Any]:
+    """The three figures of one app (the app or its floor) in a fresh worker."""
     result: dict[str, Any] = {}
-    with running_worker(env, memory_publisher=True) as (host, worker):
-        init = host.start(REPO)
+    publisher = app_dir == REPO  # NOTE: the floor publishes nothing
+    with running_worker({**env, "AzureWebJobsScriptRoot": str(app_dir)}, memory_publisher=publisher) as (host, worker):
+        init = host.start(app_dir)
         if init.result.status != 1:
             raise RuntimeError(init.result.exception.message)
         for _ in range(600):  # NOTE: the warm-up loads the models right after indexing
             if host.call("health", "GET", "/api/health/ready", params={"probe": "ready"}).status == 200:
                 break
             time.sleep(0.05)
-        spy = profile(worker.pid, 8, out / "worker-profile.txt") if args.profile and round_no == 1 else None
-        result["score"] = singles(host, worker.pid, args.singles, f"r{round_no}")
-        if spy is not None:
-            spy.wait()
-        result["score_batch_64"] = http_batches(host, worker.pid, args.batches * 10, f"r{round_no}")
-        result["payments_64"] = batches(host, worker.pid, args.batches, f"r{round_no}")
+        phases: list[tuple[str, Callable[[], dict[str, float]]]] = [
+            ("score", lambda: singles(host, worker.pid, args.singles, tag)),
+            ("score_batch_64", lambda: http_batches(host, worker.pid, args.batches * 10, tag)),
+            ("payments_64", lambda: batches(host, worker.pid, args.batches, tag, per_message=args.per_message)),
+        ]
+        for phase, run in phases:
+            spy = profile(worker.pid, 6, spy_out / f"worker-{phase}.txt") if spy_out is not None else None
+            result[phase] = run()
+            if spy is not None:
+                spy.wait()
     return result
+
+
+def ratios(floor: dict[str, Any], app: dict[str, Any]) -> dict[str, float]:
+    """The app's worker CPU against its floor's, measured in the same round."""
+    single = floor["score"]["cpu_us_per_invocation"]
+    return {
+        "score": app["score"]["cpu_us_per_invocation"] / single,
+        "score_batch_per_event": app["score_batch_64"]["cpu_us_per_event"]
+        / floor["score_batch_64"]["cpu_us_per_event"],
+        "payments_per_event_vs_one_invocation": app["payments_64"]["cpu_us_per_event"] / single,
+        "payments_per_message_vs_floor": app["payments_64"]["cpu_us_per_message"]
+        / floor["payments_64"]["cpu_us_per_message"],
+    }
+
+
+def one_round(args: argparse.Namespace, round_no: int, env: dict[str, str], out: Path) -> dict[str, Any]:
+    floor = one_side(args, FLOOR, f"f{round_no}", env, None)
+    spy_out = out if args.profile and round_no == 1 else None
+    app = one_side(args, REPO, f"r{round_no}", env, spy_out)
+    return {"floor": floor, "app": app, "ratio": ratios(floor, app)}
+
+
+def medians(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median of each figure over the rounds, nested as each round is."""
+    first = rounds[0]
+    if isinstance(first, dict):
+        return {k: medians([r[k] for r in rounds]) for k in first}
+    return statistics.median(rounds)
 
 
 def main() -> None:
@@ -160,6 +223,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--singles", type=int, default=3000)
     parser.add_argument("--batches", type=int, default=20)
+    parser.add_argument("--per-message", type=int, default=1, help="events in each queued message (an envelope past 1)")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--out", type=Path, default=REPO / "bench-out")
     args = parser.parse_args()
@@ -167,17 +231,14 @@ def main() -> None:
     models = Path(tempfile.mkdtemp()) / "models"
     shutil.copytree(REPO / "models", models)
     base = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}  # NOTE: in-process features on every side
-    env = {"MODELS_DIR": str(models), "AzureWebJobsScriptRoot": str(REPO), "FUNCTIONS_WORKER_RUNTIME": "python"}
+    env = {"MODELS_DIR": str(models), "FUNCTIONS_WORKER_RUNTIME": "python"}
     os.environ.clear()
     os.environ.update(base)
     rounds = []
     for n in range(1, args.rounds + 1):
         rounds.append(one_round(args, n, env, args.out))
         print(json.dumps({"round": n, **rounds[-1]}), flush=True)
-    summary = {
-        section: {k: statistics.median(r[section][k] for r in rounds) for k in rounds[0][section]}
-        for section in rounds[0]
-    }
+    summary = medians(rounds)
     (args.out / "worker.json").write_text(json.dumps(summary, indent=2))
     print(json.dumps(summary, indent=2))
 
