@@ -7,9 +7,11 @@
 # Container App's probes hit /api/health/live and /api/health/ready there.
 # NOTE: 3.11, not 4-python3.13: the 3.13 worker evicts and re-imports protobuf/grpcio native modules
 # at init and can crash doing so (azure-functions-python-worker#1908, #1797); this app loads both.
-# Here the worker's bundled azure-functions 1.22.0b4, protobuf 4.25 and grpcio 1.59 come first on
-# sys.path, whatever requirements.txt pins: tests/worker/test_bundled.py runs the app on exactly
-# those (docs/capacity.md, "Which Python runs in production, and why").
+# Here the worker's bundled azure-functions, protobuf and grpcio come first on sys.path, whatever
+# requirements.txt pins; which versions depends on the host (the tag floats): since host 4.1049
+# (2026) azure-functions 1.26.0b3, protobuf 5.29 and grpcio 1.70, before it 1.22.0b4, 4.25 and 1.59.
+# tests/worker/test_bundled.py runs the app on each (docs/capacity.md, "Which Python runs in
+# production, and why"; docs/platform.md P37, P73).
 FROM mcr.microsoft.com/azure-functions/python:4-python3.11
 
 # 1 adds the CUDA 12 / cuDNN 9 user-space libraries onnxruntime-gpu needs on a
