@@ -51,7 +51,13 @@ LAPTOPS = ("linux-x86_64", "linux-arm64", "macos-arm64", "macos-x86_64")
 # NOTE: what `make test` installs besides the app's pins (the 3.13 worker runtime is optional: its tests skip)
 @pytest.mark.parametrize(
     "requirements",
-    ["requirements-dev.txt", "requirements-infra.txt", "requirements-feast.txt", "requirements-worker311.txt"],
+    [
+        "requirements-dev.txt",
+        "requirements-infra.txt",
+        "requirements-feast.txt",
+        "requirements-worker311.txt",
+        "requirements-worker311-2026.txt",
+    ],
 )
 def test_make_test_installs_on_every_laptop(requirements: str) -> None:
     done = check("--requirements", str(REPO / requirements), *LAPTOPS)
