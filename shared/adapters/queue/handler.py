@@ -1,5 +1,8 @@
 """One invocation's batch of payments: each gets exactly one verdict, and each result is sent once.
 
+    unpack      an envelope message (`{"events": [...]}`) into one delivery per event, ids
+                `<message id>#<index>`; an envelope over MAX_MESSAGE_BYTES or MAX_BATCH_ITEMS,
+                unreadable, or holding a non-object → the whole message rejected
     decode      over MAX_MESSAGE_BYTES, bad JSON, schema violation, a timestamp outside the
                 idempotency window (EVENT_MAX_AGE_S) → rejected at once (its own fault)
     look up     results kept by event_id, with their payment's digest → the same payment is a
@@ -40,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from msgspec.structs import asdict
 
 from shared.adapters.queue.idempotency import Kept, MemoryResultStore, RedisResultStore, ResultStore
-from shared.adapters.queue.messages import Incoming, Outbound, enqueued_iso, rejection_record
+from shared.adapters.queue.messages import Incoming, Outbound, enqueued_iso, rejection_record, unpack
 from shared.adapters.queue.publisher import Publisher, ServiceBusPublisher
 from shared.domain.answers import QueueResult, encode
 from shared.domain.events import PaymentEvent, decode_event, event_digest
@@ -104,7 +107,8 @@ class BatchBudget:
 
 @dataclass(frozen=True, slots=True)
 class Handled:
-    """The verdict on one message: its result (or rejection record) and why, where it failed."""
+    """The verdict on one message, or one event of an envelope (`message_id` `<id>#<index>`):
+    its result (or rejection record) and why, where it failed."""
 
     message_id: str
     outcome: Outcome
@@ -118,7 +122,7 @@ class Handled:
 
 @dataclass(slots=True)
 class Delivery:
-    """One message of the batch on its way to its verdict.
+    """One message of the batch (or one event of an envelope) on its way to its verdict.
 
     `event` is None once decoding rejected it (its verdict says why); `primary` is the batch's
     first delivery of the same payment, whose verdict this one follows.
@@ -148,6 +152,7 @@ class QueueHandler:
         publisher: Publisher,
         *,
         max_message_bytes: int,
+        max_envelope_events: int = Settings.max_batch_items,
         budget: BatchBudget | None = None,
         max_age_s: float = 0.0,
         clock: Callable[[], float] = time.time,
@@ -157,6 +162,7 @@ class QueueHandler:
         self._store = store
         self.publisher = publisher
         self._cap = max_message_bytes
+        self._max_events = max_envelope_events  # MAX_BATCH_ITEMS, as for `/api/score/batch`
         self._budget = budget or BatchBudget()
         self._max_age_s = max_age_s  # the idempotency window (EVENT_MAX_AGE_S); 0: none
         self._clock = clock
@@ -193,16 +199,18 @@ class QueueHandler:
             store,
             publisher,
             max_message_bytes=settings.max_message_bytes,
+            max_envelope_events=settings.max_batch_items,
             budget=budget,
             max_age_s=settings.event_max_age_s,
             id_key=(settings.prediction_log.hash_key or "").encode(),
         )
 
     async def handle(self, messages: Sequence[Incoming]) -> list[Handled]:
-        """A verdict per message, in order, within the budget; raises nothing a message caused."""
+        """A verdict per message, or per event of an envelope message, in order, within the
+        budget; raises nothing a message caused."""
         started = time.perf_counter()
         ends = asyncio.get_running_loop().time() + self._budget.total_s
-        batch = [Delivery(msg) for msg in messages]
+        batch = self._unpack_all(messages)
         _trace(batch)
         primaries = self._decode_all(batch)
         await self._settle(primaries, started, ends - self._budget.publish_s)
@@ -213,11 +221,26 @@ class QueueHandler:
         self._report(verdicts)
         return verdicts
 
+    def _unpack_all(self, messages: Sequence[Incoming]) -> list[Delivery]:
+        """A delivery per event: an envelope's events each, any other message as itself; an
+        envelope refused whole is one delivery, rejected already."""
+        batch: list[Delivery] = []
+        for msg in messages:
+            try:
+                batch.extend(Delivery(event) for event in unpack(msg, self._cap, self._max_events))
+            except ScoringError as exc:
+                refused = Delivery(msg)
+                self._reject(refused, exc)
+                batch.append(refused)
+        return batch
+
     def _decode_all(self, batch: list[Delivery]) -> list[Delivery]:
         """Each delivery decoded or rejected (its own fault); the first delivery of each payment.
         A second delivery of the same id with other content is a conflict, not a follower."""
         first: dict[str, Delivery] = {}  # event_id → the batch's first delivery carrying it
         for d in batch:
+            if d.verdict is not None:  # an envelope refused whole
+                continue
             t0 = time.perf_counter()
             try:
                 event = self._decode(d.msg)
