@@ -1,12 +1,15 @@
 """Load tools for a real Service Bus namespace: send payments at a rate, drain results.
 
-    python -m bench.servicebus send  --events 20000 --rate 2000 [--queue payments]
+    python -m bench.servicebus send  --events 20000 --rate 2000 [--queue payments] [--per-message 16]
     python -m bench.servicebus drain [--queue risk-completed] [--idle-s 15]
 
 The namespace: SERVICEBUS_CONNECTION_STRING (a connection string), else --namespace
 `<name>.servicebus.windows.net` with DefaultAzureCredential (az login, or a managed identity).
 `send` paces batch sends to `--rate` events/s with a progress bar and prints a summary;
-each event's `event_id` is its MessageId. `drain` receives risk-completed until the queue is
+each event's `event_id` is its MessageId. `--per-message N` packs N events per message as an
+envelope `{"events": [...]}` (docs/queue.md: the function's binding converts each message once,
+whatever it carries), MessageId `<first event_id>..<last event_id>`, each message kept under
+Service Bus Standard's 256 KiB. `drain` receives risk-completed until the queue is
 idle and reports end-to-end latency (the payment's enqueued time → the result's enqueued
 time) as percentiles, and duplicates seen (same MessageId twice: duplicate detection failed).
 Watch KEDA scale out while `send` runs: `az containerapp replica list -n <app> -g <rg>`.
@@ -21,7 +24,7 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -31,6 +34,9 @@ import orjson
 from bench.loadgen import event_body
 
 CHUNK = 100  # events per batch send
+# Service Bus Standard's message cap (and MAX_MESSAGE_BYTES's default), less room for the
+# message's headers and the AMQP framing: an envelope's body stays under it.
+MESSAGE_BYTES = 256 * 1024 - 2048
 
 
 def events(n: int, run: str) -> Iterator[tuple[str, bytes]]:
@@ -39,6 +45,34 @@ def events(n: int, run: str) -> Iterator[tuple[str, bytes]]:
         body = orjson.loads(event_body(i))
         body["event_id"] = f"{run}-{i}"
         yield body["event_id"], orjson.dumps(body)
+
+
+def pack(
+    todo: Sequence[tuple[str, bytes]], per_message: int, max_bytes: int = MESSAGE_BYTES
+) -> list[tuple[str, bytes, int]]:
+    """(message_id, body, events) of the messages carrying `todo`: each event alone when
+    `per_message` is 1; else envelopes of up to `per_message` events, closed early rather
+    than reach `max_bytes`."""
+    if per_message == 1:
+        return [(event_id, body, 1) for event_id, body in todo]
+    packed: list[tuple[str, bytes, int]] = []
+    ids: list[str] = []
+    bodies: list[bytes] = []
+    size = len(b'{"events":[]}')
+    for event_id, body in todo:
+        if bodies and (len(bodies) == per_message or size + 1 + len(body) > max_bytes):
+            packed.append(envelope(ids, bodies))
+            ids, bodies, size = [], [], len(b'{"events":[]}')
+        ids.append(event_id)
+        bodies.append(body)
+        size += len(body) + (1 if len(bodies) > 1 else 0)
+    if bodies:
+        packed.append(envelope(ids, bodies))
+    return packed
+
+
+def envelope(ids: list[str], bodies: list[bytes]) -> tuple[str, bytes, int]:
+    return f"{ids[0]}..{ids[-1]}", b'{"events":[' + b",".join(bodies) + b"]}", len(bodies)
 
 
 def schedule(n: int, rate: float, chunk: int = CHUNK) -> Iterator[tuple[float, int, int]]:
@@ -105,6 +139,7 @@ def client(namespace: str | None) -> Any:
 
 
 def sdk_messages(batch: Iterable[tuple[str, bytes]]) -> list[Any]:
+    """An SDK message per (message_id, body), typed JSON."""
     from azure.servicebus import ServiceBusMessage
 
     return [ServiceBusMessage(body, message_id=event_id, content_type="application/json") for event_id, body in batch]
@@ -115,24 +150,30 @@ async def send(args: argparse.Namespace) -> dict[str, object]:
     from azure.servicebus.exceptions import ServiceBusError
 
     todo = list(events(args.events, args.run or uuid.uuid4().hex[:8]))
-    errors = 0
+    packed = pack(todo, args.per_message)
+    chunk = max(1, CHUNK // args.per_message)  # about CHUNK events per send, whatever the packing
+    errors = done = 0
     async with client(args.namespace) as sb, sb.get_queue_sender(args.queue) as sender:
         started = time.perf_counter()
-        for due, start, stop in schedule(len(todo), args.rate):
+        for due, start, stop in schedule(len(packed), args.rate / args.per_message, chunk):
             delay = started + due - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
+            group = packed[start:stop]
+            carried = sum(count for _, _, count in group)
             try:
-                await sender.send_messages(sdk_messages(todo[start:stop]))
+                await sender.send_messages(sdk_messages((message_id, body) for message_id, body, _ in group))
             except (ServiceBusError, AzureError, OSError) as exc:  # NOTE: a load tool counts failures, goes on
-                errors += stop - start
+                errors += carried
                 print(f"\nsend failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-            print(bar(stop, len(todo), started), end="", file=sys.stderr, flush=True)
+            done += carried
+            print(bar(done, len(todo), started), end="", file=sys.stderr, flush=True)
         elapsed = time.perf_counter() - started
     print(file=sys.stderr)
     return {
         "sent": len(todo) - errors,
         "failed": errors,
+        "messages": len(packed),
         "seconds": round(elapsed, 2),
         "rate": round(len(todo) / elapsed),
     }
@@ -154,6 +195,13 @@ async def drain(args: argparse.Namespace) -> dict[str, object]:
     return {**drained.summary(), "seconds": round(time.perf_counter() - started - args.idle_s, 2)}
 
 
+def positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--namespace", default=None, help="<name>.servicebus.windows.net (DefaultAzureCredential)")
@@ -163,6 +211,9 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--rate", type=float, default=1000.0, help="events per second")
     s.add_argument("--queue", default="payments")
     s.add_argument("--run", default=None, help="event id prefix (default: random)")
+    s.add_argument(
+        "--per-message", type=positive, default=1, help='events per message: above 1, an envelope {"events": [...]}'
+    )
     d = sub.add_parser("drain", help="receive results, report latency percentiles and duplicates")
     d.add_argument("--queue", default="risk-completed")
     d.add_argument("--idle-s", type=float, default=15.0, help="stop after this long with nothing received")

@@ -253,3 +253,16 @@ async def test_one_event_id_twice_in_an_envelope_with_other_content_is_a_conflic
 def test_a_plain_event_is_passed_through_as_the_same_message() -> None:
     msg = plain("p-1")
     assert unpack(msg, CAP, 256) == [msg] and unpack(msg, CAP, 256)[0] is msg
+
+
+def test_the_load_tools_envelopes_unpack_into_the_events_it_packed_each_under_the_cap() -> None:
+    from bench.servicebus import MESSAGE_BYTES, events, pack
+
+    todo = list(events(2_000, "pk"))
+    packed = pack(todo, per_message=1_500)  # more than fit in one message: closed early, by size
+    counts = [count for _, _, count in packed]
+    assert counts[0] < 1_500 and sum(counts) == 2_000 and all(len(body) <= MESSAGE_BYTES for _, body, _ in packed)
+    unpacked = [e for mid, body, _ in packed for e in unpack(Incoming(mid, body), CAP, 2_000)]
+    assert [e.body for e in unpacked] == [body for _, body in todo]
+    assert unpacked[0].message_id == "pk-0..pk-" + str(packed[0][2] - 1) + "#0"
+    assert [(m, b) for m, b, _ in pack(todo[:3], per_message=1)] == todo[:3]  # one event: the plain body
