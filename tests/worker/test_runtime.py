@@ -276,3 +276,24 @@ def test_with_the_worker_exporting_to_azure_monitor_itself_every_answer_is_clean
     # this sandbox cannot resolve, on their own timer: that traceback is the network's, not the app's
     errors = [e for e in errors if not e.startswith("Exception occurred while pinging live metrics")]
     assert not [e for e in errors if "Traceback" in e or "AttributeError" in e], errors[:2]
+
+
+def test_an_envelope_message_through_the_worker_publishes_a_result_per_event(
+    app_env: dict[str, str], tmp_path: Path
+) -> None:
+    """One Service Bus message carrying `{"events": [...]}`, converted once by the worker's binding:
+    a result per valid event under its event_id, a rejection under `<message id>#<index>`."""
+    now = datetime.now(UTC).isoformat()  # NOTE: inside the idempotency window (EVENT_MAX_AGE_S)
+    items = [event(event_id=f"env-{i}", timestamp=now) for i in range(3)] + [event(event_id="env-x", amount=-1)]
+    report = tmp_path / "report.json"
+    with running_worker(app_env, report=report) as (host, _):
+        assert host.start(REPO).result.status == host.protos.StatusResult.Success
+        inputs, metadata = host.batch([("q-env", json.dumps({"events": items}).encode())])
+        response = host.invoke("payments", inputs, metadata)
+        assert response.result.status == host.protos.StatusResult.Success, response.result.exception.message
+    published = {
+        (m["queue"], m["message_id"]): json.loads(m["body"]) for m in json.loads(report.read_text())["published"]
+    }
+    assert sorted(published) == [("risk-completed", f"env-{i}") for i in range(3)] + [("risk-rejected", "q-env#3")]
+    assert {published[("risk-completed", f"env-{i}")]["delivery_count"] for i in range(3)} == {1}
+    assert published[("risk-rejected", "q-env#3")]["error"] == "invalid_event"
