@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from shared.core.parts import Part
 from shared.errors import NotReady, SettingsError
+from shared.runtime.doctor import PlatformDoctor
 from shared.settings import Settings
 
 if TYPE_CHECKING:
@@ -201,6 +202,7 @@ def _parts(
         Part("redis", redis.problem, None, redis.aclose) if redis is not None else None,
         Part("features", features.problem, None, features.aclose),
         Part("control", None, None, control.aclose) if control is not None else None,
+        Part("platform", PlatformDoctor().problem),
     ]
     return [part for part in parts if part is not None]
 
