@@ -36,6 +36,9 @@ TRACE_PROPERTIES = ("traceparent", "tracestate", "Diagnostic-Id")
 # the size and a SHA-256 identify it, so the record stays within the output queue's message size.
 WHOLE_BODY_BYTES = 64 * 1024
 EXCERPT_BYTES = 1024
+# Service Bus refuses a longer MessageId (azure-servicebus==7.15.0 `_common/constants.py`,
+# MESSAGE_PROPERTY_MAX_LENGTH; `ServiceBusMessage.message_id` raises ValueError past it).
+MESSAGE_ID_CHARS = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,9 +101,20 @@ def unpack(msg: Incoming, max_bytes: int, max_events: int) -> list[Incoming]:
         body = bytes(raw)
         if body[:1] != b"{":
             raise InvalidEvent(f"an envelope's events are objects; item {index} is not")
-        mid = f"{msg.message_id}#{index}"
+        mid = event_message_id(msg.message_id, index)
         events.append(Incoming(mid, body, msg.delivery_count, msg.enqueued_time, msg.correlation_id, msg.properties))
     return events
+
+
+def event_message_id(message_id: str, index: int) -> str:
+    """`<message id>#<index>`, within MESSAGE_ID_CHARS: a longer one keeps the id's head and
+    names the whole id by a digest, so a rejection's MessageId is still one Service Bus accepts
+    and still tells two envelopes apart."""
+    suffix = f"#{index}"
+    if len(message_id) + len(suffix) <= MESSAGE_ID_CHARS:
+        return message_id + suffix
+    digest = hashlib.blake2b(message_id.encode(), digest_size=16).hexdigest()
+    return f"{message_id[: MESSAGE_ID_CHARS - len(suffix) - len(digest) - 1]}~{digest}{suffix}"
 
 
 # for a body that is not a JSON object (cut short, broken): the fields found by their text

@@ -266,3 +266,20 @@ def test_the_load_tools_envelopes_unpack_into_the_events_it_packed_each_under_th
     assert [e.body for e in unpacked] == [body for _, body in todo]
     assert unpacked[0].message_id == "pk-0..pk-" + str(packed[0][2] - 1) + "#0"
     assert [(m, b) for m, b, _ in pack(todo[:3], per_message=1)] == todo[:3]  # one event: the plain body
+
+
+async def test_an_event_of_an_envelope_with_a_longest_message_id_is_rejected_under_an_id_service_bus_takes(
+    handlers: Callable[..., tuple[QueueHandler, Counting]],
+) -> None:
+    from shared.adapters.queue.publisher import to_sdk_message
+
+    handler, _ = handlers()
+    head = "m" * 126  # Service Bus message ids go up to 128 characters
+    items = [event(event_id="l-0"), event(event_id="l-1", amount=-1)]
+    handled = await handler.handle([envelope(items, message_id=head + "-a"), envelope(items, message_id=head + "-b")])
+    assert [h.outcome for h in handled] == ["completed", "rejected", "duplicate", "rejected"]
+    assert isinstance(handler.publisher, MemoryPublisher)
+    rejected = [m for m in handler.publisher.sent if m.queue == REJECTED_QUEUE]
+    assert len({m.message_id for m in rejected}) == 2 and all(m.message_id.endswith("#1") for m in rejected)
+    for outbound in handler.publisher.sent:
+        assert to_sdk_message(outbound).message_id == outbound.message_id  # the SDK refuses one over 128
