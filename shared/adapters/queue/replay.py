@@ -11,6 +11,7 @@ message on stdout:
 
     {"outcome": "completed"|"duplicate"|"rejected"|"failed", "message_id": ..., "body": <result or null>, "reason": ...}
 
+An envelope line (`{"events": [...]}`, docs/queue.md) gives a line per event, `line-N#<index>`.
 A summary (counts, messages/s) goes to stderr. Exit 0 when every line was handled
 (completed, duplicate or rejected); 1 when any failed; 2 when the file cannot be read.
 """
@@ -102,8 +103,10 @@ async def run(path: Path, settings: Settings) -> int:
     store = "redis" if settings.redis_url else "in-process"
     rate = len(incoming) / elapsed if elapsed > 0 else 0.0
     summary = ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items()))
+    verdicts = sum(outcomes.values())
+    events = f" ({verdicts} verdicts: envelopes unpacked)" if verdicts != len(incoming) else ""
     print(
-        f"replay: {len(incoming)} messages in {elapsed:.2f} s ({rate:,.0f}/s), store {store}: {summary}",
+        f"replay: {len(incoming)} messages{events} in {elapsed:.2f} s ({rate:,.0f}/s), store {store}: {summary}",
         file=sys.stderr,
     )
     return 1 if outcomes["failed"] else 0
