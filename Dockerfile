@@ -26,8 +26,12 @@ ENV AzureWebJobsScriptRoot=/home/site/wwwroot \
     PYTHONDONTWRITEBYTECODE=1
 
 # Dependencies first, so code edits reuse this layer.
+# NOTE: then protobuf and grpcio are removed again: the worker's bundled copies come first on
+# sys.path and are what the app runs on (docs/platform.md P37, P73); a second, never-imported copy
+# only makes readiness list "platform: two copies of protobuf ..." (shared/runtime/doctor.py).
 COPY requirements.txt /tmp/requirements.txt
 RUN pip install -r /tmp/requirements.txt \
+ && pip uninstall -y protobuf grpcio \
  && if [ "$ORT_GPU" = "1" ]; then \
         ORT_VERSION="$(python -c 'import importlib.metadata as m; print(m.version("onnxruntime-gpu"))')" \
         && pip install "onnxruntime-gpu[cuda,cudnn]==${ORT_VERSION}"; \

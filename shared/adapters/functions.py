@@ -27,6 +27,7 @@ from shared.core.holder import ServiceHolder
 from shared.domain.answers import error_body
 from shared.errors import BadRequest, BatchIncomplete, ScoringError, log_answered
 from shared.models.repository import check_size, parse_model_path
+from shared.runtime.doctor import WORKER_LOGGERS
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message
@@ -219,10 +220,6 @@ def quiet_worker_logs(service: ScoringService) -> None:
     """
     for name in WORKER_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
-
-
-# The 3.11 worker's, the 3.13 worker's, its runtime library's and the azure-functions SDK's loggers.
-WORKER_LOGGERS = ("azure_functions_worker", "proxy_worker", "azure_functions_runtime", "azure.functions")
 
 
 def incoming(msg: func.ServiceBusMessage) -> Incoming:

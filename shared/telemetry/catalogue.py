@@ -38,7 +38,9 @@ FEATURE_AGE_BUCKETS_S = (1.0, 10.0, 60.0, 300.0, 900.0, 3600.0, 6 * 3600.0, 86_4
 BATCH_BUCKETS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
 TOKEN_BUCKETS = (16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0)
 # What readiness can list as degraded (each reason starts with one): always reported, 0 when well.
-DEGRADED_COMPONENTS = ("control", "features", "models", "overloaded", "predictions", "queue", "redis", "reviews")
+DEGRADED_COMPONENTS = (
+    "control", "features", "models", "overloaded", "platform", "predictions", "queue", "redis", "reviews",
+)  # fmt: skip
 DIFFERENCE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0)
 
 
@@ -84,8 +86,8 @@ CATALOGUE: tuple[Spec, ...] = (
         "scoring.degraded",
         "gauge",
         "1",
-        "1 while readiness lists the component as degraded (control, features, models, overloaded, predictions, "
-        "queue, redis, reviews), else 0",
+        "1 while readiness lists the component as degraded (control, features, models, overloaded, platform, "
+        "predictions, queue, redis, reviews), else 0",
         ("scoring.component",),
     ),
     Spec(

@@ -133,6 +133,10 @@ def test_newer_gencode_is_quiet_on_the_pins_and_reported_under_the_worker_bundle
 # -- the worker's INFO lines ---------------------------------------------------------------------
 
 
+# NOTE: only the fixture's logger is read: loggers other tests made (azure.functions.*) stay as they left them
+ONLY = ("azure_functions_worker",)
+
+
 @pytest.fixture
 def worker_logger() -> Iterator[logging.Logger]:
     """The 3.11 worker's logger, put back as it was (level, handlers) after the test; the root too."""
@@ -148,13 +152,13 @@ def worker_logger() -> Iterator[logging.Logger]:
 def test_a_worker_logger_at_info_with_a_handler_is_reported(worker_logger: logging.Logger) -> None:
     worker_logger.setLevel(logging.INFO)
     worker_logger.propagate = False
-    assert worker_info_logging() is None  # no handler to pass them to: nothing is sent
+    assert worker_info_logging(ONLY) is None  # no handler to pass them to: nothing is sent
     worker_logger.addHandler(logging.NullHandler())
-    found = worker_info_logging()
+    found = worker_info_logging(ONLY)
     assert found is not None and found.startswith("the worker's logger 'azure_functions_worker' passes INFO")
     assert "fix: set it to WARNING" in found
     worker_logger.setLevel(logging.WARNING)  # what quiet_worker_logs does
-    assert worker_info_logging() is None
+    assert worker_info_logging(ONLY) is None
 
 
 def test_the_root_at_info_with_the_workers_handler_reaches_a_worker_logger_left_unset(
@@ -165,10 +169,10 @@ def test_the_root_at_info_with_the_workers_handler_reaches_a_worker_logger_left_
     root = logging.getLogger()
     root.setLevel(logging.INFO)
     root.addHandler(logging.NullHandler())
-    assert "(effective level INFO)" in (worker_info_logging() or "")
+    assert "(effective level INFO)" in (worker_info_logging(ONLY) or "")
     assert worker_info_logging(names=("never_made_by_anyone",)) is None  # outside a worker: nothing to report
     worker_logger.setLevel(logging.WARNING)
-    assert worker_info_logging() is None
+    assert worker_info_logging(ONLY) is None
 
 
 # -- Nagle on the app's own listeners ------------------------------------------------------------
