@@ -506,7 +506,9 @@ class Settings:
     max_body_bytes: int = setting(
         "MAX_BODY_BYTES", 64 * 1024, "body cap of one event (a batch may carry 16 times that)"
     )
-    max_batch_items: int = setting("MAX_BATCH_ITEMS", 256, "events per `/api/score/batch`, rows per V2 infer request")
+    max_batch_items: int = setting(
+        "MAX_BATCH_ITEMS", 256, "events per `/api/score/batch` and per queued envelope, rows per V2 infer request"
+    )
     max_message_bytes: int = setting(
         "MAX_MESSAGE_BYTES", 256 * 1024, "queue message cap: a larger body is rejected with an excerpt, never scored"
     )
