@@ -14,9 +14,11 @@ from typing import List  # noqa: UP035 the worker's loader refuses PEP 585 gener
 
 import azure.functions as func
 
+from shared.runtime.doctor import WORKER_LOGGERS  # stdlib only: the floor stays empty
+
 app = func.FunctionApp()
 
-for name in ("azure_functions_worker", "proxy_worker", "azure_functions_runtime", "azure.functions"):
+for name in WORKER_LOGGERS:
     logging.getLogger(name).setLevel(logging.WARNING)
 
 ANSWER = b'{"event_id":"e","decision":"approve"}'
