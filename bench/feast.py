@@ -40,6 +40,7 @@ import msgspec
 import onnx
 from redis.asyncio import Redis as Client
 
+from bench.loadgen import now_stamp
 from bench.servers import Redis
 from shared.domain.events import PaymentEvent
 from shared.domain.feast_spec import parse_feast
@@ -100,7 +101,7 @@ async def seed_demo_layout(url: str, project: str, *, event_time_s: float) -> in
 
 def events(users: list[str]) -> list[PaymentEvent]:
     body = {"event_id": "e", "amount": 1.0, "currency": "USD", "merchant_id": "m-1", "merchant_category": "5411",
-            "country": "US", "channel": "web", "timestamp": "2026-11-29T03:12:00Z"}  # fmt: skip
+            "country": "US", "channel": "web", "timestamp": now_stamp()}  # fmt: skip
     return [msgspec.convert({**body, "user_id": u}, PaymentEvent, strict=False) for u in users]
 
 

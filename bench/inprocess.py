@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 
 from bench.ceiling import starlette_app
-from bench.loadgen import event_body
+from bench.loadgen import event_body, now_stamp
 from shared.adapters.http.app import create_app
 from shared.core.holder import ServiceHolder
 from shared.settings import Settings
@@ -114,7 +114,7 @@ def wrk_event(n: int, users: int = 2000) -> bytes:
             "merchant_category": "5411",
             "country": ("US", "GB", "DE", "NG")[n % 4],
             "channel": ("web", "app", "pos")[n % 3],
-            "timestamp": f"2026-11-29T{n % 24:02d}:15:00Z",
+            "timestamp": now_stamp(),
         }
     )
 

@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 import orjson
+
+from bench.verdicts import http_verdict
 
 STAGES = ("parse", "features", "cache", "queue", "inference", "total")
 
@@ -25,6 +30,8 @@ class OpenLoopResult:
     latencies_ms: list[float] = field(default_factory=list)
     errors: int = 0
     stages: dict[str, list[float]] = field(default_factory=lambda: {s: [] for s in STAGES})
+    verdicts: Counter[str] = field(default_factory=Counter)  # bench.verdicts: completed, rejected:<code>, shed:<code>
+    late_ms: list[float] = field(default_factory=list)  # how late the generator handed each request over
 
     @property
     def achieved(self) -> float:
@@ -33,7 +40,15 @@ class OpenLoopResult:
     duration_s: float = 0.0
 
 
-def event_body(n: int, users: int = 2000) -> bytes:
+def now_stamp(age_s: float = 0.0) -> str:
+    """The current UTC time, less `age_s` seconds, as an event's `timestamp` (whole seconds)."""
+    return datetime.fromtimestamp(time.time() - age_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def event_body(n: int, users: int = 2000, *, timestamp: str | None = None) -> bytes:
+    """The n-th synthetic payment, dated now unless `timestamp` says otherwise: an event a bench
+    sends must be inside the queue path's idempotency window (EVENT_MAX_AGE_S), or it times the
+    `event_expired` rejection instead of scoring (bench/verdicts.py)."""
     cents = n % 500_000
     return orjson.dumps(
         {
@@ -45,7 +60,7 @@ def event_body(n: int, users: int = 2000) -> bytes:
             "merchant_category": "5411",
             "country": "US",
             "channel": "app",
-            "timestamp": f"2026-11-29T{n % 24:02d}:20:00Z",
+            "timestamp": timestamp or now_stamp(),
         }
     )
 
@@ -68,9 +83,16 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
 
 
 async def open_loop(
-    port: int, rate: float, duration_s: float, *, connections: int = 16, offset: int = 0, path: str = "/api/score"
+    port: int,
+    rate: float,
+    duration_s: float,
+    *,
+    connections: int = 16,
+    offset: int = 0,
+    path: str = "/api/score",
+    body: Callable[[int], bytes] = event_body,
 ) -> OpenLoopResult:
-    """Offer `rate` requests/s of unique events for `duration_s` seconds."""
+    """Offer `rate` requests/s of unique events (`body(n)`) for `duration_s` seconds."""
     total = int(rate * duration_s)
     result = OpenLoopResult(rate=rate, sent=total)
     queue: asyncio.Queue[tuple[float, int] | None] = asyncio.Queue()
@@ -80,17 +102,19 @@ async def open_loop(
         try:
             while (job := await queue.get()) is not None:
                 scheduled, n = job
-                writer.write(_request(path, event_body(offset + n)))
+                writer.write(_request(path, body(offset + n)))
                 try:
-                    status, body = await _read_response(reader)
+                    status, answer = await _read_response(reader)
                 except (asyncio.IncompleteReadError, ConnectionError):
                     result.errors += 1
+                    result.verdicts["connection_lost"] += 1
                     return
+                result.verdicts[http_verdict(status, answer)] += 1
                 if status != 200:
                     result.errors += 1
                     continue
                 result.latencies_ms.append((time.perf_counter() - scheduled) * 1000)
-                timings = orjson.loads(body).get("timings_ms", {})
+                timings = orjson.loads(answer).get("timings_ms", {})
                 for stage in STAGES:
                     if stage in timings:
                         result.stages[stage].append(timings[stage])
@@ -104,6 +128,7 @@ async def open_loop(
         delay = scheduled - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
+        result.late_ms.append((time.perf_counter() - scheduled) * 1000)
         queue.put_nowait((scheduled, n))
     for _ in workers:
         queue.put_nowait(None)

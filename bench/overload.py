@@ -36,6 +36,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from bench.loadgen import now_stamp
 from bench.servers import start_server
 
 UNLOADED = 0.05
@@ -48,7 +49,7 @@ BODY = {
     "merchant_category": "5411",
     "country": "US",
     "channel": "app",
-    "timestamp": "2026-11-29T10:20:00Z",
+    "timestamp": now_stamp(),  # NOTE: h2load repeats one body: dated when the bench starts
 }
 
 

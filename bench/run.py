@@ -38,7 +38,7 @@ import uuid
 from pathlib import Path
 
 from bench import feast, floor, report
-from bench.loadgen import open_loop
+from bench.loadgen import now_stamp, open_loop
 from bench.servers import Redis, cpu_s, rss_mib, start_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -103,7 +103,7 @@ def probe(port: int) -> dict[str, object]:
     """One scored answer for a fixed event: the layouts must give the same score, none on defaults."""
     body = json.dumps({"event_id": "probe", "user_id": "u00042", "amount": 912.4, "currency": "USD",
                        "merchant_id": "m-77", "merchant_category": "7995", "country": "NG", "channel": "web",
-                       "timestamp": "2026-11-29T03:12:00Z"}).encode()  # fmt: skip
+                       "timestamp": now_stamp()}).encode()  # fmt: skip
     request = urllib.request.Request(f"http://127.0.0.1:{port}/api/score", body, {"content-type": "application/json"})
     with urllib.request.urlopen(request, timeout=5) as answer:  # noqa: S310 our own loopback http:// URL
         found: dict[str, object] = json.loads(answer.read())

@@ -13,6 +13,12 @@ Service Bus Standard's 256 KiB. `drain` receives risk-completed until the queue 
 idle and reports end-to-end latency (the payment's enqueued time → the result's enqueued
 time) as percentiles, and duplicates seen (same MessageId twice: duplicate detection failed).
 Watch KEDA scale out while `send` runs: `az containerapp replica list -n <app> -g <rg>`.
+
+Each event is dated as it is sent (inside the app's EVENT_MAX_AGE_S). Both count verdicts and
+withhold their figures when the work was not done (bench/verdicts.py): `send` when under 99.9 %
+of the events were accepted by the namespace; `drain --expect N` (the events sent) when under
+99.9 % of them came back as a result with a decision: the rest were rejected (read risk-rejected)
+or never handled, and a latency over them would not be the scoring path's.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from typing import Any
 import orjson
 
 from bench.loadgen import event_body
+from bench.verdicts import Verdicts
 
 CHUNK = 100  # events per batch send
 # Service Bus Standard's message cap (and MAX_MESSAGE_BYTES's default), less room for the
@@ -42,7 +49,7 @@ MESSAGE_BYTES = 256 * 1024 - 2048
 def events(n: int, run: str) -> Iterator[tuple[str, bytes]]:
     """(event_id, body) of `n` synthetic payments, ids unique to this run."""
     for i in range(n):
-        body = orjson.loads(event_body(i))
+        body = orjson.loads(event_body(i))  # NOTE: dated now, as it is built just before its send
         body["event_id"] = f"{run}-{i}"
         yield body["event_id"], orjson.dumps(body)
 
@@ -95,6 +102,7 @@ class Drained:
     seen: set[str] = field(default_factory=set)
     duplicates: int = 0
     unreadable: int = 0
+    verdicts: Verdicts = field(default_factory=lambda: Verdicts("drain"))
 
     def add(self, message_id: str, body: bytes, enqueued: datetime | None) -> None:
         if message_id in self.seen:
@@ -102,16 +110,25 @@ class Drained:
             return
         self.seen.add(message_id)
         try:
-            sent = datetime.fromisoformat(str(orjson.loads(body)["enqueued_time"]).replace("Z", "+00:00"))
+            result = orjson.loads(body)
+            sent = datetime.fromisoformat(str(result["enqueued_time"]).replace("Z", "+00:00"))
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
             self.unreadable += 1
+            self.verdicts.add("unreadable")
             return
+        self.verdicts.add("completed" if "decision" in result else "no_decision")
         if enqueued is not None:
             self.latencies_ms.append((enqueued - sent).total_seconds() * 1000)
 
-    def summary(self) -> dict[str, object]:
+    def summary(self, expect: int | None = None) -> dict[str, object]:
+        """The latency percentiles, refused (`WorkNotDone`) when `expect` events were sent and
+        under 99.9 % of them came back scored."""
+        if expect is not None:
+            self.verdicts.add("no_result", max(0, expect - self.verdicts.total))
+            self.verdicts.require("completed")
         ordered = sorted(self.latencies_ms)
         return {
+            "verdicts": self.verdicts.as_dict(),
             "results": len(self.seen),
             "duplicates": self.duplicates,
             "unreadable": self.unreadable,
@@ -170,6 +187,10 @@ async def send(args: argparse.Namespace) -> dict[str, object]:
             print(bar(done, len(todo), started), end="", file=sys.stderr, flush=True)
         elapsed = time.perf_counter() - started
     print(file=sys.stderr)
+    verdicts = Verdicts("send")
+    verdicts.add("sent", len(todo) - errors)
+    verdicts.add("failed", errors)
+    verdicts.require("sent")
     return {
         "sent": len(todo) - errors,
         "failed": errors,
@@ -192,7 +213,7 @@ async def drain(args: argparse.Namespace) -> dict[str, object]:
                 await receiver.complete_message(msg)
             print(f"\rdrained {len(drained.seen)} (+{drained.duplicates} duplicates)", end="", file=sys.stderr)
     print(file=sys.stderr)
-    return {**drained.summary(), "seconds": round(time.perf_counter() - started - args.idle_s, 2)}
+    return {**drained.summary(args.expect), "seconds": round(time.perf_counter() - started - args.idle_s, 2)}
 
 
 def positive(text: str) -> int:
@@ -217,6 +238,7 @@ def main(argv: list[str] | None = None) -> None:
     d = sub.add_parser("drain", help="receive results, report latency percentiles and duplicates")
     d.add_argument("--queue", default="risk-completed")
     d.add_argument("--idle-s", type=float, default=15.0, help="stop after this long with nothing received")
+    d.add_argument("--expect", type=positive, default=None, help="events sent: refuse to report under 99.9%% scored")
     args = parser.parse_args(argv)
     result = asyncio.run(send(args) if args.command == "send" else drain(args))
     print(json.dumps(result))

@@ -23,6 +23,13 @@ rounds' ratios), which is what carries across machines:
   a queued event costs against what an HTTP one cannot go below. `--per-message N` packs N events
   in each message (docs/queue.md, "Several events in one message").
 
+Every event is dated when it is sent, and each phase of the app counts its verdicts
+(bench/verdicts.py): `score` and `score_batch` from each answer (a 200 with a decision is
+`completed`), `payments` from what the queue path published (`risk-completed` or `risk-rejected`
+with its code). A phase where under 99.9 % of its events were scored raises `WorkNotDone` and
+nothing is reported: it would have timed rejections (issue 53). The floor's phases count only that
+each invocation succeeded.
+
 The stand-in host shares the machine's cores with the worker: invocations/s is a floor, CPU
 per invocation is the figure that carries over. `--profile` records the app's worker with py-spy
 during each phase of the first round (bench-out/worker-<phase>.txt, collapsed stacks).
@@ -43,10 +50,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.loadgen import event_body
+from bench.loadgen import event_body, now_stamp
+from bench.verdicts import Verdicts, WorkNotDone, batch_verdicts, http_verdict, published_verdicts
 from tests.worker.host import REPO, Host, running_worker
 
 FLOOR = REPO / "bench" / "worker_floor"  # the same functions, empty bodies
+EVENT_AGE_S = [0.0]  # --event-age-s: how old the events are when sent (0: dated now); tests age them
+
+
+def stamp() -> str:
+    return now_stamp(EVENT_AGE_S[0])
 
 
 def cpu_s(pid: int) -> float:
@@ -67,8 +80,11 @@ def loop_cpu_s(pid: int) -> float:
     return int(Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()[0]) / 1e9
 
 
-def drive(count: int, in_flight: int, send: Callable[[int], Any]) -> float:
-    """`count` invocations, `in_flight` at a time; the wall seconds they took."""
+def drive(
+    count: int, in_flight: int, send: Callable[[int], Any], judge: Callable[[Any], list[str]] | None = None
+) -> tuple[float, Verdicts]:
+    """`count` invocations, `in_flight` at a time: the wall seconds they took, and the verdicts
+    `judge` read from each response (none when it is None)."""
     slots = threading.Semaphore(in_flight)
     futures = []
     started = time.perf_counter()
@@ -77,35 +93,65 @@ def drive(count: int, in_flight: int, send: Callable[[int], Any]) -> float:
         future = send(n)
         future.add_done_callback(lambda _: slots.release())
         futures.append(future)
-    for future in futures:
-        response = future.result(60)
+    responses = [future.result(60) for future in futures]
+    seconds = time.perf_counter() - started
+    verdicts = Verdicts("invocations")
+    for response in responses:
         if response.result.status != 1:  # StatusResult.Success
             raise RuntimeError(f"an invocation failed: {response.result.exception.message}")
-    return time.perf_counter() - started
+        if judge is not None:
+            verdicts.update(judge(response))
+    return seconds, verdicts
 
 
-def singles(host: Host, pid: int, count: int, tag: str) -> dict[str, float]:
+def _http(response: Any) -> tuple[int, bytes]:
+    http = response.return_value.http
+    kind = http.body.WhichOneof("data")
+    data = getattr(http.body, kind) if kind else b""
+    return int(http.status_code or 200), data if isinstance(data, bytes) else data.encode()
+
+
+def judge_single(response: Any) -> list[str]:
+    return [http_verdict(*_http(response))]
+
+
+def judge_batch(response: Any) -> list[str]:
+    return batch_verdicts(*_http(response))
+
+
+def checked(verdicts: Verdicts, phase: str, app: bool) -> dict[str, int]:
+    """The phase's verdict counts, after refusing a phase of the app whose events were not scored."""
+    verdicts.phase = phase
+    if app:
+        verdicts.require("completed")
+    return verdicts.as_dict()
+
+
+def singles(host: Host, pid: int, count: int, tag: str, app: bool = True) -> dict[str, Any]:
     def send(n: int) -> Any:
-        body = event_body(n).replace(b'"event_id":"', f'"event_id":"{tag}-'.encode(), 1)
+        body = event_body(n, timestamp=stamp()).replace(b'"event_id":"', f'"event_id":"{tag}-'.encode(), 1)
         return host.invoke_async("score", host.http("score", "POST", "/api/score", body))
 
     drive(200, 8, send)  # warm
     before, loop_before = cpu_s(pid), loop_cpu_s(pid)
-    seconds = drive(count, 8, send)
+    seconds, verdicts = drive(count, 8, send, judge_single if app else None)
     used, loop_used = cpu_s(pid) - before, loop_cpu_s(pid) - loop_before
     return {
+        "verdicts": checked(verdicts, "score", app),
         "invocations_per_s": count / seconds,
         "cpu_us_per_invocation": used / count * 1e6,
         "loop_cpu_us_per_invocation": loop_used / count * 1e6,  # the event loop's thread alone
     }
 
 
-def http_batches(host: Host, pid: int, count: int, tag: str, size: int = 64) -> dict[str, float]:
+def http_batches(host: Host, pid: int, count: int, tag: str, size: int = 64, app: bool = True) -> dict[str, Any]:
     """`score_batch` invocations of `size` events each, 2 in flight."""
 
     def send(n: int) -> Any:
         events = [
-            event_body(500_000 + n * size + i).replace(b'"event_id":"', f'"event_id":"{tag}-h{n}-'.encode(), 1)
+            event_body(500_000 + n * size + i, timestamp=stamp()).replace(
+                b'"event_id":"', f'"event_id":"{tag}-h{n}-'.encode(), 1
+            )
             for i in range(size)
         ]
         body = b'{"events":[' + b",".join(events) + b"]}"
@@ -113,18 +159,23 @@ def http_batches(host: Host, pid: int, count: int, tag: str, size: int = 64) -> 
 
     drive(5, 2, send)
     before = cpu_s(pid)
-    seconds = drive(count, 2, send)
+    seconds, verdicts = drive(count, 2, send, judge_batch if app else None)
     used = cpu_s(pid) - before
-    return {"events_per_s": count * size / seconds, "cpu_us_per_event": used / (count * size) * 1e6}
+    return {
+        "verdicts": checked(verdicts, "score_batch_64", app),
+        "events_per_s": count * size / seconds,
+        "cpu_us_per_event": used / (count * size) * 1e6,
+    }
 
 
-def batches(host: Host, pid: int, count: int, tag: str, size: int = 64, per_message: int = 1) -> dict[str, float]:
+def batches(host: Host, pid: int, count: int, tag: str, size: int = 64, per_message: int = 1) -> dict[str, Any]:
     """`payments` invocations of `size` messages each, one at a time; `per_message` events in each
-    message (more than one: an envelope, `{"events": [...]}`)."""
+    message (more than one: an envelope, `{"events": [...]}`). Its verdicts are read from what the
+    worker published, once it has stopped (`one_side`)."""
 
     def body(n: int, i: int) -> bytes:
         events = [
-            event_body(250_000 + (n * size + i) * per_message + j).replace(
+            event_body(250_000 + (n * size + i) * per_message + j, timestamp=stamp()).replace(
                 b'"event_id":"', f'"event_id":"{tag}-b{n}-{i}-'.encode(), 1
             )
             for j in range(per_message)
@@ -137,10 +188,11 @@ def batches(host: Host, pid: int, count: int, tag: str, size: int = 64, per_mess
 
     drive(3, 1, send)
     before = cpu_s(pid)
-    seconds = drive(count, 1, send)
+    seconds, _ = drive(count, 1, send)
     used = cpu_s(pid) - before
     events = count * size * per_message
     return {
+        "events_sent": (3 + count) * size * per_message,  # the warm-up's batches too: all publish
         "events_per_s": events / seconds,
         "cpu_us_per_event": used / events * 1e6,
         "cpu_us_per_message": used / (count * size) * 1e6,
@@ -178,8 +230,11 @@ def one_side(
 ) -> dict[str, Any]:
     """The three figures of one app (the app or its floor) in a fresh worker."""
     result: dict[str, Any] = {}
-    publisher = app_dir == REPO  # NOTE: the floor publishes nothing
-    with running_worker({**env, "AzureWebJobsScriptRoot": str(app_dir)}, memory_publisher=publisher) as (host, worker):
+    app = app_dir == REPO  # NOTE: the floor publishes nothing and decides nothing
+    report = Path(tempfile.mkdtemp()) / "report.json"
+    with running_worker(
+        {**env, "AzureWebJobsScriptRoot": str(app_dir)}, memory_publisher=app, report=report if app else None
+    ) as (host, worker):
         init = host.start(app_dir)
         if init.result.status != 1:
             raise RuntimeError(init.result.exception.message)
@@ -188,8 +243,8 @@ def one_side(
                 break
             time.sleep(0.05)
         phases: list[tuple[str, Callable[[], dict[str, float]]]] = [
-            ("score", lambda: singles(host, worker.pid, args.singles, tag)),
-            ("score_batch_64", lambda: http_batches(host, worker.pid, args.batches * 10, tag)),
+            ("score", lambda: singles(host, worker.pid, args.singles, tag, app)),
+            ("score_batch_64", lambda: http_batches(host, worker.pid, args.batches * 10, tag, app=app)),
             ("payments_64", lambda: batches(host, worker.pid, args.batches, tag, per_message=args.per_message)),
         ]
         for phase, run in phases:
@@ -197,7 +252,23 @@ def one_side(
             result[phase] = run()
             if spy is not None:
                 spy.wait()
+    if app:
+        result["payments_64"]["verdicts"] = queue_verdicts(report, result["payments_64"].pop("events_sent"))
+    else:
+        result["payments_64"].pop("events_sent")
     return result
+
+
+def queue_verdicts(report: Path, sent: int) -> dict[str, int]:
+    """The `payments` phase's verdicts from what the worker published (its report, written as it
+    stopped); an event with no published verdict at all counts as `unanswered`."""
+    if not report.exists():
+        raise WorkNotDone("payments_64: the worker wrote no report: its verdicts are unknown; not reported")
+    verdicts = Verdicts("payments_64")
+    verdicts.counts.update(published_verdicts(json.loads(report.read_text())["published"]))
+    verdicts.add("unanswered", max(0, sent - verdicts.total))
+    verdicts.require("completed")
+    return verdicts.as_dict()
 
 
 def ratios(floor: dict[str, Any], app: dict[str, Any]) -> dict[str, float]:
@@ -221,11 +292,21 @@ def one_round(args: argparse.Namespace, round_no: int, env: dict[str, str], out:
 
 
 def medians(rounds: list[dict[str, Any]]) -> dict[str, Any]:
-    """The median of each figure over the rounds, nested as each round is."""
+    """The median of each figure over the rounds, nested as each round is (verdicts: summed)."""
     first = rounds[0]
     if isinstance(first, dict):
-        return {k: medians([r[k] for r in rounds]) for k in first}
+        return {
+            k: (_summed([r[k] for r in rounds]) if k == "verdicts" else medians([r[k] for r in rounds])) for k in first
+        }
     return statistics.median(rounds)
+
+
+def _summed(counts: list[dict[str, int]]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for one in counts:
+        for k, n in one.items():
+            total[k] = total.get(k, 0) + n
+    return total
 
 
 def main() -> None:
@@ -235,8 +316,12 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=20)
     parser.add_argument("--per-message", type=int, default=1, help="events in each queued message (an envelope past 1)")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument(
+        "--event-age-s", type=float, default=0.0, help="date the events this far in the past (a stale producer)"
+    )
     parser.add_argument("--out", type=Path, default=REPO / "bench-out")
     args = parser.parse_args()
+    EVENT_AGE_S[0] = args.event_age_s
     args.out.mkdir(parents=True, exist_ok=True)
     models = Path(tempfile.mkdtemp()) / "models"
     shutil.copytree(REPO / "models", models)
@@ -245,10 +330,13 @@ def main() -> None:
     os.environ.clear()
     os.environ.update(base)
     rounds = []
+    load_before = os.getloadavg()[0]
     for n in range(1, args.rounds + 1):
         rounds.append(one_round(args, n, env, args.out))
         print(json.dumps({"round": n, **rounds[-1]}), flush=True)
     summary = medians(rounds)
+    summary["machine"] = {"cores": os.cpu_count(), "load_avg_1m_before": load_before,
+                          "load_avg_1m_after": os.getloadavg()[0], "per_message": args.per_message}  # fmt: skip
     (args.out / "worker.json").write_text(json.dumps(summary, indent=2))
     print(json.dumps(summary, indent=2))
 

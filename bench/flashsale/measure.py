@@ -29,45 +29,59 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from bench.flashsale.inputs import MEASURED
-from bench.loadgen import open_loop
+from bench.loadgen import event_body, open_loop
 from bench.servers import Redis, cpu_s, start_server
+from bench.verdicts import SHED, Verdicts
 
 REPO = Path(__file__).resolve().parents[2]
 QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 0.999)
 
 
-def worker_figures(path: Path | None) -> dict[str, Any] | None:
+def worker_figures(path: Path | None, event_age_s: float = 0.0) -> dict[str, Any] | None:
     """bench.worker's medians for the app (one round), or None where the 3.13 runtime is not built."""
     if path is None:
         if not (REPO / ".venv-worker" / ".installed").exists():
             print("no .venv-worker (make worker-venvs): the worker figures are not measured", flush=True)
             return None
         out = Path(tempfile.mkdtemp())
-        cmd = [sys.executable, "-m", "bench.worker", "--rounds", "1", "--singles", "1500", "--batches", "10"]
+        cmd = [sys.executable, "-m", "bench.worker", "--rounds", "1", "--singles", "1500", "--batches", "10",
+               "--event-age-s", str(event_age_s)]  # fmt: skip
         subprocess.run([*cmd, "--out", str(out)], check=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
         path = out / "worker.json"
     figures: dict[str, Any] = json.loads(path.read_text())
     return dict(figures.get("app", figures))  # NOTE: the app's side; files from before the floor have only it
 
 
-def open_loop_point(port: int, pid: int, rate: float, seconds: float, offset: int) -> dict[str, Any]:
-    """One offered rate: client latencies, refusals, server-side time and CPU per request."""
+def open_loop_point(
+    port: int, pid: int, rate: float, seconds: float, offset: int, *, body: Callable[[int], bytes] = event_body
+) -> dict[str, Any]:
+    """One offered rate: client latencies, refusals, server-side time and CPU per request; refused
+    (`WorkNotDone`) when answers other than decisions and admission's refusals came back."""
     before = cpu_s(pid)
-    res = asyncio.run(open_loop(port, rate, seconds, connections=32, offset=offset))
+    res = asyncio.run(open_loop(port, rate, seconds, connections=32, offset=offset, body=body))
     used = cpu_s(pid) - before
     answered = np.array(res.latencies_ms)
     server = np.array(res.stages["total"])
+    verdicts = Verdicts(f"open loop at {rate:.0f}/s")
+    verdicts.counts.update(res.verdicts)
+    verdicts.add("unanswered", res.sent - verdicts.total)
+    verdicts.require("completed", *SHED)  # NOTE: a refusal by admission is a measured outcome; a 4xx is not
+    late = np.array(res.late_ms)
     return {
         "offered": rate,
         "sent": res.sent,
         "answered": len(answered),
-        "refused": res.sent - len(answered),
+        "refused": sum(res.verdicts[k] for k in SHED),
+        "verdicts": verdicts.as_dict(),
+        # NOTE: the generator's own lateness: past a few ms it measured the machine, not the app
+        "generator_late_p99_ms": float(np.quantile(late, 0.99)) if len(late) else None,
         "p50_ms": float(np.quantile(answered, 0.5)) if len(answered) else None,
         "p99_ms": float(np.quantile(answered, 0.99)) if len(answered) else None,
         "server_ms": {str(q): float(np.quantile(server, q)) for q in QUANTILES} if len(server) else {},
@@ -98,6 +112,7 @@ def main() -> None:
     )
     parser.add_argument("--worker-json", type=Path, help="a bench.worker output to reuse instead of a new run")
     parser.add_argument("--out", type=Path, default=MEASURED)
+    parser.add_argument("--event-age-s", type=float, default=0.0, help="date bench.worker's events this far back")
     args = parser.parse_args()
     measured: dict[str, Any] = {
         "command": f"python -m bench.flashsale.measure --rates {args.rates} --seconds {args.seconds:g}",
@@ -107,7 +122,7 @@ def main() -> None:
             "python": platform.python_version(),
             "load_avg_1m_before": os.getloadavg()[0],
         },
-        "worker": worker_figures(args.worker_json),
+        "worker": worker_figures(args.worker_json, args.event_age_s),
     }
     redis = Redis()
     prefix = f"flashsale:{uuid.uuid4().hex[:8]}:"

@@ -27,8 +27,9 @@ local function event(n)
   local cents = n % 500000
   return string.format(
     '{"event_id":"e-%d-%d","user_id":"u%05d","amount":%d.%02d,"currency":"USD","merchant_id":"m-%d",' ..
-    '"merchant_category":"5411","country":"%s","channel":"%s","timestamp":"2026-11-29T%02d:15:00Z"}',
-    tid, n, n % users, 1 + math.floor(cents / 100), cents % 100, n % 97, countries[n % 4 + 1], channels[n % 3 + 1], n % 24)
+    '"merchant_category":"5411","country":"%s","channel":"%s","timestamp":"%s"}',
+    tid, n, n % users, 1 + math.floor(cents / 100), cents % 100, n % 97, countries[n % 4 + 1], channels[n % 3 + 1],
+    os.date("!%Y-%m-%dT%H:%M:%SZ"))
 end
 
 function request()
