@@ -1,10 +1,12 @@
-"""The V2 gRPC port guards itself: a key on every call, a cap on calls and on message size, and
-admission taken before a tensor is decoded. Over a real grpc.aio channel and tritonclient."""
+"""The V2 gRPC port guards itself: a key on every call, checked before a slot is held; a cap on calls,
+on a connection's streams and on message size; a deadline for a request message that never comes; and
+admission taken before a tensor is decoded. Over real grpc.aio channels and tritonclient."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import grpc
@@ -12,7 +14,7 @@ import numpy as np
 import pytest
 
 from shared.adapters.oip import grpc_predict_v2_pb2 as pb
-from shared.adapters.oip.grpc_server import KEY_METADATA, SERVICE, serve_grpc
+from shared.adapters.oip.grpc_server import KEY_METADATA, SERVICE, serve_grpc, streams_per_connection
 from shared.core.service import ScoringService
 from shared.settings import AdmissionPolicy, Settings
 from tests.conftest import closed_port
@@ -22,10 +24,15 @@ KEY, NEXT_KEY = "k" * 32, "n" * 32
 Build = Callable[[Settings], Awaitable[ScoringService]]
 
 
+def connection(port: int) -> grpc.aio.Channel:
+    """A channel on its own TCP connection (grpc shares one between channels of the same target)."""
+    return grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.use_local_subchannel_pool", 1)])
+
+
 class Served:
     def __init__(self, service: ScoringService, port: int) -> None:
         self.service = service
-        self.channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+        self.channel = connection(port)
         self.port = port
 
     async def call(self, method: str, request: object, response: type, key: str | None = KEY) -> object:
@@ -109,8 +116,12 @@ async def test_calls_past_the_cap_are_resource_exhausted(services: Build, settin
             first = asyncio.create_task(s.infer(infer_request()))
             while s.service.admission.waiting == 0:
                 await asyncio.sleep(0.005)
-            with pytest.raises(grpc.aio.AioRpcError) as refused:
-                await s.infer(infer_request())
+            other = Served(s.service, s.port)  # NOTE: another connection: this one may open no second stream
+            try:
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await other.infer(infer_request())
+            finally:
+                await other.channel.close()
             assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert (await first).model_name == "fraud"
 
@@ -170,3 +181,84 @@ async def test_tritonclient_passes_the_key_as_its_headers(served: Served) -> Non
     assert (await asyncio.to_thread(call, {KEY_METADATA: KEY})).shape == (2, 1)
     with pytest.raises(InferenceServerException, match=r"UNAUTHENTICATED|key"):
         await asyncio.to_thread(call, None)
+
+
+async def _stall(channel: grpc.aio.Channel, key: str | None) -> grpc.StatusCode:
+    """A call that opens its stream (its metadata sent) and never sends its request message; the status
+    it ends with."""
+    stub = channel.stream_unary(
+        f"/{SERVICE}/ServerLive",
+        request_serializer=lambda m: m.SerializeToString(),
+        response_deserializer=pb.ServerLiveResponse.FromString,
+    )
+    never = asyncio.Event()
+
+    async def nothing() -> AsyncIterator[pb.ServerLiveRequest]:
+        await never.wait()
+        yield pb.ServerLiveRequest()  # pragma: no cover - never reached
+
+    metadata = ((KEY_METADATA, key),) if key is not None else None
+    try:
+        await stub(nothing(), metadata=metadata, timeout=30)
+    except grpc.aio.AioRpcError as exc:
+        return exc.code()
+    return grpc.StatusCode.OK
+
+
+async def _keyed_call_within(s: Served, seconds: float) -> float:
+    """Seconds until a keyed ServerLive on a fresh connection answers OK, within `seconds`."""
+    started = time.monotonic()
+    async with connection(s.port) as fresh:
+        stub = fresh.unary_unary(
+            f"/{SERVICE}/ServerLive",
+            request_serializer=lambda m: m.SerializeToString(),
+            response_deserializer=pb.ServerLiveResponse.FromString,
+        )
+        answer = await stub(pb.ServerLiveRequest(), metadata=((KEY_METADATA, KEY),), timeout=seconds)
+    assert answer.live
+    return time.monotonic() - started
+
+
+async def test_unkeyed_callers_holding_streams_open_never_starve_a_keyed_caller(
+    services: Build, settings: Settings
+) -> None:
+    """More unkeyed stalled calls than there are slots, over many connections: each is refused from
+    its metadata before its message is awaited, and a keyed call answers OK within 1 s."""
+    async for s in serve(services, settings, grpc_max_concurrent=4, body_timeout_ms=60_000):
+        channels = [connection(s.port) for _ in range(4)]
+        stalls = [asyncio.create_task(_stall(channels[i % 4], None)) for i in range(16)]
+        try:
+            await asyncio.sleep(0.3)  # NOTE: every stall has sent its metadata by now
+            assert await _keyed_call_within(s, 1.0) < 1.0
+            assert set(await asyncio.wait_for(asyncio.gather(*stalls), 5)) == {grpc.StatusCode.UNAUTHENTICATED}
+        finally:
+            for task in stalls:
+                task.cancel()
+            for channel in channels:
+                await channel.close()
+
+
+async def test_one_connection_cannot_hold_every_slot(services: Build, settings: Settings) -> None:
+    """A keyed caller that opens as many stalled streams as the server has slots, on one connection,
+    holds at most a quarter of them: a keyed call on another connection answers OK within 1 s."""
+    async for s in serve(services, settings, grpc_max_concurrent=8, body_timeout_ms=60_000):
+        assert streams_per_connection(8) == 2
+        stalls = [asyncio.create_task(_stall(s.channel, KEY)) for _ in range(8)]
+        try:
+            await asyncio.sleep(0.3)
+            assert await _keyed_call_within(s, 1.0) < 1.0
+        finally:
+            for task in stalls:
+                task.cancel()
+            await asyncio.gather(*stalls, return_exceptions=True)
+
+
+async def test_a_request_message_that_never_comes_is_answered_deadline_exceeded(
+    services: Build, settings: Settings
+) -> None:
+    """A keyed call that never sends its message ends at BODY_TIMEOUT_MS and gives its slot back."""
+    async for s in serve(services, settings, grpc_max_concurrent=1, body_timeout_ms=300):
+        started = time.monotonic()
+        assert await asyncio.wait_for(_stall(s.channel, KEY), 10) == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert 0.25 < time.monotonic() - started < 3.0
+        assert await _keyed_call_within(s, 1.0) < 1.0  # the one slot is free again

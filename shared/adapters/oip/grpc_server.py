@@ -10,17 +10,25 @@ the answer uses the form the request used. An error is the status its class name
 The port is outside the Functions host (no host key guards it), so the server guards itself:
 every call carries one of GRPC_KEYS in its `x-api-key` metadata (compared in constant time),
 else UNAUTHENTICATED; with no keys set, only a server on loopback answers (elsewhere every
-call is refused, and the start logs why). At most GRPC_MAX_CONCURRENT
-calls run at once (grpc answers the next RESOURCE_EXHAUSTED), a message is at most a V2
-REST body's cap each way, and an inference takes its admission slot before its tensors are
-decoded, having been checked against the model's input from its head alone.
+call is refused, and the start logs why). The key is checked by a server interceptor from the
+call's metadata, before its request message is read: a call without a key is answered at once
+and holds no slot while its message is awaited (grpc.aio runs interceptors before its
+concurrency check and, for a unary handler, before it reads the message; the refusal is a
+stream-unary handler, which reads nothing). At most GRPC_MAX_CONCURRENT calls run at once (grpc
+answers the next RESOURCE_EXHAUSTED); one connection opens at most a quarter of them (HTTP/2
+SETTINGS_MAX_CONCURRENT_STREAMS), and a call whose request message has not arrived within
+BODY_TIMEOUT_MS is answered DEADLINE_EXCEEDED (`body_timeout`), so keyed callers that stall
+release their slots too. A message is at most a V2 REST body's cap each way, and an inference
+takes its admission slot before its tensors are decoded, having been checked against the
+model's input from its head alone.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
@@ -30,12 +38,12 @@ from google.protobuf.message import Message
 from shared.adapters.oip import codec
 from shared.adapters.oip import grpc_predict_v2_pb2 as pb
 from shared.adapters.oip.dataplane import DataPlane, InferRequest, InferResponse, NamedTensor
-from shared.errors import BadRequest, ScoringError, log_answered
+from shared.errors import BadRequest, BodyTimeout, ScoringError, log_answered
 
 if TYPE_CHECKING:
     from shared.core.service import ScoringService
 
-__all__ = ["KEY_METADATA", "SERVICE", "handler", "serve_grpc"]
+__all__ = ["KEY_METADATA", "SERVICE", "KeyInterceptor", "handler", "serve_grpc", "streams_per_connection"]
 
 log = logging.getLogger(__name__)
 
@@ -75,11 +83,13 @@ async def serve_grpc(service: ScoringService, host: str, port: int, *, grace_s: 
         options=[
             ("grpc.max_receive_message_length", cap),
             ("grpc.max_send_message_length", cap),
+            ("grpc.max_concurrent_streams", streams_per_connection(settings.grpc_max_concurrent)),
             ("grpc.so_reuseport", 0),
         ],
+        interceptors=[KeyInterceptor(keys)],
         maximum_concurrent_rpcs=settings.grpc_max_concurrent,
     )
-    server.add_generic_rpc_handlers((handler(DataPlane(service), keys),))
+    server.add_generic_rpc_handlers((handler(DataPlane(service), settings.body_timeout_ms / 1000),))
     if server.add_insecure_port(f"{host}:{port}") == 0:
         raise OSError(f"GRPC_PORT {port}: cannot bind {host}:{port}")
     await server.start()
@@ -94,8 +104,41 @@ def _keys(setting: str | None) -> tuple[bytes, ...]:
     return tuple(k.strip().encode() for k in setting.split(",")) if setting else ()
 
 
-def handler(plane: DataPlane, keys: tuple[bytes, ...] | None = None) -> grpc.GenericRpcHandler[Any, Any]:
-    """The service's methods over `plane`; unless `keys` is None, a call without one of them is refused."""
+def streams_per_connection(max_concurrent: int) -> int:
+    """A quarter of the server's calls per HTTP/2 connection (at least one): one connection alone
+    cannot hold every slot."""
+    return max(1, max_concurrent // 4)
+
+
+async def _refuse(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]) -> Message:
+    await context.abort(grpc.StatusCode.UNAUTHENTICATED, f"a valid key in `{KEY_METADATA}` metadata")
+    raise AssertionError("unreachable: abort raises")
+
+
+# NOTE: stream-unary: grpc.aio reads a unary handler's request message before calling it; this reads none
+_REFUSED = grpc.stream_unary_rpc_method_handler(_refuse, response_serializer=lambda m: m.SerializeToString())
+
+
+class KeyInterceptor(grpc.aio.ServerInterceptor):
+    """Refuses a call without one of `keys` from its metadata alone (`keys` None: no key asked)."""
+
+    def __init__(self, keys: tuple[bytes, ...] | None) -> None:
+        self._keys = keys
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        if self._keys is None or _carries_key(handler_call_details.invocation_metadata, self._keys):
+            return await continuation(handler_call_details)
+        log.warning("gRPC %s refused: no valid %s metadata", handler_call_details.method, KEY_METADATA)
+        return _REFUSED
+
+
+def handler(plane: DataPlane, request_wait_s: float = 5.0) -> grpc.GenericRpcHandler[Any, Any]:
+    """The service's methods over `plane` (the key is the interceptor's); a call whose request
+    message has not arrived within `request_wait_s` is answered DEADLINE_EXCEEDED."""
 
     async def server_live(request: pb.ServerLiveRequest, context: Any) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=True)
@@ -137,8 +180,9 @@ def handler(plane: DataPlane, keys: tuple[bytes, ...] | None = None) -> grpc.Gen
     return grpc.method_handlers_generic_handler(
         SERVICE,
         {
-            name: grpc.unary_unary_rpc_method_handler(
-                _guarded(name, behavior, keys),
+            # NOTE: stream-unary on the server, unary on the wire: the handler awaits the message itself, bounded
+            name: grpc.stream_unary_rpc_method_handler(
+                _guarded(name, behavior, request_wait_s),
                 request_deserializer=message.FromString,
                 response_serializer=lambda m: m.SerializeToString(),
             )
@@ -147,15 +191,13 @@ def handler(plane: DataPlane, keys: tuple[bytes, ...] | None = None) -> grpc.Gen
     )
 
 
-def _guarded(name: str, behavior: Behavior, keys: tuple[bytes, ...] | None) -> Behavior:
-    """A call without one of `keys` is UNAUTHENTICATED (none at all when `keys` is empty; None:
-    no key asked); our errors become their gRPC status; anything else is INTERNAL, logged once."""
+def _guarded(name: str, behavior: Behavior, request_wait_s: float) -> Callable[..., Awaitable[Message]]:
+    """The call's one request message, awaited for at most `request_wait_s` (else `BodyTimeout`);
+    our errors become their gRPC status; anything else is INTERNAL, logged once."""
 
-    async def call(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Message:
-        if keys is not None and not _carries_key(context, keys):
-            log.warning("gRPC %s refused: no valid %s metadata", name, KEY_METADATA)
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, f"a valid key in `{KEY_METADATA}` metadata")
+    async def call(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]) -> Message:
         try:
+            request = await _first(requests, request_wait_s)
             return await behavior(request, context)
         except ScoringError as exc:
             log_answered(exc, "grpc", method=name)
@@ -168,9 +210,19 @@ def _guarded(name: str, behavior: Behavior, keys: tuple[bytes, ...] | None) -> B
     return call
 
 
-def _carries_key(context: grpc.aio.ServicerContext[Any, Any], keys: tuple[bytes, ...]) -> bool:
+async def _first(requests: AsyncIterator[Any], wait_s: float) -> Any:
+    try:
+        async with asyncio.timeout(wait_s):
+            async for request in requests:
+                return request
+    except TimeoutError:
+        raise BodyTimeout(f"no request message within BODY_TIMEOUT_MS ({wait_s * 1000:.0f} ms)") from None
+    raise BadRequest("the call ended without a request message")
+
+
+def _carries_key(metadata: Sequence[tuple[str, str | bytes]] | None, keys: tuple[bytes, ...]) -> bool:
     """Whether the call's `x-api-key` is one of `keys`: each compared in constant time, all of them."""
-    sent = [v for k, v in context.invocation_metadata() or () if k == KEY_METADATA]
+    sent = [v for k, v in metadata or () if k == KEY_METADATA]
     if len(sent) != 1:
         return False
     given = sent[0].encode() if isinstance(sent[0], str) else bytes(sent[0])
