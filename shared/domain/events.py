@@ -9,7 +9,7 @@ Limits, as decoded:
   - not JSON: a UTF-8 byte order mark, invalid UTF-8, NaN/Infinity tokens, a lone
     surrogate escape, nesting past Python's recursion limit (about 1,000 levels, even
     in an unknown field) are `MalformedJson`;
-  - numbers: `amount` within [0, 1e12] (-0.0 is 0); 1e400 or an integer past 64 bits
+  - numbers: `amount` within [0, 1e12] (-0.0 is 0, and the same payment as 0); 1e400 or an integer past 64 bits
     is out of range: `InvalidEvent`;
   - a duplicated key: every value is checked, the last one is kept;
   - text: ids 1..128 characters, note up to 1000, none with a control character;
@@ -23,6 +23,7 @@ Limits, as decoded:
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from datetime import UTC, datetime
 from typing import Annotated, Literal, TypeVar
@@ -91,9 +92,13 @@ _canonical = msgspec.json.Encoder()
 def event_digest(event: PaymentEvent) -> bytes:
     """16 bytes naming the payment's content: the decoded event re-encoded (fields in schema order,
     unknown fields gone, the timestamp and amount in one form), so two bodies that say the same
-    payment share it and any change of a field changes it. The idempotency record holds it."""
-    if event.timestamp.utcoffset():  # one instant, one form: +02:00 and Z name the same payment
-        event = msgspec.structs.replace(event, timestamp=event.timestamp.astimezone(UTC))
+    payment share it and any change of a field changes it. The one definition of "the same
+    payment": the queue's idempotency record holds it and a batch's id check compares it
+    (tests/domain/test_events_properties.py: however a producer writes one payment, one digest)."""
+    ts, amount = event.timestamp, event.amount
+    # one instant, one form: +02:00 and Z name the same payment; -0.0 is 0.0 (msgspec writes "-0.0")
+    if ts.utcoffset() or (amount == 0.0 and math.copysign(1.0, amount) < 0):
+        event = msgspec.structs.replace(event, timestamp=ts.astimezone(UTC), amount=amount + 0.0)
     return hashlib.blake2b(_canonical.encode(event), digest_size=16).digest()
 
 
@@ -246,13 +251,15 @@ def _decode_each(body: bytes, max_items: int) -> list[PaymentEvent | ScoringErro
 
 
 def _bound(items: list[PaymentEvent | ScoringError]) -> list[PaymentEvent | ScoringError]:
-    """Each id to its first item's content: a later item with other content is a conflict."""
+    """Each id to its first item's content: a later item with other content (another digest, as
+    the queue path compares them) is a conflict."""
     first: dict[str, int] = {}  # event id → the index of the first valid item carrying it
     for k, item in enumerate(items):
         if isinstance(item, ScoringError):
             continue
         at = first.setdefault(item.event_id, k)
-        if at != k and items[at] != item:  # struct equality: every field, instants as instants
+        earlier = items[at]
+        if at != k and isinstance(earlier, PaymentEvent) and event_digest(earlier) != event_digest(item):
             items[k] = EventIdConflict(f"event_id already names item {at} of this batch, with other content")
     return items
 

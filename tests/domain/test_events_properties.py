@@ -7,6 +7,7 @@ service's own error (a clear 4xx), never a crash that turns into a 500.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
@@ -23,6 +24,7 @@ from shared.domain.events import (
     decode_batch,
     decode_event,
     decode_events,
+    event_digest,
 )
 from shared.errors import BadRequest, EventIdConflict, InvalidEvent, MalformedJson, ScoringError
 from tests.conftest import event as event_body
@@ -294,3 +296,91 @@ def test_any_activation_is_a_version_or_a_4xx(body: bytes) -> None:
 def test_utc_is_what_z_decodes_to() -> None:
     """The hot path skips the instant check for "Z" (and +00:00): they decode to `UTC` itself."""
     assert decode_event(VALID).timestamp.tzinfo is UTC
+
+
+# -- one payment, one digest: the queue's idempotency and the batch's id check agree ---------------
+
+
+def _amounts(amount: float) -> list[str]:
+    """Ways a producer can write `amount` in JSON without changing it."""
+    written = repr(amount)
+    forms = [written, written + "e0" if "e" not in written else written.replace("e", "E")]
+    if amount.is_integer() and amount < 2**53:
+        forms.append(str(int(amount)))
+    if amount == 0:
+        forms += ["-0.0", "-0", "0e5", "-0E-3"]
+    return forms
+
+
+@st.composite
+def restated(draw: st.DrawFn, event: PaymentEvent) -> bytes:
+    """`event` as some producer writes the same payment: keys in any order, an unknown field, the
+    amount in another form (-0.0 for a zero), the timestamp at another offset or precision (Z,
+    +00:00, -00:00), text escaped or not, an absent note as null or missing."""
+    fields = {f: getattr(event, f) for f in event.__struct_fields__ if f not in ("amount", "timestamp")}
+    if fields["note"] is None and draw(st.booleans()):
+        del fields["note"]
+    ascii_only = draw(st.booleans())
+    parts = [f"{json.dumps(k)}:{json.dumps(v, ensure_ascii=ascii_only)}" for k, v in fields.items()]
+    parts.append(f'"amount":{draw(st.sampled_from(_amounts(event.amount)))}')
+    offset = draw(st.sampled_from([None, UTC, timezone(timedelta(hours=5, minutes=30)), timezone(-timedelta(hours=7))]))
+    ts = event.timestamp
+    if offset is not None:
+        with contextlib.suppress(OverflowError):  # NOTE: off the calendar there: the instant as first written
+            ts = ts.astimezone(offset)
+    written = ts.isoformat(timespec=draw(st.sampled_from(["auto", "microseconds"])))
+    if written.endswith("+00:00"):
+        written = written[:-6] + draw(st.sampled_from(["Z", "+00:00", "-00:00"]))
+    parts.append(f'"timestamp":{json.dumps(written)}')
+    parts.append(f'"x_producer":{json.dumps(draw(st.none() | st.integers() | st.text(max_size=8)))}')
+    order = draw(st.permutations(parts))
+    return ("{" + ",".join(order) + "}").encode()
+
+
+zero_heavy_events = (
+    events()
+    | events().map(lambda e: msgspec.structs.replace(e, amount=0.0))
+    | events().map(lambda e: msgspec.structs.replace(e, amount=-0.0))
+)
+
+
+def both_paths_call_it_the_same(first: bytes, second: bytes) -> bool:
+    """Whether the queue path (the digest its idempotency record keeps) and the batch path (the id
+    check of `{"events": [first, second]}`) both take `second` for the payment `first` is."""
+    same_digest = event_digest(decode_event(first)) == event_digest(decode_event(second))
+    items = decode_events(b'{"events":[' + first + b"," + second + b"]}", 8)
+    no_conflict = not isinstance(items[1], EventIdConflict)
+    assert same_digest == no_conflict, (same_digest, no_conflict)
+    return same_digest
+
+
+def test_minus_zero_is_the_same_payment_as_zero_on_both_paths() -> None:
+    zero = json.dumps(event_body(amount=0.0)).encode()
+    assert both_paths_call_it_the_same(zero, zero.replace(b'"amount": 0.0', b'"amount": -0.0'))
+
+
+@given(zero_heavy_events, st.data())
+def test_one_payment_however_a_producer_writes_it_is_one_payment_on_both_paths(
+    event: PaymentEvent, data: st.DataObject
+) -> None:
+    first, second = data.draw(restated(event)), data.draw(restated(event))
+    assert both_paths_call_it_the_same(first, second)
+    assert decode_event(first) == decode_event(second)  # and struct equality agrees
+
+
+@given(zero_heavy_events, st.data())
+def test_a_changed_field_is_another_payment_on_both_paths(event: PaymentEvent, data: st.DataObject) -> None:
+    field = data.draw(st.sampled_from(["amount", "note", "timestamp", "merchant_id", "channel"]))
+    if field == "amount":
+        value: Any = data.draw(st.floats(0, 1e12).filter(lambda a: a != event.amount))
+    elif field == "note":
+        value = None if event.note else "n"
+    elif field == "timestamp":
+        value = event.timestamp + timedelta(microseconds=1) if event.timestamp.year < 9999 else None
+        assume(value is not None and representable(value))
+    elif field == "merchant_id":
+        value = event.merchant_id[:127] + ("a" if not event.merchant_id.endswith("a") else "b")
+    else:
+        value = {"web": "app", "app": "pos", "pos": "web"}[event.channel]
+    other = msgspec.structs.replace(event, **{field: value})
+    assert not both_paths_call_it_the_same(data.draw(restated(event)), data.draw(restated(other)))

@@ -190,6 +190,10 @@ class Queue:
             self.sent.append(str(body["event_id"]))
             self.pending.append(Message(json.dumps(body).encode(), str(body["event_id"])))
 
+    def send_raw(self, body: bytes, message_id: str = "") -> None:
+        """One message as a producer sent it (any body; the MessageId it set, or none)."""
+        self.pending.append(Message(body, message_id))
+
     def receive(self) -> list[Message]:
         """The next batch, locked."""
         return [self.pending.popleft() for _ in range(min(self.batch_size, len(self.pending)))]

@@ -138,3 +138,35 @@ async def _kept(url: str) -> int:
         return len([k async for k in client.scan_iter(match="result:*", count=1000)])
     finally:
         await client.aclose()
+
+
+async def test_every_rejection_reaches_risk_rejected_past_duplicate_detection(
+    settings: Settings, replicas: Replicas, queue: Queue, publisher: MemoryPublisher
+) -> None:
+    """Envelopes and plain messages sent without a MessageId (and one whose id is what an envelope's
+    first event was once named): each rejection is kept by the output queue's duplicate detection,
+    and a redelivery of them all republishes under the same ids (dropped, none added)."""
+    import json
+
+    from shared.adapters.queue.handler import REJECTED_QUEUE
+
+    replica = replicas(settings)
+    await replica.start()
+    for k in range(3):
+        items = [
+            payment(f"env-{k}", k),
+            {**payment(f"bad-{k}-a", k), "amount": -1},
+            payment(f"bad-{k}-b", k, currency="x"),
+        ]
+        queue.send_raw(json.dumps({"events": items}).encode())
+    for k in range(3):
+        queue.send_raw(json.dumps({**payment(f"plain-bad-{k}", k), "amount": -1}).encode())
+    queue.send_raw(b"{not json", message_id="#1")
+    await queue.drain(replica.handlers)
+    kept = publisher.delivered(REJECTED_QUEUE)
+    assert len(kept) == 10, sorted(m.message_id for m in kept)
+    assert sorted(json.loads(m.body)["message_id"] for m in kept) == sorted(["#1", "#2"] * 3 + [""] * 3 + ["#1"])
+    queue.lose_completions()  # every message delivered again: the same rejections, the same ids
+    await queue.drain(replica.handlers)
+    assert len(publisher.delivered(REJECTED_QUEUE)) == 10
+    assert len([m for m in publisher.sent if m.queue == REJECTED_QUEUE]) == 20

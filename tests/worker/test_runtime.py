@@ -212,7 +212,8 @@ def test_the_process_ran_the_pins_and_imported_the_app_light(worker: tuple[Host,
     published = {(m["queue"], m["message_id"]): json.loads(m["body"]) for m in report["published"]}
     assert published[("risk-completed", "q-1")]["event_id"] == "q-1"
     assert published[("risk-completed", "q-2")]["event_id"] == "q-2"
-    rejected = published[("risk-rejected", "q-bad")]
+    [(rejection_id, rejected)] = [(mid, body) for (queue, mid), body in published.items() if queue == "risk-rejected"]
+    assert rejected["message_id"] == "q-bad" and rejection_id.startswith("rejected:")  # its id: from what was rejected
     assert (
         rejected["error"] == "malformed_json" and rejected["body_base64"] == "/3tub3QganNvbg=="
     )  # the bytes as queued
@@ -282,7 +283,7 @@ def test_an_envelope_message_through_the_worker_publishes_a_result_per_event(
     app_env: dict[str, str], tmp_path: Path
 ) -> None:
     """One Service Bus message carrying `{"events": [...]}`, converted once by the worker's binding:
-    a result per valid event under its event_id, a rejection under `<message id>#<index>`."""
+    a result per valid event under its event_id, a rejection naming `<message id>#<index>`."""
     now = datetime.now(UTC).isoformat()  # NOTE: inside the idempotency window (EVENT_MAX_AGE_S)
     items = [event(event_id=f"env-{i}", timestamp=now) for i in range(3)] + [event(event_id="env-x", amount=-1)]
     report = tmp_path / "report.json"
@@ -294,6 +295,8 @@ def test_an_envelope_message_through_the_worker_publishes_a_result_per_event(
     published = {
         (m["queue"], m["message_id"]): json.loads(m["body"]) for m in json.loads(report.read_text())["published"]
     }
-    assert sorted(published) == [("risk-completed", f"env-{i}") for i in range(3)] + [("risk-rejected", "q-env#3")]
+    [(rejection_id, rejected)] = [(mid, body) for (queue, mid), body in published.items() if queue == "risk-rejected"]
+    assert sorted(mid for queue, mid in published if queue == "risk-completed") == [f"env-{i}" for i in range(3)]
     assert {published[("risk-completed", f"env-{i}")]["delivery_count"] for i in range(3)} == {1}
-    assert published[("risk-rejected", "q-env#3")]["error"] == "invalid_event"
+    assert rejected["message_id"] == "q-env#3" and rejected["error"] == "invalid_event"
+    assert rejection_id.startswith("rejected:") and rejection_id.endswith("#3")

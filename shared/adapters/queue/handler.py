@@ -10,6 +10,7 @@
     score       the rest concurrently, each through the core's `score` (they share model batches)
     keep        SET NX per result: the first result of a payment wins, everywhere
     publish     one send: results to risk-completed (message_id = event_id), rejections to risk-rejected
+                (message_id from what was rejected: `rejection_id`, never the producer's id alone)
 
 A dependency outage (the result store down, no model ready, publishing failing) is waited out
 inside the batch: the call is tried again with backoff and full jitter until the budget's share
@@ -43,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from msgspec.structs import asdict
 
 from shared.adapters.queue.idempotency import Kept, MemoryResultStore, RedisResultStore, ResultStore
-from shared.adapters.queue.messages import Incoming, Outbound, enqueued_iso, rejection_record, unpack
+from shared.adapters.queue.messages import Incoming, Outbound, enqueued_iso, rejection_id, rejection_record, unpack
 from shared.adapters.queue.publisher import Publisher, ServiceBusPublisher
 from shared.domain.answers import QueueResult, encode
 from shared.domain.events import PaymentEvent, decode_event, event_digest
@@ -393,7 +394,7 @@ class QueueHandler:
                 continue
             rejected = verdict.outcome == "rejected"
             queue = REJECTED_QUEUE if rejected else COMPLETED_QUEUE
-            message_id = msg.message_id if rejected else d.decoded.event_id
+            message_id = rejection_id(msg) if rejected else d.decoded.event_id
             properties = _continued(msg.properties, d.span)
             outbound.append(Outbound(queue, verdict.body, message_id, msg.correlation_id, properties))
             carried.append(d)

@@ -8,6 +8,12 @@ send one message, including what the Functions output binding cannot set from Py
 A message may carry several events as an envelope, the body of `POST /api/score/batch`:
 `{"events": [<event>, ...]}` (docs/queue.md). `unpack` turns it into one `Incoming` per
 event, `message_id` `<message id>#<index>`, so each event gets its own verdict.
+
+A rejection is sent under `rejection_id`: a digest of what was rejected (the message's id and
+body; for an envelope's event, the envelope's) with the event's index. Service Bus drops a
+message whose MessageId it saw within the duplicate-detection window, so an id made from the
+producer's message id alone (`#0`, `#1`, ... for envelopes sent without one) would keep one
+rejection of many; a redelivery of the same message still maps to the same id, and is dropped.
 """
 
 from __future__ import annotations
@@ -28,7 +34,15 @@ from shared.domain.events import decode_batch
 from shared.domain.records import hashed_id
 from shared.errors import InvalidEvent, PayloadTooLarge, ScoringError, TooManyItems
 
-__all__ = ["TRACE_PROPERTIES", "Incoming", "Outbound", "rejection_record", "trace_properties", "unpack"]
+__all__ = [
+    "TRACE_PROPERTIES",
+    "Incoming",
+    "Outbound",
+    "rejection_id",
+    "rejection_record",
+    "trace_properties",
+    "unpack",
+]
 
 # W3C trace context as application properties; the SDK's own tracing writes `Diagnostic-Id`.
 TRACE_PROPERTIES = ("traceparent", "tracestate", "Diagnostic-Id")
@@ -51,6 +65,8 @@ class Incoming:
     enqueued_time: datetime | None = None
     correlation_id: str | None = None
     properties: Mapping[str, str] = field(default_factory=dict)  # the trace context only
+    envelope: bytes | None = None  # an envelope's event: the whole envelope it came in
+    index: int = 0  # its place there
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,8 +118,24 @@ def unpack(msg: Incoming, max_bytes: int, max_events: int) -> list[Incoming]:
         if body[:1] != b"{":
             raise InvalidEvent(f"an envelope's events are objects; item {index} is not")
         mid = event_message_id(msg.message_id, index)
-        events.append(Incoming(mid, body, msg.delivery_count, msg.enqueued_time, msg.correlation_id, msg.properties))
+        events.append(
+            Incoming(
+                mid, body, msg.delivery_count, msg.enqueued_time, msg.correlation_id, msg.properties, msg.body, index
+            )
+        )
     return events
+
+
+def rejection_id(msg: Incoming) -> str:
+    """The MessageId of `msg`'s rejection, from what was rejected: `rejected:` and a digest of the
+    message's id and body (an envelope's event: its envelope's), `#<index>` for an envelope's event.
+    Two sends differ in it even without a MessageId; a redelivery of one send keeps it."""
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(msg.message_id.encode())
+    digest.update(b"\0")
+    digest.update(msg.body if msg.envelope is None else msg.envelope)
+    suffix = "" if msg.envelope is None else f"#{msg.index}"
+    return f"rejected:{digest.hexdigest()}{suffix}"
 
 
 def event_message_id(message_id: str, index: int) -> str:

@@ -14,7 +14,7 @@ import pytest
 
 from shared.adapters.queue.handler import COMPLETED_QUEUE, REJECTED_QUEUE, BatchBudget, QueueHandler
 from shared.adapters.queue.idempotency import MemoryResultStore
-from shared.adapters.queue.messages import Incoming, Outbound
+from shared.adapters.queue.messages import Incoming, Outbound, rejection_id
 from shared.adapters.queue.publisher import MemoryPublisher
 from shared.core.service import ScoringService
 from shared.errors import PublishFailed, ResultStoreDown, ScoringError
@@ -143,7 +143,7 @@ async def test_a_poison_message_is_rejected_while_its_batch_completes(
     assert [h.outcome for h in handled] == ["completed", "rejected", "completed"]
     assert handled[1].error is not None and handled[1].error.code == code
     rejected = [m for m in sent(batch) if m.queue == REJECTED_QUEUE]
-    assert [m.message_id for m in rejected] == ["m-bad"]
+    assert [m.message_id for m in rejected] == [rejection_id(poison)]
     record = orjson.loads(rejected[0].body)
     assert record["error"] == code and record["body_bytes"] == len(body)
     assert len(rejected[0].body) < 4096 or code != "payload_too_large"
@@ -208,7 +208,8 @@ async def test_a_poisoned_message_among_63_good_ones_fails_only_itself(service: 
     assert handled[17].error is not None and handled[17].error.code == "unexpected"
     assert "KeyError" in handled[17].error.detail and "a bug" not in handled[17].error.detail
     [rejected] = publisher.delivered(REJECTED_QUEUE)
-    assert rejected.message_id == "g-17" and orjson.loads(rejected.body)["error"] == "unexpected"
+    record = orjson.loads(rejected.body)
+    assert record["message_id"] == "g-17" and record["error"] == "unexpected"
 
 
 async def test_no_model_ready_fails_the_valid_messages_only() -> None:
