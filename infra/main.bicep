@@ -28,20 +28,32 @@ param location string = resourceGroup().location
 @description('Image to run; empty on the first provision (azd sets it on deploy).')
 param containerImage string = ''
 
-@description('Minimum replicas (>= 2: bursts and replica loss). Production at 10k RPS: see docs/capacity.md.')
-@minValue(2)
-param minReplicas int = 2
+@description('Sizing profile (docs/capacity.md, "Profiles"): dev, the development default (cheap: 2 replicas at rest); sale, production through the seed\'s flash sale (10,000 events/s, 3x within a minute), sized by `make capacity` (azd env set SCORING_PROFILE sale).')
+@allowed([
+  'dev'
+  'sale'
+])
+param scoringProfile string = 'dev'
 
-@description('Maximum replicas.')
-@minValue(2)
+@description('Minimum replicas; 0: the profile\'s. At least 2 either way (bursts and replica loss).')
+@minValue(0)
+param minReplicas int = 0
+
+@description('Maximum replicas; 0: the profile\'s.')
+@minValue(0)
 @maxValue(1000)
-param maxReplicas int = 12
+param maxReplicas int = 0
 
-@description('HTTP scale rule: concurrent requests per replica.')
-param httpConcurrentRequests int = 14
+@description('HTTP scale rule: requests per second per replica (Container Apps reads it as a rate over 15 s: docs/platform.md); 0: the profile\'s.')
+@minValue(0)
+param httpConcurrentRequests int = 0
 
-@description('Service Bus scale rule: active messages per replica.')
-param queueMessagesPerReplica int = 100
+@description('Service Bus scale rule: active messages per replica; 0: the profile\'s.')
+@minValue(0)
+param queueMessagesPerReplica int = 0
+
+@description('Sale calendar: a JSON array of windows, each {"start": "2026-12-11T08:45", "end": "2026-12-11T11:00", "timezone": "Europe/London", "replicas": 30} (local times in an IANA zone); each becomes a KEDA cron rule holding that many replicas from start to end. Empty: none. Checked before provision by infra/hooks/sale_calendar.py (docs/capacity.md, "A sale known in advance").')
+param saleCalendar string = ''
 
 @description('vCPU per replica (CPU profile).')
 param replicaCpu string = '2.0'
@@ -141,6 +153,34 @@ var gpuMemory = gpuProfileType == 'Consumption-GPU-NC8as-T4' ? '56Gi' : '220Gi'
 var inputQueueName = 'payments'
 var queueMaxSizeInMegabytes = 5120
 var replicasPerNode = 3
+
+// The sizing profiles. `sale` is what `make capacity` (--profile sale --write) computes from the
+// measured service times (bench/flashsale/measured.json); tests/bench/test_profiles.py reruns it and
+// fails on drift. `dev` is the development default: the same thresholds on a cheap fleet.
+var profiles = {
+  dev: {
+    minReplicas: 2
+    maxReplicas: 12
+    httpConcurrentRequests: 1247
+    queueMessagesPerReplica: 31
+    saleReplicas: 12
+    saleLeadMinutes: 10
+  }
+  sale: {
+    minReplicas: 10
+    maxReplicas: 28
+    httpConcurrentRequests: 1247
+    queueMessagesPerReplica: 31
+    saleReplicas: 19
+    saleLeadMinutes: 10
+  }
+}
+var sizing = profiles[scoringProfile]
+var scaleMinReplicas = max(2, minReplicas > 0 ? minReplicas : sizing.minReplicas)
+var scaleMaxReplicas = max(scaleMinReplicas, maxReplicas > 0 ? maxReplicas : sizing.maxReplicas)
+var scaleHttpRequests = httpConcurrentRequests > 0 ? httpConcurrentRequests : sizing.httpConcurrentRequests
+var scaleQueueMessages = queueMessagesPerReplica > 0 ? queueMessagesPerReplica : sizing.queueMessagesPerReplica
+var saleWindows = empty(saleCalendar) ? [] : json(saleCalendar)
 
 module monitoring 'modules/monitoring.bicep' = {
   name: 'monitoring'
@@ -247,8 +287,8 @@ module environment 'modules/environment.bicep' = {
     name: 'cae-${prefix}-${token}'
     workspaceId: monitoring.outputs.workspaceId
     dedicatedProfileType: dedicatedProfileType
-    dedicatedMinNodes: (minReplicas + replicasPerNode - 1) / replicasPerNode
-    dedicatedMaxNodes: (maxReplicas + replicasPerNode - 1) / replicasPerNode
+    dedicatedMinNodes: (scaleMinReplicas + replicasPerNode - 1) / replicasPerNode
+    dedicatedMaxNodes: (scaleMaxReplicas + replicasPerNode - 1) / replicasPerNode
     enableGpu: enableGpu
     keepCpuPool: keepCpuPool
     keepGpuProfile: keepGpuProfile
@@ -284,10 +324,11 @@ module app 'modules/app.bicep' = {
     feastRedisUrl: deployFeastRedis ? 'rediss://${feastRedis.outputs.hostName}:${feastRedis.outputs.port}' : feastRedisUrl
     openAiEndpoint: deployOpenAi ? openAi.outputs.endpoint : ''
     openAiDeployment: deployOpenAi ? openAi.outputs.deploymentName : ''
-    minReplicas: minReplicas
-    maxReplicas: maxReplicas
-    httpConcurrentRequests: httpConcurrentRequests
-    queueMessagesPerReplica: queueMessagesPerReplica
+    minReplicas: scaleMinReplicas
+    maxReplicas: scaleMaxReplicas
+    httpConcurrentRequests: scaleHttpRequests
+    queueMessagesPerReplica: scaleQueueMessages
+    saleWindows: saleWindows
     cpu: enableGpu ? gpuCpu : replicaCpu
     memory: enableGpu ? gpuMemory : replicaMemory
     useGpu: enableGpu
@@ -310,7 +351,7 @@ module alerts 'modules/alerts.bicep' = {
     inputQueueName: inputQueueName
     queueMaxSizeInMegabytes: queueMaxSizeInMegabytes
     containerAppId: app.outputs.id
-    maxReplicas: maxReplicas
+    maxReplicas: scaleMaxReplicas
   }
 }
 

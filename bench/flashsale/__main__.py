@@ -1,9 +1,17 @@
-"""The flash sale, simulated: `run` the scenarios, or size a deployment with `capacity`.
+"""The flash sale, simulated: `run` the scenarios, size a deployment with `capacity`, `cost` the fleets.
 
-    python -m bench.flashsale run [--scenario all|steady|step|ramp|diurnal] [--path all|http-single|...]
+    python -m bench.flashsale run [--profile dev|sale] [--fleet scheduled|floor|reactive]
+                                  [--scenario all|steady|step|ramp|diurnal] [--path all|http-single|...]
                                   [--peak 10000] [--burst 3] [--p99-ms 50] [--out bench-out/flashsale]
     python -m bench.flashsale capacity --peak 10000 --burst 3 --p99-ms 50 [--path http-single]
-                                  [--max-refused 0.001] [--out bench-out/flashsale]      (make capacity)
+                                  [--max-refused 0.001] [--out bench-out/flashsale]
+    python -m bench.flashsale capacity --profile sale [--write]     (make capacity: the profile, azd lines)
+    python -m bench.flashsale cost [--profile sale]                 (replica-hours a day, three fleets)
+
+`--profile`: which of infra/'s profiles (main.bicep `var profiles`; default: the one azd deploys,
+main.parameters.json's SCORING_PROFILE default). `--fleet` (run): how a sale known in advance is
+met: "scheduled" (the profile's floor and the calendar's cron window), "floor" (saleReplicas all
+day), "reactive" (the scale rules alone).
 
 What-ifs: `run` takes --min-replicas, --max-replicas, --http-concurrent-requests and
 --queue-messages-per-replica instead of infra/'s; both take --replica-start-s and --node-start-s
@@ -16,13 +24,14 @@ Inputs: infra/ and host.json (bench/flashsale/infra.py), bench/flashsale/measure
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
+import re
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from bench.flashsale import capacity, report
-from bench.flashsale.arrivals import SCENARIOS
-from bench.flashsale.fleet import PATHS, Run, simulate
-from bench.flashsale.infra import read_scale_rules
+from bench.flashsale.arrivals import SCENARIOS, sale_day
+from bench.flashsale.fleet import FLEETS, PATHS, Run, simulate
+from bench.flashsale.infra import read_profiles, read_scale_rules
 from bench.flashsale.inputs import PROVISIONAL, Provisional, Spread, load_measured, service_times
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,10 +57,12 @@ def _provisional(args: argparse.Namespace) -> Provisional:
 
 
 def _run(args: argparse.Namespace) -> None:
-    rules = read_scale_rules()
+    rules = read_scale_rules(profile=args.profile)
     changed = {name: getattr(args, name) for name in OVERRIDES if getattr(args, name) is not None}
     rules = rules.with_(**changed)
-    label = "infra/ as it is" if not changed else "infra/ with " + ", ".join(f"{k}={v}" for k, v in changed.items())
+    label = f"infra/ profile {rules.profile}, fleet {args.fleet}" + (
+        "" if not changed else " with " + ", ".join(f"{k}={v}" for k, v in changed.items())
+    )
     times = service_times(load_measured())
     scenarios = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
     paths = list(PATHS) if args.path == "all" else [args.path]
@@ -60,7 +71,7 @@ def _run(args: argparse.Namespace) -> None:
         scenario = SCENARIOS[name](args.peak, args.burst)
         step_s = 15.0 if name == "diurnal" else 1.0
         for path in paths:
-            runs.append(simulate(scenario, path, rules, times, _provisional(args), step_s=step_s))
+            runs.append(simulate(scenario, path, rules, times, _provisional(args), step_s=step_s, fleet=args.fleet))
         print(f"\n{scenario.name}: {scenario.describe}", flush=True)
         if len(paths) == 1:
             print(report.minutes_table(runs[-1], every=60 if name == "diurnal" else 1))
@@ -75,7 +86,64 @@ def _run(args: argparse.Namespace) -> None:
     print(report.summary_table(runs, args.p99_ms))
 
 
+def _profile(args: argparse.Namespace) -> None:
+    """`make capacity`: the sale profile from the measured figures, against main.bicep's; the azd lines."""
+    rules = read_scale_rules(profile=args.profile)
+    times = service_times(load_measured())
+    found = capacity.size_profile(args.peak, args.burst, rules, times, _provisional(args), p99_ms=args.p99_ms)
+    declared = read_profiles()[args.profile]
+    print(f"profile {args.profile}: {args.peak:,.0f}/s, {args.burst:g}x within a minute; p99 <= {args.p99_ms:g} ms "
+          f"(HTTP), <= {capacity.QUEUE_P99_MS:g} ms (queue, enqueue to published)\n")  # fmt: skip
+    print("| figure | main.bicep | computed |\n|---|---:|---:|")
+    for name, value in asdict(found).items():
+        mark = "" if declared.get(name) == value else " **(differs)**"
+        print(f"| {name} | {declared.get(name, '-')} | {value}{mark} |")
+    if args.write:
+        write_profile(args.profile, found)
+        print(f"\nwrote profile {args.profile} into infra/main.bicep")
+    print("\nTo deploy it:\n")
+    print(f"azd env set SCORING_PROFILE {args.profile}")
+    print("# a sale known in advance (local times, an IANA zone; opens saleLeadMinutes before the burst):")
+    print(
+        "azd env set SCORING_SALE_CALENDAR "
+        f'\'[{{"start": "2026-12-11T08:{60 - found.saleLeadMinutes:02d}", "end": "2026-12-11T11:00", '
+        f'"timezone": "Europe/London", "replicas": {found.saleReplicas}}}]\''
+        if found.saleLeadMinutes < 60
+        else ""
+    )
+    print("azd up")
+
+
+def write_profile(name: str, profile: capacity.Profile, root: Path = REPO) -> None:
+    """Rewrite one profile's block in main.bicep's `var profiles` with `profile`'s figures."""
+    path = root / "infra" / "main.bicep"
+    text = path.read_text()
+    block = re.search(rf"^var profiles = \{{\n(?:.*\n)*?^  {name}: \{{\n((?:    .*\n)*?)^  \}}", text, re.MULTILINE)
+    if block is None:
+        raise SystemExit(f"profile {name} not found in {path}")
+    body = "".join(f"    {key}: {value}\n" for key, value in asdict(profile).items())
+    path.write_text(text[: block.start(1)] + body + text[block.end(1) :])
+
+
+def _cost(args: argparse.Namespace) -> None:
+    """Replica-hours a day for the three fleets, on a diurnal day with the sale at 16:00."""
+    rules = read_scale_rules(profile=args.profile)
+    times = service_times(load_measured())
+    provisional = _provisional(args)
+    day = sale_day(args.peak, args.burst)
+    runs = [
+        simulate(day, path, rules, times, provisional, step_s=5.0, fleet=fleet)
+        for path in args.paths.split(",")
+        for fleet in FLEETS
+    ]
+    print(f"{day.describe}; profile {rules.profile}\n")
+    print(report.cost_table(runs, provisional.node_hour_usd, rules.replicas_per_node, args.p99_ms))
+
+
 def _capacity(args: argparse.Namespace) -> None:
+    if args.profile is not None:
+        _profile(args)
+        return
     rules = read_scale_rules()
     times = service_times(load_measured())
     found = capacity.size(
@@ -93,8 +161,8 @@ def _capacity(args: argparse.Namespace) -> None:
     print(report.summary_table([found.current], args.p99_ms))
     runs = {"infra/ as it is": found.current}
     if found.recommended is not None:
-        state = "hold" if found.holds else "do NOT hold (not even with the floor at the ceiling)"
-        print(f"\nthe rules the simulation sized {state} it:")
+        state = "hold it" if found.holds else "do NOT hold it, not even with the floor at the ceiling"
+        print(f"\nthe rules the simulation sized {state}:")
         print(report.summary_table([found.recommended], args.p99_ms))
         print()
         print(report.minutes_table(found.recommended))
@@ -106,8 +174,9 @@ def _capacity(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in ("run", "capacity"):
+    for name in ("run", "capacity", "cost"):
         one = sub.add_parser(name)
+        one.add_argument("--profile", default=None, help="an infra/ profile (default: the one azd deploys)")
         one.add_argument("--peak", type=float, default=10_000, help="events/s before the burst")
         one.add_argument("--burst", type=float, default=3.0, help="the burst's multiple of the peak")
         one.add_argument("--p99-ms", type=float, default=50.0)
@@ -120,8 +189,11 @@ def main() -> None:
         sub.choices["run"].add_argument("--" + name.replace("_", "-"), type=int)
     sub.choices["capacity"].add_argument("--path", default="http-single", choices=PATHS)
     sub.choices["capacity"].add_argument("--max-refused", type=float, default=0.001)
+    sub.choices["capacity"].add_argument("--write", action="store_true", help="write the profile into main.bicep")
+    sub.choices["run"].add_argument("--fleet", default="scheduled", choices=FLEETS)
+    sub.choices["cost"].add_argument("--paths", default="http-single,servicebus")
     args = parser.parse_args()
-    (_run if args.command == "run" else _capacity)(args)
+    {"run": _run, "capacity": _capacity, "cost": _cost}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["SCENARIOS", "Scenario", "diurnal", "ramp", "steady", "step"]
+__all__ = ["SCENARIOS", "Scenario", "diurnal", "ramp", "sale_day", "steady", "step"]
 
 
 @dataclass(frozen=True)
@@ -21,9 +21,10 @@ class Scenario:
     seconds: float
     rate: Callable[[float], float]
     describe: str
+    burst: tuple[float, float] | None = None  # a sale known in advance: when its burst starts and ends (s)
 
 
-def steady(peak: float, minutes: float = 20) -> Scenario:
+def steady(peak: float, minutes: float = 60) -> Scenario:
     """`peak` events/s throughout."""
     return Scenario("steady", minutes * 60, lambda t: peak, f"{peak:,.0f}/s for {minutes:.0f} min")
 
@@ -46,6 +47,27 @@ def step(
         top_end + 5 * 60,
         rate,
         f"{peak:,.0f}/s, to {burst:g}x within {rise_s:.0f} s at minute {before_min:g}, held {hold_min:g} min",
+        burst=(start, top_end),
+    )
+
+
+def sale_day(peak: float, burst: float = 3.0, *, at_h: float = 16.0, hold_min: float = 10) -> Scenario:
+    """A diurnal day (peak at 16:00) with the flash sale on top: `burst` x the hour's rate, reached
+    within a minute at `at_h`, held `hold_min` minutes. What the fleets' replica-hours are counted on."""
+    day = diurnal(peak)
+    start, end = at_h * 3600, at_h * 3600 + 60 + hold_min * 60
+
+    def rate(t: float) -> float:
+        if t < start or t >= end:
+            return day.rate(t)
+        return day.rate(t) * (1 + (burst - 1) * min(1.0, (t - start) / 60))
+
+    return Scenario(
+        "sale_day",
+        day.seconds,
+        rate,
+        f"{day.describe}, {burst:g}x for {hold_min:g} min at {at_h:g}:00",
+        burst=(start, end),
     )
 
 

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from bench.flashsale.arrivals import Scenario, step
-from bench.flashsale.fleet import BATCH, ReplicaWindows, Run, admission_rule, simulate
+from bench.flashsale.fleet import BATCH, PATHS, ReplicaWindows, Run, admission_rule, simulate
 from bench.flashsale.infra import ScaleRules
 from bench.flashsale.inputs import Provisional, ServiceTimes
 
-__all__ = ["UTILIZATION", "Sizing", "knee", "size"]
+__all__ = ["QUEUE_P99_MS", "UTILIZATION", "Profile", "Sizing", "in_service", "knee", "size", "size_profile"]
 
 UTILIZATION = 0.7  # the HTTP threshold's share of the knee: headroom for bursts between evaluations
 
@@ -140,3 +140,132 @@ def _size_queue(
     message_count = max(1, math.floor(per_replica * p99_ms / 1000))
     base = rules.with_(max_replicas=ceiling, queue_messages_per_replica=message_count)
     return _floor_search("servicebus", per_replica, base, p99_ms, 1.0, scenario, current, run)
+
+
+# -- the sale profile: every path, the sale window, one set of rules ------------------------------
+
+QUEUE_P99_MS = 250.0  # the queue path's target, enqueue to published (issue 53)
+
+
+@dataclass
+class Profile:
+    """The figures main.bicep's `var profiles` holds for one profile (names as there)."""
+
+    minReplicas: int  # NOTE: the names main.bicep declares
+    maxReplicas: int
+    httpConcurrentRequests: int
+    queueMessagesPerReplica: int
+    saleReplicas: int
+    saleLeadMinutes: int
+
+    def apply(self, rules: ScaleRules) -> ScaleRules:
+        return rules.with_(
+            min_replicas=self.minReplicas,
+            max_replicas=self.maxReplicas,
+            http_concurrent_requests=self.httpConcurrentRequests,
+            queue_messages_per_replica=self.queueMessagesPerReplica,
+            sale_replicas=self.saleReplicas,
+            sale_lead_s=self.saleLeadMinutes * 60.0,
+        )
+
+
+def queue_capacity(times: ServiceTimes, rules: ScaleRules) -> float:
+    """Messages/s one replica drains, one batch of `maxMessageBatchSize` at a time."""
+    size = rules.max_message_batch
+    return size / (float(times.queue_fixed.mean()) + size * times.queue_per_message_s)
+
+
+def in_service(times: ServiceTimes, rules: ScaleRules, rate: float) -> float:
+    """Messages a replica holds (locked, still active for KEDA) when `rate` messages/s reach it and
+    the queue is drained: the batch that gathers during a batch's fixed time, as fleet.py models it."""
+    fixed, per_msg, size = float(times.queue_fixed.mean()), times.queue_per_message_s, rules.max_message_batch
+    if rate * per_msg >= 1:
+        return float(size)
+    return min(size, max(1.0, rate * fixed / (1 - rate * per_msg)))
+
+
+def lead_minutes(provisional: Provisional) -> int:
+    """How long before a burst the sale window opens: a node's and a replica's start at their p99,
+    an evaluation and a readiness period, rounded up to 5 minutes."""
+    seconds = provisional.node_start_s.p99 + provisional.replica_start_s.p99 + 30
+    return int(5 * math.ceil(seconds / 300))
+
+
+def size_profile(
+    peak: float,
+    burst: float,
+    rules: ScaleRules,
+    times: ServiceTimes,
+    provisional: Provisional,
+    *,
+    p99_ms: float = 50.0,
+    queue_p99_ms: float = QUEUE_P99_MS,
+    max_refused: float = 0.001,
+    preroll_s: float = 900.0,
+) -> Profile:
+    """The sale profile: thresholds from one replica's knee, a sale window that holds the step on
+    every path, and the smallest floor that holds the rest (steady, ramp) by reacting.
+
+    - `httpConcurrentRequests` = 0.7 x the single-event knee (the rule reads requests/s);
+    - `queueMessagesPerReplica` = what a replica holds in service at 0.7 of its drain rate: a drained
+      queue still asks for the replicas the traffic needs, so the rule neither scales in below the
+      load nor oscillates (a threshold above a replica's batch can never be met by a drained queue);
+    - `saleReplicas`: the smallest floor under which the step holds on every path (the window's
+      cron rule sets it from `saleLeadMinutes` before the burst); `maxReplicas` one above it or the
+      burst's knee count, whichever is more;
+    - `minReplicas`: the replicas the peak needs on the queue path at 0.7 of their drain rate (a
+      drained queue then never asks for fewer than the traffic needs), or more where steady peak and
+      the 30-minute ramp need more to hold on every path with no window."""
+    from bench.flashsale.arrivals import ramp, steady
+
+    windows = ReplicaWindows(times, admission_rule(rules), seed=11)
+    single = knee("http-single", windows, p99_ms, max_refused)
+    drain = queue_capacity(times, rules)
+    base = rules.with_(
+        http_concurrent_requests=max(1, math.floor(single * UTILIZATION)),
+        queue_messages_per_replica=max(1, math.floor(in_service(times, rules, drain * UTILIZATION))),
+        max_replicas=max(rules.min_replicas, math.ceil(burst * peak / min(single, drain * UTILIZATION)) + 1),
+        sale_lead_s=lead_minutes(provisional) * 60.0,
+    )
+
+    def holds(r: ScaleRules, scenario: Scenario, fleet: str) -> bool:
+        for path in PATHS:
+            target = queue_p99_ms if path == "servicebus" else p99_ms
+            refused = 1.0 if path == "servicebus" else max_refused
+            run = simulate(scenario, path, r, times, provisional, windows=windows, preroll_s=preroll_s, fleet=fleet)
+            if not run.holds(target, refused):
+                return False
+        return True
+
+    def smallest(low: int, high: int, ok: Callable[[int], bool]) -> int:
+        while low < high:
+            mid = (low + high) // 2
+            if ok(mid):
+                high = mid
+            else:
+                low = mid + 1
+        return low
+
+    sale = step(peak, burst)
+    ceiling = base.max_replicas
+    sale_replicas = smallest(2, ceiling, lambda n: holds(base.with_(min_replicas=n, sale_replicas=n), sale, "floor"))
+    base = base.with_(sale_replicas=sale_replicas, max_replicas=max(ceiling, sale_replicas + 1))
+    quiet = (steady(peak), ramp(peak, burst))
+    # NOTE: a drained queue's depth is the messages in service, ~ rate x a batch's time, which barely
+    # moves with the replica count: the rule alone settles on no count and dithers by one replica
+    # (scale in after 300 s, out again at the next poll). The floor carries the peak instead.
+    queue_floor = math.ceil(peak / (drain * UTILIZATION))
+    per_replica = base.queue_messages_per_replica
+    while math.ceil(queue_floor * in_service(times, rules, peak / queue_floor) / per_replica) > queue_floor:
+        queue_floor += 1  # NOTE: up to where the drained queue asks for no more than the floor holds
+    floor = smallest(
+        queue_floor, sale_replicas, lambda n: all(holds(base.with_(min_replicas=n), s, "reactive") for s in quiet)
+    )
+    return Profile(
+        minReplicas=floor,
+        maxReplicas=base.max_replicas,
+        httpConcurrentRequests=base.http_concurrent_requests,
+        queueMessagesPerReplica=base.queue_messages_per_replica,
+        saleReplicas=sale_replicas,
+        saleLeadMinutes=lead_minutes(provisional),
+    )

@@ -25,9 +25,15 @@ from bench.flashsale.inputs import Provisional, ServiceTimes
 from bench.flashsale.replica import AdmissionRule, ReplicaWindow, simulate_replica
 from bench.flashsale.scaling import Controller, Signals
 
-__all__ = ["BATCH", "PATHS", "Minute", "ReplicaWindows", "Run", "admission_rule", "simulate"]
+__all__ = ["BATCH", "FLEETS", "PATHS", "Minute", "ReplicaWindows", "Run", "admission_rule", "simulate"]
 
 PATHS = ("http-single", "http-batch", "servicebus")
+# How a fleet meets a sale known in advance (docs/capacity.md, "A sale known in advance"):
+# "scheduled": the profile's floor, and the calendar's cron window (the profile's saleReplicas from
+# saleLeadMinutes before the burst to 5 minutes after it); "floor": a floor of saleReplicas all day;
+# "reactive": the profile's floor and the scale rules alone.
+FLEETS = ("scheduled", "floor", "reactive")
+WINDOW_TAIL_S = 300.0
 BATCH = 64  # events per `score_batch` call (bench.worker's size)
 
 
@@ -64,6 +70,29 @@ class Run:
     rate: list[float] = field(default_factory=list)
     ready: list[int] = field(default_factory=list)
     target: list[int] = field(default_factory=list)
+    fleet: str = "scheduled"
+    replica_s: float = 0.0  # replicas held (ready or starting) x seconds: what the fleet is billed for
+    events: float = 0.0  # offered over the run
+
+    @property
+    def replica_hours(self) -> float:
+        return self.replica_s / 3600
+
+    def cycles(self, after_s: float = 0.0) -> int:
+        """How many times the fleet turned from scaling in to scaling out (or back) after `after_s`:
+        a queue rule that oscillates shows many; a settled fleet, none."""
+        turns, last = 0, 0
+        previous = None
+        for t, n in zip(self.t, self.target, strict=True):
+            if t < after_s:
+                previous = n
+                continue
+            if previous is not None and n != previous:
+                direction = 1 if n > previous else -1
+                turns += last != 0 and direction != last
+                last = direction
+            previous = n
+        return turns
 
     def worst(self) -> Minute:
         return max(self.minutes, key=lambda m: (m.p99_ms, m.refused_share))
@@ -178,17 +207,26 @@ def simulate(
     preroll_s: float = 900.0,
     seed: int = 11,
     windows: ReplicaWindows | None = None,
+    fleet: str = "scheduled",
 ) -> Run:
-    """Run `scenario` on `path` ("http-single", "http-batch" or "servicebus") under `rules`.
+    """Run `scenario` on `path` ("http-single", "http-batch" or "servicebus") under `rules`, the
+    sale met as `fleet` says (FLEETS).
 
     The fleet first runs `preroll_s` at the scenario's opening rate (not reported), so a run starts
     from the replicas the rules settle on, not from a cold `minReplicas`."""
     if path not in PATHS:
         raise ValueError(f"path must be one of {PATHS}, got {path!r}")
+    if fleet not in FLEETS:
+        raise ValueError(f"fleet must be one of {FLEETS}, got {fleet!r}")
+    if fleet == "floor":
+        rules = rules.with_(min_replicas=max(rules.min_replicas, rules.sale_replicas))
+    sale_window = None
+    if fleet == "scheduled" and scenario.burst is not None:
+        sale_window = (scenario.burst[0] - rules.sale_lead_s, scenario.burst[1] + WINDOW_TAIL_S)
     rng = np.random.default_rng(seed)
     windows = windows or ReplicaWindows(times, admission_rule(rules), seed)
     control = Controller(rules, provisional, rng)
-    run = Run(scenario.name, path, rules)
+    run = Run(scenario.name, path, rules, fleet=fleet)
     acc, minute = _Acc(), 0
     http_window: list[tuple[float, float]] = []  # (t, requests) for the 15 s HTTP metric
     cpu_window: list[float] = []
@@ -221,6 +259,7 @@ def simulate(
                 http_rate=sum(n for _, n in http_window) / PLATFORM.http_window_s if path != "servicebus" else None,
                 queue_depth=polled if path == "servicebus" else None,
                 cpu_utilization=float(np.mean(cpu_window)) if cpu_window else 0.0,
+                cron_replicas=rules.sale_replicas if sale_window and sale_window[0] <= now < sale_window[1] else 0,
             )
             cpu_window = []
             control.evaluate(now, signals)
@@ -233,6 +272,8 @@ def simulate(
         acc.offered += offered * step_s
         acc.ready_s += ready * step_s
         acc.replicas_max = max(acc.replicas_max, len(control.ready_at))
+        run.replica_s += len(control.ready_at) * step_s
+        run.events += offered * step_s
         run.t.append(now)
         run.rate.append(offered)
         run.ready.append(control.ready(now))

@@ -7,9 +7,10 @@ reads its parameter, raises `InfraReadError` instead of falling back to a guess
 (tests/bench/test_flashsale_infra.py breaks the real files on purpose and watches it fail).
 
 What is read, and from where:
-- replica bounds: `minReplicas`/`maxReplicas` as azd deploys them (infra/main.parameters.json's
-  `${SCORING_MIN_REPLICAS=2}` defaults), the thresholds' defaults in infra/main.bicep (which passes
-  them to app.bicep), the CPU rule's default in app.bicep (main.bicep passes none);
+- the sizing profile azd deploys (infra/main.parameters.json's `${SCORING_PROFILE=dev}`, or the one
+  named), its replica bounds, thresholds and sale figures from main.bicep's `var profiles`, and an
+  override where main.parameters.json's default for `minReplicas` & co. is not 0 (main.bicep:
+  0 = the profile's; the floor is at least 2 either way); the CPU rule's default in app.bicep;
 - the three KEDA rules in app.bicep's `scaleRules` (payments-queue-depth `messageCount`,
   http-concurrency `concurrentRequests`, cpu-all-ports `value`) and whether the `scale` block the
   hook PATCHes sets `pollingInterval`/`cooldownPeriod` (absent: the platform defaults, below);
@@ -32,7 +33,7 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-__all__ = ["PLATFORM", "InfraReadError", "Platform", "ScaleRules", "read_scale_rules"]
+__all__ = ["PLATFORM", "InfraReadError", "Platform", "ScaleRules", "read_profiles", "read_scale_rules"]
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -59,8 +60,11 @@ PLATFORM = Platform()
 class ScaleRules:
     """Everything in infra/ and host.json that decides how the fleet scales and sheds."""
 
+    profile: str
     min_replicas: int
     max_replicas: int
+    sale_replicas: int  # the profile's replicas for a sale window (the calendar's cron rule)
+    sale_lead_s: float  # how long before the burst the profile's window opens
     http_concurrent_requests: int
     queue_messages_per_replica: int
     cpu_utilization_pct: int
@@ -131,15 +135,57 @@ def _azd_default(parameters: dict[str, object], name: str, where: Path) -> int:
     return int(match.group(1) or match.group(2))
 
 
-def read_scale_rules(root: Path = REPO) -> ScaleRules:
-    """The scale rules as infra/ (and host.json) declare them today."""
+def _azd_profile(parameters: dict[str, object], where: Path) -> str:
+    try:
+        value = str(parameters["scoringProfile"]["value"])  # type: ignore[index]
+    except (KeyError, TypeError) as exc:
+        raise InfraReadError(f"parameter scoringProfile not found in {where.name}") from exc
+    match = re.fullmatch(r"\$\{\w+=(\w+)\}|(\w+)", value)
+    if match is None:
+        raise InfraReadError(f"parameter scoringProfile in {where.name} has no default: {value!r}")
+    return match.group(1) or match.group(2)
+
+
+def read_profiles(root: Path = REPO) -> dict[str, dict[str, int]]:
+    """main.bicep's `var profiles`: each profile's integer figures by name."""
+    main_path = root / "infra/main.bicep"
+    block = _block(main_path.read_text(), r"^var profiles = \{", main_path)
+    found: dict[str, dict[str, int]] = {}
+    for name, body in re.findall(r"^  (\w+): \{\n(.*?)^  \}", block, re.MULTILINE | re.DOTALL):
+        found[name] = {key: int(value) for key, value in re.findall(r"^    (\w+): (\d+)\s*$", body, re.MULTILINE)}
+    if not found:
+        raise InfraReadError("var profiles has no profile in main.bicep")
+    return found
+
+
+def read_scale_rules(root: Path = REPO, profile: str | None = None) -> ScaleRules:
+    """The scale rules as infra/ (and host.json) declare them today, for the profile azd deploys by
+    default (`SCORING_PROFILE`) or the one named."""
     app_path, main_path = root / "infra/modules/app.bicep", root / "infra/main.bicep"
     params_path, host_path = root / "infra/main.parameters.json", root / "host.json"
     app, main = app_path.read_text(), main_path.read_text()
     parameters = json.loads(params_path.read_text())["parameters"]
     host = json.loads(host_path.read_text())["extensions"]
+    profile = profile or _azd_profile(parameters, params_path)
+    profiles = read_profiles(root)
+    if profile not in profiles:
+        raise InfraReadError(f"profile {profile!r} is not in main.bicep's profiles ({', '.join(profiles)})")
+    sizing = profiles[profile]
 
-    rules = _block(app, r"^var scaleRules = \[", app_path)
+    def sized(name: str) -> int:
+        override = _azd_default(parameters, name, params_path)
+        if override:
+            return override
+        if name not in sizing:
+            raise InfraReadError(f"profile {profile!r} in main.bicep sets no {name}")
+        return sizing[name]
+
+    for name in ("saleReplicas", "saleLeadMinutes"):
+        if name not in sizing:
+            raise InfraReadError(f"profile {profile!r} in main.bicep sets no {name}")
+    if not re.search(r"^var scaleRules = concat\(baseRules, saleRules\)\s*$", app, re.MULTILINE):
+        raise InfraReadError("app.bicep's scaleRules no longer joins the sale calendar's rules (saleRules)")
+    rules = _block(app, r"^var baseRules = \[", app_path)
     _rule(rules, "payments-queue-depth", "messageCount", "queueMessagesPerReplica", app_path)
     _rule(rules, "http-concurrency", "concurrentRequests", "httpConcurrentRequests", app_path)
     _rule(rules, "cpu-all-ports", "value", "cpuScaleUtilization", app_path)
@@ -157,11 +203,15 @@ def read_scale_rules(root: Path = REPO) -> ScaleRules:
         batch = int(bus["maxMessageBatchSize"])
     except (KeyError, TypeError, ValueError) as exc:
         raise InfraReadError(f"host.json lacks the HTTP throttle or the Service Bus batch size: {exc}") from exc
+    floor = max(2, sized("minReplicas"))  # NOTE: main.bicep's max(2, ...)
     return ScaleRules(
-        min_replicas=_azd_default(parameters, "minReplicas", params_path),
-        max_replicas=_azd_default(parameters, "maxReplicas", params_path),
-        http_concurrent_requests=int(_param(main, "httpConcurrentRequests", main_path)),
-        queue_messages_per_replica=int(_param(main, "queueMessagesPerReplica", main_path)),
+        profile=profile,
+        min_replicas=floor,
+        max_replicas=max(floor, sized("maxReplicas")),
+        sale_replicas=sizing["saleReplicas"],
+        sale_lead_s=sizing["saleLeadMinutes"] * 60.0,
+        http_concurrent_requests=sized("httpConcurrentRequests"),
+        queue_messages_per_replica=sized("queueMessagesPerReplica"),
         cpu_utilization_pct=int(_param(app, "cpuScaleUtilization", app_path)),
         polling_interval_s=float(polling.group(1)) if polling else PLATFORM.polling_interval_s,
         cooldown_s=float(cooldown.group(1)) if cooldown else PLATFORM.cooldown_s,

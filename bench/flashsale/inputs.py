@@ -68,6 +68,10 @@ class Provisional:
     # most LLM_TIMEOUT_MS = 150). Infra deploys no Azure OpenAI by default (deployOpenAi=false): 0.
     review_share: float = 0.0
     review_ms: Spread = field(default_factory=lambda: Spread(80.0, 150.0))
+    # A Dedicated D8 node (8 vCPU, 32 GiB; 3 replicas of 2 vCPU / 4 GiB, main.bicep replicasPerNode) by
+    # the hour, USD: README's estimate (~$450 a month, pay-as-you-go list price, East US, 2026-12-03),
+    # not a live price sheet (replace: the region's price from the Azure pricing calculator).
+    node_hour_usd: float = 0.62
 
 
 PROVISIONAL = Provisional()

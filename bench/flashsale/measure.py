@@ -42,6 +42,8 @@ from bench.verdicts import SHED, Verdicts
 
 REPO = Path(__file__).resolve().parents[2]
 QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 0.999)
+# Admission made tighter for the overload series (the same settings the app reads: docs/settings.md)
+TIGHT_ADMISSION = {"MAX_INFLIGHT": "2", "MAX_QUEUED": "4", "MAX_QUEUE_WAIT_MS": "5", "QUEUE_TARGET_MS": "2"}
 
 
 def worker_figures(path: Path | None, event_age_s: float = 0.0) -> dict[str, Any] | None:
@@ -64,9 +66,10 @@ def open_loop_point(
 ) -> dict[str, Any]:
     """One offered rate: client latencies, refusals, server-side time and CPU per request; refused
     (`WorkNotDone`) when answers other than decisions and admission's refusals came back."""
-    before = cpu_s(pid)
+    before, generator_before, started = cpu_s(pid), time.process_time(), time.perf_counter()
     res = asyncio.run(open_loop(port, rate, seconds, connections=32, offset=offset, body=body))
-    used = cpu_s(pid) - before
+    used, generator = cpu_s(pid) - before, time.process_time() - generator_before
+    wall = time.perf_counter() - started
     answered = np.array(res.latencies_ms)
     server = np.array(res.stages["total"])
     verdicts = Verdicts(f"open loop at {rate:.0f}/s")
@@ -85,23 +88,43 @@ def open_loop_point(
         "p50_ms": float(np.quantile(answered, 0.5)) if len(answered) else None,
         "p99_ms": float(np.quantile(answered, 0.99)) if len(answered) else None,
         "server_ms": {str(q): float(np.quantile(server, q)) for q in QUANTILES} if len(server) else {},
-        "cpu_us_per_request": used / max(res.sent, 1) * 1e6,
+        "cpu_us_per_request": used / max(res.sent, 1) * 1e6,  # every process of the server
+        "generator_cpu_us_per_request": generator / max(res.sent, 1) * 1e6,
+        # NOTE: the cores the server and the generator kept busy together: near the machine's, the
+        # point measured the machine, not the app (tests/bench/test_flashsale_validation.py skips it)
+        "machine_cores_busy": (used + generator) / wall,
     }
 
 
-def open_loop_points(env: dict[str, str], workers: int, args: argparse.Namespace) -> list[dict[str, Any]]:
+def open_loop_points(env: dict[str, str], workers: int, args: argparse.Namespace, rates: str) -> list[dict[str, Any]]:
     """Every offered rate against `workers` processes of the app (CPU per request: the first process only)."""
     server = start_server("flashsale", "shared.adapters.http.asgi:app", env, workers=workers)
+    pinned = pin(server.process.pid) if workers == 1 else False
     try:
         asyncio.run(open_loop(server.port, 200, 1.0, offset=90_000_000 + workers))  # warm
         points = []
-        for i, rate in enumerate(float(r) for r in args.rates.split(",")):
+        for i, rate in enumerate(float(r) for r in rates.split(",")):
             print(f"open loop, {workers} process(es): {rate:.0f} req/s for {args.seconds:.0f} s", flush=True)
             offset = (i + 91 + 10 * workers) * 1_000_000
-            points.append(open_loop_point(server.port, server.process.pid, rate, args.seconds, offset))
+            points.append({**open_loop_point(server.port, server.process.pid, rate, args.seconds, offset),
+                           "pinned": pinned})  # fmt: skip
         return points
     finally:
         server.stop()
+        if pinned:
+            os.sched_setaffinity(0, range(os.cpu_count() or 1))
+
+
+def pin(server_pid: int) -> bool:
+    """One process's server on the last core, this generator on the others: the server then has
+    a core of its own, as a replica's event loop does, and the overload side measures the app."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        return False
+    for task in Path(f"/proc/{server_pid}/task").iterdir():
+        os.sched_setaffinity(int(task.name), [cores[-1]])
+    os.sched_setaffinity(0, cores[:-1])
+    return True
 
 
 def main() -> None:
@@ -110,6 +133,7 @@ def main() -> None:
     parser.add_argument(
         "--rates", default="100,400,800,1600,2400,3600", help="offered rates (req/s); the first sets the shape"
     )
+    parser.add_argument("--overload-rates", default="3000,5000,7000", help="rates against the tight admission")
     parser.add_argument("--worker-json", type=Path, help="a bench.worker output to reuse instead of a new run")
     parser.add_argument("--out", type=Path, default=MEASURED)
     parser.add_argument("--event-age-s", type=float, default=0.0, help="date bench.worker's events this far back")
@@ -132,7 +156,15 @@ def main() -> None:
     env = {"REDIS_URL": redis.url, "REDIS_KEY_PREFIX": prefix, "PYTHONPATH": str(REPO), "LOG_LEVEL": "WARNING"}
     try:
         for workers, key in ((1, "open_loop_one_process"), (2, "open_loop_two_processes")):
-            measured[key] = {"server": "uvicorn", "points": open_loop_points(env, workers, args)}
+            measured[key] = {"server": "uvicorn", "points": open_loop_points(env, workers, args, args.rates)}
+        # NOTE: the overload side: this machine's generator cannot offer what saturates one process with
+        # the defaults' queue, so admission is made tighter and the same process is pushed past it
+        tight = {**env, **TIGHT_ADMISSION}
+        measured["open_loop_tight_admission"] = {
+            "server": "uvicorn",
+            "admission": TIGHT_ADMISSION,
+            "points": open_loop_points(tight, 1, args, args.overload_rates),
+        }
     finally:
         redis.stop()
     measured["machine"]["load_avg_1m_after"] = os.getloadavg()[0]

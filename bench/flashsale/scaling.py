@@ -5,7 +5,8 @@ count `ceil(metric / target)` (scale-app.md @ b73f868, "Scaling algorithm"), the
 - http-concurrency: requests in the past 15 s divided by 15, per `concurrentRequests`;
 - payments-queue-depth: the queue's active messages as last polled (every `pollingInterval`),
   per `messageCount`;
-- cpu-all-ports: the ready replicas' mean CPU utilisation over the target (`value` %), times them.
+- cpu-all-ports: the ready replicas' mean CPU utilisation over the target (`value` %), times them;
+- sale-window-N (KEDA `cron`, from the sale calendar): its `desiredReplicas` from start to end.
 Scale-up moves to `min(maxReplicas, desired, max(4, 2 x current))` (the same page's worked
 example); scale-down only to the highest count desired over the past 300 s (the scale-down
 stabilization window). A replica added waits for room on a node (`replicasPerNode` per node; the
@@ -34,6 +35,7 @@ class Signals:
     http_rate: float | None = None  # requests/s over the HTTP window (None: not an HTTP path)
     queue_depth: float | None = None  # active messages at the last poll (None: not the queue path)
     cpu_utilization: float = 0.0  # 0..1, mean over the ready replicas
+    cron_replicas: int = 0  # a sale window's cron rule, while the window is open (its desiredReplicas)
 
 
 @dataclass
@@ -64,6 +66,7 @@ class Controller:
         if signals.queue_depth is not None:
             wanted.append(math.ceil(signals.queue_depth / rules.queue_messages_per_replica))
         wanted.append(math.ceil(ready * signals.cpu_utilization / (rules.cpu_utilization_pct / 100)))
+        wanted.append(signals.cron_replicas)  # NOTE: KEDA's cron scaler: its replicas inside the window, else none
         return min(rules.max_replicas, max(wanted))
 
     def evaluate(self, now: float, signals: Signals) -> int:

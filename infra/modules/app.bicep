@@ -99,6 +99,9 @@ param httpConcurrentRequests int = 14
 @minValue(1)
 param queueMessagesPerReplica int = 100
 
+@description('Sale windows (main.bicep saleCalendar, parsed): each becomes a KEDA cron rule.')
+param saleWindows array = []
+
 @description('vCPU per replica.')
 param cpu string = '2.0'
 
@@ -222,6 +225,8 @@ var serviceSettings = [
   { name: 'ORT_USE_TENSORRT', value: 'false' }
   { name: 'ORT_REQUIRE_GPU', value: useGpu ? 'true' : 'false' } // the CPU image on a GPU profile is not ready
   { name: 'ORT_INLINE', value: useGpu ? 'false' : 'true' } // on a GPU the run leaves the event loop; a second batch forms meanwhile
+  { name: 'ORT_RUN_DEADLINE_MS', value: '50' } // a run past it is stopped and its version quarantined (docs/models.md)
+  { name: 'ORT_ARENA_MAX_MB', value: '64' } // every model run of a replica shares this capped arena
   { name: 'MAX_BODY_BYTES', value: '65536' }
   { name: 'MAX_BATCH_ITEMS', value: '256' }
   { name: 'MAX_MESSAGE_BYTES', value: '262144' }
@@ -325,7 +330,24 @@ var probes = [
   }
 ]
 
-var scaleRules = [
+// A sale known in advance: one KEDA cron rule per window of the calendar (main.bicep saleCalendar),
+// holding `replicas` from `start` to `end` in `timezone` (docs/platform.md P80). The local times
+// "YYYY-MM-DDTHH:MM" become cron's "minute hour day month *" (infra/hooks/sale_calendar.py checks
+// them first and makes the same strings; tests/infra/test_sale_calendar.py holds the two together).
+var saleRules = [for (window, i) in saleWindows: {
+  name: 'sale-window-${i}'
+  custom: {
+    type: 'cron'
+    metadata: {
+      timezone: window.timezone
+      start: '${int(substring(window.start, 14, 2))} ${int(substring(window.start, 11, 2))} ${int(substring(window.start, 8, 2))} ${int(substring(window.start, 5, 2))} *'
+      end: '${int(substring(window.end, 14, 2))} ${int(substring(window.end, 11, 2))} ${int(substring(window.end, 8, 2))} ${int(substring(window.end, 5, 2))} *'
+      desiredReplicas: string(window.replicas)
+    }
+  }
+}]
+
+var baseRules = [
   {
     name: 'payments-queue-depth'
     custom: {
@@ -361,6 +383,8 @@ var scaleRules = [
     }
   }
 ]
+
+var scaleRules = concat(baseRules, saleRules)
 
 resource app 'Microsoft.App/containerApps@2026-07-01' = {
   name: name

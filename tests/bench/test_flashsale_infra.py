@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.flashsale.infra import PLATFORM, InfraReadError, read_scale_rules
+from bench.flashsale.infra import PLATFORM, InfraReadError, read_profiles, read_scale_rules
 
 REPO = Path(__file__).resolve().parents[2]
 APP, MAIN, PARAMS = "infra/modules/app.bicep", "infra/main.bicep", "infra/main.parameters.json"
@@ -39,12 +39,17 @@ def test_the_real_files_are_read() -> None:
     rules = read_scale_rules()
     main, app = (REPO / MAIN).read_text(), (REPO / APP).read_text()
     host = json.loads((REPO / "host.json").read_text())["extensions"]
-    assert f"param httpConcurrentRequests int = {rules.http_concurrent_requests}\n" in main
-    assert f"param queueMessagesPerReplica int = {rules.queue_messages_per_replica}\n" in main
+    profile = read_profiles()[rules.profile]
+    assert rules.profile == "dev" and "${SCORING_PROFILE=dev}" in (REPO / PARAMS).read_text()
+    assert (rules.http_concurrent_requests, rules.queue_messages_per_replica) == (
+        profile["httpConcurrentRequests"], profile["queueMessagesPerReplica"],
+    )  # fmt: skip
+    assert (rules.min_replicas, rules.max_replicas) == (profile["minReplicas"], profile["maxReplicas"])
+    assert "var sizing = profiles[scoringProfile]" in main
     assert f"{{ name: 'MAX_INFLIGHT', value: '{rules.max_inflight}' }}" in app
     assert rules.max_message_batch == host["serviceBus"]["maxMessageBatchSize"]
     assert rules.host_max_outstanding == host["http"]["maxOutstandingRequests"]
-    assert f"${{SCORING_MIN_REPLICAS={rules.min_replicas}}}" in (REPO / PARAMS).read_text()
+    assert "${SCORING_MIN_REPLICAS=0}" in (REPO / PARAMS).read_text()  # NOTE: 0: the profile's
     assert 2 <= rules.min_replicas <= rules.max_replicas
     # NOTE: the scale block sets neither, so the platform's documented defaults apply
     assert not re.search(r"pollingInterval|cooldownPeriod", app)
@@ -55,21 +60,23 @@ def test_the_real_files_are_read() -> None:
     ("name", "old", "new", "field", "value"),
     [
         (
-            MAIN,
-            "param httpConcurrentRequests int = 14",
-            "param httpConcurrentRequests int = 30",
+            PARAMS,
+            "${SCORING_HTTP_CONCURRENT_REQUESTS=0}",
+            "${SCORING_HTTP_CONCURRENT_REQUESTS=30}",
             "http_concurrent_requests",
             30,
         ),
         (
-            MAIN,
-            "param queueMessagesPerReplica int = 100",
-            "param queueMessagesPerReplica int = 7",
+            PARAMS,
+            "${SCORING_QUEUE_MESSAGES_PER_REPLICA=0}",
+            "${SCORING_QUEUE_MESSAGES_PER_REPLICA=7}",
             "queue_messages_per_replica",
             7,
         ),
-        (PARAMS, "${SCORING_MIN_REPLICAS=2}", "${SCORING_MIN_REPLICAS=5}", "min_replicas", 5),
-        (PARAMS, "${SCORING_MAX_REPLICAS=12}", "${SCORING_MAX_REPLICAS=40}", "max_replicas", 40),
+        (PARAMS, "${SCORING_MIN_REPLICAS=0}", "${SCORING_MIN_REPLICAS=5}", "min_replicas", 5),
+        (PARAMS, "${SCORING_MIN_REPLICAS=0}", "${SCORING_MIN_REPLICAS=1}", "min_replicas", 2),
+        (PARAMS, "${SCORING_MAX_REPLICAS=0}", "${SCORING_MAX_REPLICAS=40}", "max_replicas", 40),
+        (PARAMS, "${SCORING_PROFILE=dev}", "${SCORING_PROFILE=sale}", "profile", "sale"),
         (APP, "param cpuScaleUtilization int = 70", "param cpuScaleUtilization int = 55", "cpu_utilization_pct", 55),
         (APP, "  rules: scaleRules\n", "  pollingInterval: 10\n  rules: scaleRules\n", "polling_interval_s", 10.0),
         (APP, "  rules: scaleRules\n", "  cooldownPeriod: 120\n  rules: scaleRules\n", "cooldown_s", 120.0),
@@ -79,7 +86,7 @@ def test_the_real_files_are_read() -> None:
     ],
 )
 def test_a_changed_value_is_what_the_simulation_follows(
-    copy: Path, name: str, old: str, new: str, field: str, value: float
+    copy: Path, name: str, old: str, new: str, field: str, value: float | str
 ) -> None:
     edit(copy, name, old, new)
     assert getattr(read_scale_rules(copy), field) == value
@@ -95,8 +102,11 @@ def test_a_changed_value_is_what_the_simulation_follows(
         (APP, "value: string(cpuScaleUtilization)", "value: '90'"),
         (APP, "  rules: scaleRules\n", "  rules: []\n"),
         (APP, "{ name: 'MAX_INFLIGHT', value: '16' }", "{ name: 'MAX_INFLIGHT_X', value: '16' }"),
-        (MAIN, "param httpConcurrentRequests int = 14", "param httpConcurrentRequests int"),
-        (PARAMS, "${SCORING_MIN_REPLICAS=2}", "${SCORING_MIN_REPLICAS}"),
+        (MAIN, "var profiles = {", "var sizes = {"),
+        (MAIN, "    saleLeadMinutes:", "    leadMinutes:"),
+        (APP, "var scaleRules = concat(baseRules, saleRules)", "var scaleRules = baseRules"),
+        (PARAMS, "${SCORING_PROFILE=dev}", "${SCORING_PROFILE=gold}"),
+        (PARAMS, "${SCORING_MIN_REPLICAS=0}", "${SCORING_MIN_REPLICAS}"),
         ("host.json", '"maxOutstandingRequests": 200', '"maxOutstanding": 200'),
         (APP, "type: 'Readiness'", "type: 'Ready'"),
     ],
@@ -105,3 +115,14 @@ def test_a_rule_or_value_that_is_gone_stops_the_reader(copy: Path, name: str, ol
     edit(copy, name, old, new)
     with pytest.raises(InfraReadError):
         read_scale_rules(copy)
+
+
+def test_a_profile_rewritten_is_what_the_simulation_follows(copy: Path) -> None:
+    from bench.flashsale.__main__ import write_profile
+    from bench.flashsale.capacity import Profile
+
+    write_profile("sale", Profile(7, 31, 900, 25, 29, 20), copy)
+    rules = read_scale_rules(copy, profile="sale")
+    assert (rules.min_replicas, rules.max_replicas, rules.http_concurrent_requests) == (7, 31, 900)
+    assert (rules.queue_messages_per_replica, rules.sale_replicas, rules.sale_lead_s) == (25, 29, 1200.0)
+    assert read_scale_rules(copy, profile="dev") == read_scale_rules(profile="dev")
