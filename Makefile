@@ -148,6 +148,12 @@ publish-model: $(VENV)/.runtime
 	@test -n "$(NAME)" -a -n "$(VERSION)" -a -n "$(FILE)" || { echo "usage: make publish-model NAME=fraud VERSION=2 FILE=model.onnx" >&2; exit 2; }
 	@$(PY) scripts/publish_model.py "$(NAME)" "$(VERSION)" "$(FILE)"
 
+## promote-model: NAME=fraud VERSION=2 [REASON=...] serves it on every replica (the control store's pin, audited)
+.PHONY: promote-model
+promote-model: $(VENV)/.runtime
+	@test -n "$(NAME)" -a -n "$(VERSION)" || { echo "usage: make promote-model NAME=fraud VERSION=2 [REASON=why]" >&2; exit 2; }
+	@$(PY) scripts/publish_model.py "$(NAME)" "$(VERSION)" --promote --reason "$(REASON)"
+
 ## replay: FILE=events.jsonl through the queue path's batch handler, one JSON line per message
 .PHONY: replay
 replay: $(VENV)/.runtime

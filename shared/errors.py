@@ -15,6 +15,8 @@
     ├── EventExpired              422 event_expired     FAILED_PRECONDITION (queue: reject; older than the idempotency window)
     ├── NotReady                  503 not_ready         UNAVAILABLE        (queue: retry)
     │   ├── BatcherClosed         503 model_retired     UNAVAILABLE        (resubmit to the new version)
+    │   │   └── RunOverBudget     503 run_over_budget   UNAVAILABLE        (a run past its deadline or memory cap:
+    │   │                                                                    its version is quarantined; resubmit)
     │   └── SettingsError         503 not_ready         UNAVAILABLE        (the operator must fix a setting)
     ├── ModelSourceError          503 model_source      UNAVAILABLE        (retry)
     ├── Unavailable               503 unavailable       UNAVAILABLE        (queue: retry)
@@ -80,6 +82,7 @@ __all__ = [
     "ReviewSkipped",
     "ReviewTimeout",
     "RolloutConflict",
+    "RunOverBudget",
     "ScoringError",
     "SettingsError",
     "SinkError",
@@ -173,6 +176,19 @@ class BatcherClosed(NotReady):
     """The batcher was drained (its model version was replaced); resubmit to the new one."""
 
     code = "model_retired"
+
+
+class RunOverBudget(BatcherClosed):
+    """A model run was stopped by its deadline or refused by the memory cap (shared/models/bounds.py).
+
+    The registry quarantines the version; the caller resubmits, and the last good version answers.
+    """
+
+    code = "run_over_budget"
+
+    def __init__(self, detail: str, *, limit: str = "deadline") -> None:
+        super().__init__(detail)
+        self.limit = limit  # "deadline" or "memory"
 
 
 class SettingsError(NotReady):

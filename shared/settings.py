@@ -174,9 +174,21 @@ class OrtOptions:
     inline: bool = setting(
         "ORT_INLINE", True, "run small models on the event loop (no thread hop); `false` for big or GPU models"
     )
+    run_deadline_ms: float = setting(
+        "ORT_RUN_DEADLINE_MS",
+        50.0,
+        "longest one model run may take; a watchdog stops it (`RunOptions.terminate`) and its version is quarantined",
+    )
+    arena_max_mb: int = setting(
+        "ORT_ARENA_MAX_MB",
+        64,
+        "the CPU memory all model runs of a process may hold together (one capped arena); past it a run fails",
+    )
 
     def __post_init__(self) -> None:
         _check(self.intra_op_threads >= 0, "ORT_INTRA_OP_THREADS", "an integer >= 0 (0 lets ONNX Runtime choose)")
+        _check(self.run_deadline_ms >= 1, "ORT_RUN_DEADLINE_MS", "a number of milliseconds >= 1")
+        _check(self.arena_max_mb >= 16, "ORT_ARENA_MAX_MB", "an integer >= 16 (MiB)")
         _check(
             self.graph_optimization in ("disable", "basic", "extended", "all"),
             "OrtOptions.graph_optimization",
@@ -530,7 +542,7 @@ class Settings:
         "AUTO_PROMOTE",
         None,
         "a new model version serves on arrival (`true`) or waits as a candidate for a promote (`false`; "
-        "docs/models.md); unset → on locally, off with ModelStorage__blobServiceUri (Azure), which infra never overrides",
+        "docs/models.md); unset → on locally; always off with ModelStorage__blobServiceUri (Azure: `true` is refused)",
         local_only=True,
         shown_default="on locally, off in Azure",
     )
@@ -651,6 +663,11 @@ class Settings:
         if self.feast_redis_url is not None:
             _check(_is_redis_url(self.feast_redis_url), "FEAST_REDIS_URL", "a redis://, rediss:// or unix:// URL")
         _check(0 <= self.model_poll_s <= 3600, "MODEL_POLL_SECONDS", "a number of seconds within 0..3600")
+        _check(
+            not (self.auto_promote and self.model_storage_blob_uri),
+            "AUTO_PROMOTE",
+            "unset or false with ModelStorage__blobServiceUri (Azure): there only the control plane promotes",
+        )
         _check(0 <= self.trace_sample_ratio <= 1, "TRACE_SAMPLE_RATIO", "a number within 0..1")
         _check(self.result_ttl_s >= 600, "RESULT_TTL_S", "a number >= 600 (the duplicate-detection window, 10 min)")
         _check(
@@ -671,8 +688,9 @@ class Settings:
 
     @property
     def promotes_on_arrival(self) -> bool:
-        """AUTO_PROMOTE as set, else on only where models do not come from Azure (no managed identity URI)."""
-        return self.auto_promote if self.auto_promote is not None else not self.model_storage_blob_uri
+        """AUTO_PROMOTE as set, else on only where models do not come from Azure (no managed identity URI);
+        never in Azure, where only the control plane promotes (a true there is a SettingsError)."""
+        return not self.model_storage_blob_uri and self.auto_promote is not False
 
     @property
     def uses_blob_models(self) -> bool:

@@ -132,7 +132,6 @@ def test_postdeploy_publishes_then_smoke_tests_then_subscribes(
     steps = [
         out.index("KEDA scale rules set"),
         out.index("published fraud/1"),
-        out.index("promoted fraud/1"),
         out.index("smoke: ready"),
         out.index("smoke: POST /api/score answered"),
         out.index("Event Grid subscription"),

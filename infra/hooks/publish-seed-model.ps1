@@ -1,6 +1,6 @@
 # azd postdeploy (Windows): publish-seed-model.sh in PowerShell, step for step. Publish the first model
-# into the models container with the project's own script (scripts/publish_model.py) and promote it
-# (in Azure a new version is a candidate until promoted), unless that version is there already; in Azure, first grant the signed-in principal "Storage Blob Data
+# into the models container with the project's own script (scripts/publish_model.py), unless that
+# version is there already (no promote: the seed serves as the model's only version; docs/models.md); in Azure, first grant the signed-in principal "Storage Blob Data
 # Contributor" on the models container only (the account takes no keys). Settings as in the .sh:
 # SCORING_SEED_MODEL_FILE / _NAME / _VERSION, SCORING_SEED_MODEL=false; ModelStorage (a connection
 # string) publishes there and touches nothing in Azure. Python: PY, else the project's .venv, made
@@ -56,16 +56,13 @@ for ($attempt = 1; ; $attempt++) {
   $status = $LASTEXITCODE
   if ($status -eq 0) {
     Write-Host ("seed model: $name/$version is in the $($env:MODELS_CONTAINER) container already; not published again " +
-      "(a candidate serves once promoted: scripts/publish_model.py $name $version --promote)")
+      "(a later version serves once promoted: make promote-model)")
     return
   }
   if ($status -eq 1) {
-    # NOTE: published, then promoted: in Azure a new version waits as a candidate (AUTO_PROMOTE off)
+    # NOTE: published, not promoted: the seed serves as the model's oldest (only) version
     & $py scripts/publish_model.py $name $version $file
-    if ($LASTEXITCODE -eq 0) {
-      & $py scripts/publish_model.py $name $version --promote
-      if ($LASTEXITCODE -eq 0) { return }
-    }
+    if ($LASTEXITCODE -eq 0) { return }
   }
   if ($attempt -ge $attempts) { throw "seed model: $name/$version could not be published to the $($env:MODELS_CONTAINER) container" }
   Write-Host 'seed model: not yet (a new role takes a while to apply); again in 15 s'

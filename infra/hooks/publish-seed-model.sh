@@ -10,8 +10,9 @@
 #   SCORING_SEED_MODEL=false  publish nothing (a container you fill yourself)
 #
 # It publishes with the project's own script (scripts/publish_model.py: the file is vetted, loaded
-# and warmed in its sandbox first), then promotes the version: in Azure a new version is only a
-# candidate until promoted (AUTO_PROMOTE is off there; docs/models.md), and the seed must serve. In Azure (azd's outputs STORAGE_ACCOUNT_NAME, AZURE_RESOURCE_GROUP) it
+# and warmed in its sandbox first). It promotes nothing: nothing in the container can (only the control
+# plane: docs/models.md), and the seed needs no promote, since a model with no promoted version serves its
+# oldest loaded one. In Azure (azd's outputs STORAGE_ACCOUNT_NAME, AZURE_RESOURCE_GROUP) it
 # first grants the signed-in principal (AZURE_PRINCIPAL_ID, else the user or service principal az is
 # signed in as)
 # "Storage Blob Data Contributor" on the models container only: the account takes no keys, so
@@ -67,12 +68,11 @@ while :; do
   "$PY" scripts/model_present.py "$NAME" "$VERSION" || status=$?
   if [ "$status" -eq 0 ]; then
     echo "seed model: $NAME/$VERSION is in the $MODELS_CONTAINER container already; not published again" \
-      "(a candidate serves once promoted: scripts/publish_model.py $NAME $VERSION --promote)"
+      "(a later version serves once promoted: make promote-model)"
     exit 0
   fi
-  # NOTE: published, then promoted: in Azure a new version waits as a candidate (AUTO_PROMOTE off)
-  if [ "$status" -eq 1 ] && "$PY" scripts/publish_model.py "$NAME" "$VERSION" "$FILE" &&
-    "$PY" scripts/publish_model.py "$NAME" "$VERSION" --promote; then
+  # NOTE: published, not promoted: the seed serves as the model's oldest (only) version
+  if [ "$status" -eq 1 ] && "$PY" scripts/publish_model.py "$NAME" "$VERSION" "$FILE"; then
     exit 0
   fi
   attempt=$((attempt + 1))

@@ -227,6 +227,8 @@ var serviceSettings = [
   { name: 'ORT_INLINE', value: useGpu ? 'false' : 'true' } // on a GPU the run leaves the event loop; a second batch forms meanwhile
   { name: 'ORT_RUN_DEADLINE_MS', value: '50' } // a run past it is stopped and its version quarantined (docs/models.md)
   { name: 'ORT_ARENA_MAX_MB', value: '64' } // every model run of a replica shares this capped arena
+  { name: 'ORT_RUN_DEADLINE_MS', value: '50' } // a run past it is stopped and its version quarantined (docs/models.md)
+  { name: 'ORT_ARENA_MAX_MB', value: '64' } // every model run of a replica shares this capped arena
   { name: 'MAX_BODY_BYTES', value: '65536' }
   { name: 'MAX_BATCH_ITEMS', value: '256' }
   { name: 'MAX_MESSAGE_BYTES', value: '262144' }

@@ -58,10 +58,15 @@ class AdminPlane:
             await self._rollout.installed(loaded)
         return loaded
 
-    async def pin(self, name: str, version: str, *, by: Actor | None = None) -> ModelView:
-        """Serve `version` of `name` on every replica until `unpin` (rollback, or a hold on uploads)."""
+    async def pin(
+        self, name: str, version: str, *, by: Actor | None = None, allow_never_decline: bool = False
+    ) -> ModelView:
+        """Serve `version` of `name` on every replica until `unpin`: the promote (and the rollback).
+
+        A version that could never decline is refused unless `allow_never_decline`; a change of
+        thresholds is stated in the audit (shared/fleet/rollout.py)."""
         if self._rollout is not None:
-            await self._rollout.pin(name, version, by=by)  # `by`: who asked and why, audited
+            await self._rollout.pin(name, version, by=by, allow_never_decline=allow_never_decline)  # audited
         else:
             await self._registry.pin(name, version)
         return self._describe(name)

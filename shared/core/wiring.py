@@ -95,7 +95,12 @@ async def build_service(settings: Settings) -> ScoringService:
     from shared.fleet.rollout import Rollout
     from shared.models.sandbox import Sandbox
 
-    sandbox = Sandbox(max_batch=settings.batch.max_size, graph_optimization=settings.ort.graph_optimization)
+    sandbox = Sandbox(
+        max_batch=settings.batch.max_size,
+        graph_optimization=settings.ort.graph_optimization,
+        run_deadline_ms=settings.ort.run_deadline_ms,
+        arena_max_mb=settings.ort.arena_max_mb,
+    )
     registry = ModelRegistry(
         source,
         settings.ort,

@@ -111,9 +111,11 @@ class _Events(msgspec.Struct):
 
 
 class Activation(msgspec.Struct, frozen=True):
-    """`POST /api/models/{name}/activate`: the version to pin."""
+    """`POST /api/models/{name}/activate`: the version to pin (promote), and whether one that could never
+    decline (a decline threshold of 1, or above every score of its trial) is meant."""
 
     version: Annotated[str, msgspec.Meta(pattern=r"\A[1-9][0-9]{0,8}\Z")]
+    allow_never_decline: bool = False
 
 
 T = TypeVar("T")

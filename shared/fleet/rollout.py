@@ -2,6 +2,14 @@
 
     models:latest:{name}   {"name", "version": "3", "fingerprint", "sha256", "at": epoch s}
     models:pin:{name}      {"version": "2" | null, "sha256", "at": epoch s}
+    models:quarantine:{name}  {"versions": {"3": "why"}}: versions no replica runs again
+
+A version whose run trips a bound on one replica (shared/models/bounds.py) is quarantined there
+at once (shared/models/registry.py); this replica then adds it to `models:quarantine:{name}`,
+and every replica's watch takes it out within WATCH_S: one hostile event costs the fleet one
+stopped run, not one per replica. The record only grows (a version's file never changes:
+publish a fixed file as a new version); a replica that holds a quarantine the record lacks
+(a lost record, two replicas writing at once) writes the union back.
 
 A Blob trigger fires on ONE replica. So the replica that installs a new version (from its
 trigger or its poll) records it with its file's SHA-256 in Redis (`models:latest:{name}`),
@@ -43,8 +51,9 @@ from typing import TypeVar
 
 import msgspec
 
-from shared.errors import ControlStoreDown, ModelInvalid, ModelNotFound, ScoringError
-from shared.models.registry import ModelRegistry
+from shared.domain.spec import Thresholds
+from shared.errors import ControlStoreDown, ModelInvalid, ModelNotFound, RolloutConflict, ScoringError
+from shared.models.registry import ModelRegistry, RegistryEvent
 from shared.models.repository import ModelRef, ModelRepository, check_ref, version_key
 from shared.models.served import LoadedModel
 from shared.stores.control import Actor, ControlAudit, ControlStore
@@ -53,12 +62,17 @@ __all__ = [
     "WATCH_S",
     "LatestRecord",
     "PinRecord",
+    "QuarantineRecord",
     "Rollout",
     "WrittenBack",
     "decode_record",
     "latest_key",
+    "legacy",
     "pin_key",
+    "quarantine_key",
+    "record_pin",
     "watch",
+    "weigh_promote",
 ]
 
 log = logging.getLogger(__name__)
@@ -91,6 +105,10 @@ def pin_key(name: str) -> str:
     return f"models:pin:{name}"
 
 
+def quarantine_key(name: str) -> str:
+    return f"models:quarantine:{name}"
+
+
 class LatestRecord(msgspec.Struct, frozen=True):
     """`models:latest:{name}`: the newest version a replica installed, and its file's digest."""
 
@@ -109,6 +127,12 @@ class PinRecord(msgspec.Struct, frozen=True):
     at: float = 0.0
 
 
+class QuarantineRecord(msgspec.Struct, frozen=True):
+    """`models:quarantine:{name}`: the versions of `name` no replica runs again, and why."""
+
+    versions: dict[str, str]
+
+
 R = TypeVar("R", bound=msgspec.Struct)
 
 
@@ -125,6 +149,42 @@ def decode_record(name: str, payload: bytes | None, kind: type[R]) -> R | None:
         log.warning("a corrupt %s of %r reads as absent: %r", kind.__name__, name, payload[:200])
         return None
     return record
+
+
+def weigh_promote(
+    name: str,
+    version: str,
+    new: Thresholds,
+    reach: float | None,
+    live: tuple[str, Thresholds] | None,
+    allow_never_decline: bool,
+) -> str | None:
+    """A promote's thresholds against the live version's (`live`: its version and thresholds, None when
+    unknown or the same version): the change, stated, or None. `RolloutConflict` for a version that could
+    never decline (decline >= 1, or above `reach`, the highest score its trial produced) unless allowed."""
+    if (new.decline >= 1.0 or (reach is not None and new.decline > reach)) and not allow_never_decline:
+        seen = "" if reach is None else f", above every score its trial produced (at most {reach:.4g})"
+        raise RolloutConflict(
+            f"{name}/{version} could never decline: its decline threshold is {new.decline:g}{seen}. "
+            'Promote it anyway only on purpose: {"allow_never_decline": true} (--allow-never-decline)'
+        )
+    if live is None or (live[1].review, live[1].decline) == (new.review, new.decline):
+        return None
+    old = live[1]
+    return (
+        f"thresholds change: review {old.review:g} → {new.review:g}, decline {old.decline:g} → {new.decline:g} "
+        f"(from {name}/{live[0]})"
+    )
+
+
+async def record_pin(control: ControlStore, name: str, version: str | None, sha256: str = "") -> None:
+    """Write `models:pin:{name}`: every replica's watch serves `version` (None: releases) within WATCH_S."""
+    await control.write(pin_key(name), _encode(PinRecord(version, sha256, time.time())))
+
+
+def legacy(record: LatestRecord | PinRecord) -> bool:
+    """A record from before records named digests: a version it names without the file's SHA-256."""
+    return getattr(record, "version", None) is not None and not record.sha256
 
 
 class WrittenBack:
@@ -168,6 +228,8 @@ class Rollout:
         self._refused: dict[str, str] = {}  # name -> why this replica does not follow the fleet's record
         self._locks: dict[str, asyncio.Lock] = {}  # per model: pins, releases and the watch, one at a time
         self.audit = ControlAudit(control)  # who pinned, released, shadowed... (shared with Traffic)
+        self._tasks: set[asyncio.Task[None]] = set()
+        registry.on("quarantined", self._quarantined_here)
 
     # -- what the core calls ---------------------------------------------------------
 
@@ -187,6 +249,11 @@ class Rollout:
             log.error("the fleet's pins are unknown at start, serving the newest versions: %s", exc.detail)
             return
         for name, (newest, pin) in zip(names, records, strict=True):
+            if newest is not None and legacy(newest):
+                newest = None  # NOTE: not followed until a replica that serves it rewrites it with its digest
+            if pin is not None and legacy(pin):
+                log.error("the pin of %s/%s names no digest: not applied at start", name, pin.version)
+                pin = None
             if newest is not None:
                 self._registry.vouch(ModelRef(name, newest.version), newest.sha256)
             if pin is not None and pin.version is not None:
@@ -209,8 +276,12 @@ class Rollout:
             return release.sha256
         return hashlib.sha256(await asyncio.to_thread(self._source.read, ref)).hexdigest()
 
-    async def pin(self, name: str, version: str, *, by: Actor | None = None) -> LoadedModel:
-        """Serve `version` of `name` on every replica until released (loaded from the source if need be).
+    async def pin(
+        self, name: str, version: str, *, by: Actor | None = None, allow_never_decline: bool = False
+    ) -> LoadedModel:
+        """Serve `version` of `name` on every replica until released (loaded from the source if need be):
+        the control plane's promote. A version whose thresholds differ from the live one's has the change
+        stated (logged and audited); one that could never decline is refused unless `allow_never_decline`.
 
         The record is written first: if the store does not keep it, this raises and nothing
         serves differently here. If this replica then cannot load the version, the record
@@ -221,11 +292,14 @@ class Rollout:
         async with self._lock(name):
             await self._check_pinnable(name, version)
             sha256 = await self.digest(name, version)
+            change = await self._check_promotable(name, version, sha256, allow_never_decline)
+            if change is not None and by is not None:
+                by = Actor(by.who, f"{by.reason}; {change}" if by.reason else change)
             if self._control is None:
                 loaded = await self._pin_here(name, version, sha256)
             else:
                 [(_, before)] = await self._records([name])
-                await self._control.write(pin_key(name), _encode(PinRecord(version, sha256, time.time())))
+                await record_pin(self._control, name, version, sha256)
                 try:
                     loaded = await self._pin_here(name, version, sha256)
                 except ScoringError:
@@ -254,6 +328,36 @@ class Rollout:
             name, detail = next(iter(sorted(self._refused.items())))
             return f"models: the fleet's record of {name!r} not followed here: {detail}"
         return None
+
+    def _quarantined_here(self, event: RegistryEvent) -> None:
+        """A version tripped a bound here: the fleet's record names it (written in the background)."""
+        if self._control is None:
+            return
+        try:
+            task = asyncio.get_running_loop().create_task(self._share_quarantine(event.name))
+        except RuntimeError:  # no loop: the watch writes it back
+            return
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _share_quarantine(self, name: str) -> None:
+        try:
+            await self._sync_quarantine(name)
+        except ControlStoreDown as exc:  # the watch writes it back once the store answers
+            log.error("the quarantine of %r is not shared yet: %s", name, exc.detail)
+
+    async def _sync_quarantine(self, name: str) -> None:
+        """Quarantine here what the fleet's record names; write back the union where the record lacks one of ours."""
+        assert self._control is not None  # noqa: S101 narrows the type for mypy; the caller checked
+        (payload,) = await self._control.read([quarantine_key(name)])
+        record = decode_record(name, payload, QuarantineRecord)
+        fleet = dict(record.versions) if record is not None else {}
+        for version, why in sorted(fleet.items()):
+            if self._registry.quarantine(name, version, why):
+                self._changed(name)
+        here = self._registry.quarantined(name)
+        if not here.keys() <= fleet.keys():
+            await self._control.write(quarantine_key(name), _encode(QuarantineRecord({**here, **fleet})))
 
     # -- the background job -------------------------------------------------------------
 
@@ -310,7 +414,9 @@ class Rollout:
 
     async def _reconcile_records(self, name: str) -> None:
         assert self._control is not None  # noqa: S101 narrows the type for mypy; the caller checked
+        await self._sync_quarantine(name)
         [(latest, pin)] = await self._records([name])
+        latest, pin = await self._digested(name, latest, pin)
         if latest is not None:
             await self._follow_latest(name, latest)
         await self._write_back_latest(name, latest)
@@ -327,6 +433,35 @@ class Rollout:
             self._changed(name)
         else:
             self._registry.vouch(ModelRef(name, pin.version), pin.sha256)  # the file it serves is the one named
+
+    async def _digested(
+        self, name: str, latest: LatestRecord | None, pin: PinRecord | None
+    ) -> tuple[LatestRecord | None, PinRecord | None]:
+        """Records written before records named digests (`sha256` empty) have an end: one that names a
+        version this replica serves is rewritten with the digest of the file it loaded; the others are
+        not followed here (read as absent) until a replica that serves the version rewrites them."""
+        assert self._control is not None  # noqa: S101 narrows the type for mypy; the caller checked
+        if latest is not None and legacy(latest):
+            digest = self._loaded_digest(name, latest.version)
+            latest = None if digest is None else msgspec.structs.replace(latest, sha256=digest)
+            if latest is not None:
+                await self._control.write(latest_key(name), _encode(latest))
+                log.warning("the newest-version record of %s/%s named no digest; rewritten", name, latest.version)
+        if pin is not None and legacy(pin):
+            digest = self._loaded_digest(name, str(pin.version))
+            if digest is None:
+                raise ModelInvalid(
+                    f"the pin of {name}/{pin.version} names no digest (a record from before digests) and this replica "
+                    "does not serve that version: not followed until a replica that does rewrites it"
+                )
+            pin = msgspec.structs.replace(pin, sha256=digest)
+            await self._control.write(pin_key(name), _encode(pin))
+            self._written_back.note(f"the pin of {name!r} (version {pin.version}) named no digest; rewritten")
+        return latest, pin
+
+    def _loaded_digest(self, name: str, version: str) -> str | None:
+        loaded = version in self._registry.loaded_versions(name)
+        return self._registry.active(name, version).digest or None if loaded else None
 
     async def _follow_latest(self, name: str, latest: LatestRecord) -> None:
         """Load the version another replica installed (an echo of one loaded here changes nothing)."""
@@ -369,6 +504,26 @@ class Rollout:
             return
         if ModelRef(name, version) not in await asyncio.to_thread(self._source.list):
             raise ModelNotFound(f"model {name!r} has no version {version!r} in the model source")
+
+    async def _check_promotable(self, name: str, version: str, sha256: str, allow_never_decline: bool) -> str | None:
+        """Load `version` here (with the file `sha256` names) and weigh its thresholds against the live
+        version's: the change, stated (None: the same); `RolloutConflict` for a version that could never decline."""
+        live = self._registry.active(name)
+        self._registry.vouch(ModelRef(name, version), sha256)
+        held = self._registry.held(name)
+        self._registry.hold(name, held | {version})  # NOTE: kept loaded beyond MODELS_KEEP_VERSIONS, never active
+        try:
+            await self._ensure_loaded(name, version)
+            candidate = self._registry.active(name, version)
+        finally:
+            self._registry.hold(name, held)
+        before = None if version == live.version else (live.version, live.spec.thresholds)
+        change = weigh_promote(
+            name, version, candidate.spec.thresholds, candidate.max_score, before, allow_never_decline
+        )
+        if change is not None:
+            log.warning("promote of %s/%s: %s", name, version, change)
+        return change
 
     async def _pin_here(self, name: str, version: str, sha256: str) -> LoadedModel:
         """Pin on this replica, loading the version if need be, only with the file `sha256` names;

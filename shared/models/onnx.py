@@ -2,8 +2,9 @@
 
 onnxruntime errors never leave this module untranslated: a file that cannot be
 loaded or does not fit its metadata is `ModelInvalid`; a failing run is
-`InferenceFailed`. Every file passes the static checks (`shared.models.vetting`) before
-onnxruntime is handed its bytes.
+`InferenceFailed`, and one stopped by its deadline or the memory cap is `RunOverBudget`
+(shared/models/bounds.py). Every file passes the static checks (`shared.models.vetting`)
+before onnxruntime is handed its bytes.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import ctypes
 import functools
 import logging
+import re
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,7 +22,8 @@ import numpy.typing as npt
 import onnxruntime as ort
 
 from shared.domain.spec import ModelSpec
-from shared.errors import InferenceFailed, ModelInvalid
+from shared.errors import InferenceFailed, ModelInvalid, RunOverBudget, ScoringError
+from shared.models.bounds import OVER_ARENA, TERMINATED, RunWatchdog, install_arena
 from shared.models.vetting import DEFAULT_POLICY, VettingPolicy, vet
 from shared.settings import OrtOptions
 
@@ -100,17 +104,34 @@ def _session_options(options: OrtOptions) -> ort.SessionOptions:
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.log_severity_level = 3  # errors only: a CPU-only host must not log GPU noise
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    install_arena(options.arena_max_mb << 20)
+    so.add_session_config_entry("session.use_env_allocators", "1")  # NOTE: the process's one capped arena
     return so
+
+
+_watchdogs: dict[float, RunWatchdog] = {}  # one watchdog thread per deadline (one per process in practice)
+
+
+def watchdog(options: OrtOptions) -> RunWatchdog:
+    """The process's watchdog for ORT_RUN_DEADLINE_MS."""
+    found = _watchdogs.get(options.run_deadline_ms)
+    if found is None:
+        found = _watchdogs.setdefault(options.run_deadline_ms, RunWatchdog(options.run_deadline_ms / 1000))
+    return found
 
 
 class OnnxModel:
     """One InferenceSession for one model version, checked against its metadata."""
 
-    def __init__(self, session: ort.InferenceSession, spec: ModelSpec) -> None:
+    def __init__(
+        self, session: ort.InferenceSession, spec: ModelSpec, watchdog: RunWatchdog | None = None, threads: int = 1
+    ) -> None:
         self._session: ort.InferenceSession | None = session
         self.spec = spec
         self.providers: list[str] = session.get_providers()
         self._outputs = [spec.score_output]
+        self._watchdog = watchdog
+        self._threads = threads  # intra-op threads: with one, the calling thread's CPU time is the run's
 
     @classmethod
     def load(
@@ -133,16 +154,24 @@ class OnnxModel:
             [o.name for o in session.get_outputs()],
         )
         _check_input(session, spec)
-        return cls(session, spec)
+        return cls(session, spec, watchdog(options), options.intra_op_threads)
 
-    def predict(self, matrix: npt.NDArray[np.float32]) -> npt.NDArray[np.float64]:
-        """Scores in [0, 1], one per row of `matrix`."""
-        if self._session is None:
+    def predict(self, matrix: npt.NDArray[np.float32], deadline_s: float | None = None) -> npt.NDArray[np.float64]:
+        """Scores in [0, 1], one per row of `matrix`; `RunOverBudget` past the deadline (`deadline_s`, else
+        ORT_RUN_DEADLINE_MS) or the memory cap."""
+        session = self._session
+        if session is None:
             raise InferenceFailed("model session was released")
+        watchdog = self._watchdog
+        options = None if watchdog is None else watchdog.arm(deadline_s)
+        cpu = time.thread_time()
         try:
-            (output,) = self._session.run(self._outputs, {self.spec.input_name: matrix})
+            (output,) = session.run(self._outputs, {self.spec.input_name: matrix}, options)
         except Exception as exc:
-            raise InferenceFailed(f"onnxruntime run failed: {_first_line(exc)}") from exc
+            raise self._run_error(exc, time.thread_time() - cpu) from exc
+        finally:
+            if watchdog is not None:
+                watchdog.disarm(options)
         scores = np.asarray(output, dtype=np.float64)
         if scores.ndim == 2:
             if not 0 <= self.spec.score_column < scores.shape[1]:
@@ -152,13 +181,33 @@ class OnnxModel:
             scores = scores[:, self.spec.score_column]
         return scores.reshape(-1)
 
+    def _run_error(self, exc: Exception, cpu_s: float) -> ScoringError:
+        """A failed run, translated: `RunOverBudget` when a bound stopped it, else `InferenceFailed`."""
+        message = str(exc)
+        if OVER_ARENA in message or isinstance(exc, MemoryError):
+            return RunOverBudget(
+                f"a run asked for more than the memory cap (ORT_ARENA_MAX_MB){_asked(message)}", limit="memory"
+            )
+        if TERMINATED in message and self._watchdog is not None:
+            deadline_ms = self._watchdog.deadline_s * 1000
+            if self._threads == 1 and cpu_s < self._watchdog.deadline_s / 2:
+                # NOTE: the run was starved of CPU (it ran less than half its deadline): not the model's fault
+                return InferenceFailed(
+                    f"a run was stopped at its {deadline_ms:g} ms deadline after {cpu_s * 1000:.1f} ms of CPU"
+                )
+            return RunOverBudget(f"a run was stopped past its {deadline_ms:g} ms deadline (ORT_RUN_DEADLINE_MS)")
+        return InferenceFailed(f"onnxruntime run failed: {_first_line(exc)}")
+
     def warm(self, max_batch: int) -> None:
         """Run a lone row and a full batch of defaults; fail if the answers are not scores."""
         defaults = np.array([f.default for f in self.spec.features], dtype=np.float32)
         for n in sorted({1, max_batch}):
             try:
                 scores = self.predict(np.tile(defaults, (n, 1)))
-            except InferenceFailed as exc:  # a model that cannot score its own defaults is not servable
+            except (
+                InferenceFailed,
+                RunOverBudget,
+            ) as exc:  # a model that cannot score its own defaults is not servable
                 raise ModelInvalid(f"warm-up failed: {exc.detail}") from exc
             if scores.shape != (n,):
                 raise ModelInvalid(f"model returned {scores.shape[0]} scores for {n} rows")
@@ -172,7 +221,7 @@ class OnnxModel:
             return
         try:
             scores = self.predict(np.array(golden.rows, dtype=np.float32))
-        except InferenceFailed as exc:
+        except (InferenceFailed, RunOverBudget) as exc:
             raise ModelInvalid(f"golden rows failed: {exc.detail}") from exc
         worst = float(np.max(np.abs(scores - np.array(golden.scores))))
         if not worst <= golden.tolerance:  # a NaN fails too
@@ -196,6 +245,15 @@ def _check_input(session: ort.InferenceSession, spec: ModelSpec) -> None:
         raise ModelInvalid(f"input {node.name!r} has shape {shape}, metadata declares {spec.width} features")
     if isinstance(shape[0], int):
         raise ModelInvalid(f"input {node.name!r} has a fixed batch axis {shape[0]}; it must be dynamic")
+
+
+_ASKED = re.compile(r"running (\w+) node.*smaller than requested bytes of (\d+)", re.S)
+
+
+def _asked(message: str) -> str:
+    """`: ConstantOfShape asked for 3072 MiB`, from ONNX Runtime's message where it says so."""
+    found = _ASKED.search(message)
+    return "" if found is None else f": {found[1]} asked for {int(found[2]) >> 20} MiB"
 
 
 def _first_line(exc: BaseException) -> str:

@@ -12,9 +12,16 @@ recorded at publish (`release.json`), or one that is not the digest the fleet's 
 (`vouch`: a pin, a newest-version record, a shadow or a canary), is refused.
 
 Which version serves: the pinned one, else the newest promoted one, else (nothing promoted
-yet) the oldest loaded. A new version is a candidate until it is promoted: by `promote`, by
-a pin (a canary's promote pins), by its release record, or on arrival when `auto_promote`
-(AUTO_PROMOTE, local development) is on.
+yet) the oldest loaded. A new version is a candidate until it is promoted: by the control
+plane's pin (shared/fleet/rollout.py; a canary's promote pins), or on arrival when
+`auto_promote` (AUTO_PROMOTE, local development only) is on. Nothing in the model source
+makes a version live: a release record's `promoted` (an older format) is ignored.
+
+A version whose run trips a bound at score time (its deadline or the memory cap:
+shared/models/bounds.py) is quarantined at once: taken out, its session released, the last good
+version active again, and never loaded again by this process; the `quarantined` hook lets the
+fleet's records (shared/fleet/rollout.py) quarantine it on every replica. Its events are rescored
+by the version active after (`RunOverBudget` is a `BatcherClosed`: callers resubmit).
 
 Other parts follow the lifecycle through hooks (`on("activated", callback)`), not by
 reaching in: the reload broadcast, telemetry and caches subscribe to what they need.
@@ -32,7 +39,7 @@ from typing import Literal
 
 from shared.domain.answers import LoadError, ModelView
 from shared.domain.feast_spec import FromServingFeast
-from shared.errors import ModelInvalid, ModelNotFound, ModelSourceError, NotReady
+from shared.errors import ModelInvalid, ModelNotFound, ModelSourceError, NotReady, RunOverBudget
 from shared.models.onnx import OnnxModel
 from shared.models.repository import ModelRef, ModelRepository, Release, check_ref, version_key
 from shared.models.sandbox import Sandbox
@@ -45,7 +52,7 @@ __all__ = ["LoadError", "ModelRegistry", "RegistryEvent", "fingerprint"]
 
 log = logging.getLogger(__name__)
 
-EventKind = Literal["loaded", "activated", "retired", "failed"]
+EventKind = Literal["loaded", "activated", "retired", "failed", "quarantined"]
 CANDIDATES_DEEP = 8  # at start, how many versions past keep_versions are tried for a promoted one
 
 
@@ -101,7 +108,11 @@ class ModelRegistry:
         self._keep = keep_versions
         self._models: dict[str, dict[str, LoadedModel]] = {}
         self._active: dict[str, LoadedModel] = {}
-        self._hooks: dict[EventKind, list[Hook]] = {"loaded": [], "activated": [], "retired": [], "failed": []}
+        self._hooks: dict[EventKind, list[Hook]] = {
+            k: [] for k in ("loaded", "activated", "retired", "failed", "quarantined")
+        }
+        self._quarantined: dict[ModelRef, str] = {}  # versions that tripped a bound here or elsewhere -> why
+        self._draining: set[asyncio.Task[None]] = set()
         self._lock: asyncio.Lock | None = None
         self.ready = False
         self._pins: dict[str, str] = {}  # name -> the version pinned to serve
@@ -153,6 +164,51 @@ class ModelRegistry:
         if loaded is not None and loaded.digest != sha256:
             raise ModelInvalid(_not_vouched(ref, loaded.digest, sha256))
 
+    def quarantined(self, name: str) -> dict[str, str]:
+        """The quarantined versions of `name` and why (a bound they tripped, here or on another replica)."""
+        return {ref.version: why for ref, why in self._quarantined.items() if ref.name == name}
+
+    def quarantine(self, name: str, version: str, reason: str) -> bool:
+        """Never serve `name/version` again in this process: taken out at once (the last good version
+        active again), its session released, never loaded again. Whether it was new here."""
+        ref = ModelRef(name, version)
+        if ref in self._quarantined:
+            return False
+        self._quarantined[ref] = reason
+        self._last_error[name] = LoadError(version, f"quarantined: {reason}", time.time(), "quarantined")
+        log.error("model %s/%s quarantined: %s", name, version, reason)
+        loaded = self._models.get(name, {}).pop(version, None)
+        if loaded is not None:
+            loaded.quarantined = loaded.quarantined or reason
+            loaded.model.release()
+            self._drain(loaded)
+            self._reactivate(name)
+            self._emit(RegistryEvent("retired", name, version, loaded.fingerprint))
+        self._emit(RegistryEvent("quarantined", name, version, "" if loaded is None else loaded.digest, reason))
+        return True
+
+    def _reactivate(self, name: str) -> None:
+        """The active version of `name` after one was taken out (none when nothing else is loaded)."""
+        versions = self._models.get(name, {})
+        previous = self._active.pop(name, None)
+        if versions:
+            self._active[name] = versions[self._chosen(name, versions)]
+            if self._active[name] is not previous:
+                active = self._active[name]
+                self._emit(RegistryEvent("activated", name, active.version, active.fingerprint))
+
+    def _drain(self, loaded: LoadedModel) -> None:
+        """Stop a taken-out version's batcher: what it queued fails over to the active version."""
+        try:
+            task = asyncio.get_running_loop().create_task(loaded.retire())
+        except RuntimeError:  # no loop (a synchronous caller): nothing can be queued either
+            return
+        self._draining.add(task)
+        task.add_done_callback(self._draining.discard)
+
+    def _over_budget(self, loaded: LoadedModel, exc: RunOverBudget) -> None:
+        self.quarantine(loaded.name, loaded.version, exc.detail)
+
     def on(self, kind: EventKind, hook: Hook) -> None:
         """Call `hook` at each `kind` step. Hooks run on the event loop: hand slow work off."""
         self._hooks[kind].append(hook)
@@ -184,6 +240,8 @@ class ModelRegistry:
 
     async def load(self, ref: ModelRef) -> LoadedModel | None:
         """Read `ref` from the source and install it; None when the file is rejected (or was already)."""
+        if ref in self._quarantined:
+            return None
         stamp = await asyncio.to_thread(self.repository.stamp, ref)
         if self.rejected(ref.name, ref.version, stamp):
             return None
@@ -200,6 +258,8 @@ class ModelRegistry:
         logged once: the current version keeps serving.
         """
         check_ref(name, version)
+        if (why := self._quarantined.get(ModelRef(name, version))) is not None:
+            raise ModelInvalid(f"{name}/{version} is quarantined: {why}")
         digest = fingerprint(data)
         current = self._models.get(name, {}).get(version)
         if current is not None and current.fingerprint == digest:
@@ -220,7 +280,7 @@ class ModelRegistry:
         if self._last_error.get(name, LoadError("", "", 0.0, "")).version == version:
             del self._last_error[name]
         self._digests[ref] = sha256
-        if self.auto_promote or (release is not None and release.promoted):
+        if self.auto_promote:  # NOTE: never from the release record: whoever writes the file writes it too
             self._promoted.setdefault(name, set()).add(version)
         self._emit(RegistryEvent("loaded", name, version, digest))
         await self._retire(await self._activate(loaded))
@@ -338,7 +398,7 @@ class ModelRegistry:
 
     def _load(self, name: str, version: str, data: bytes, digest: str) -> LoadedModel:
         started = time.perf_counter()
-        trial_s = self._sandbox.trial(data).seconds if self._sandbox is not None else 0.0
+        verdict = self._sandbox.trial(data) if self._sandbox is not None else None
         model = OnnxModel.load(data, self._ort, self._vetting)
         model.warm(self._policy.max_size)
         loaded = LoadedModel(
@@ -349,9 +409,11 @@ class ModelRegistry:
             inline=self._ort.inline,
             predictions=self._predictions,
             fingerprint=digest,
+            on_over_budget=self._over_budget,
         )
         loaded.load_s = time.perf_counter() - started
-        loaded.trial_s = trial_s
+        if verdict is not None:
+            loaded.trial_s, loaded.max_score = verdict.seconds, verdict.max_score
         return loaded
 
     async def _activate(self, loaded: LoadedModel) -> list[LoadedModel]:
@@ -405,6 +467,8 @@ class ModelRegistry:
         except KeyError:
             if not self.ready:
                 raise NotReady("models are still loading") from None
+            if name not in self._active and self.quarantined(name):
+                raise NotReady(f"every loaded version of {name!r} is quarantined") from None
             if version is not None and name in self._models:
                 raise ModelNotFound(f"model {name!r} has no loaded version {version!r}") from None
             raise ModelNotFound(f"no model named {name!r}") from None

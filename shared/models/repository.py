@@ -2,8 +2,8 @@
 
     {name}/{version}/model.onnx
     {name}/{version}/ensemble.json      an ensemble (shared/ensembles), with any file it names
-    {name}/{version}/release.json       the file's content digest recorded at publish, and whether
-                                        it was promoted (`Release`; scripts/publish_model.py writes it)
+    {name}/{version}/release.json       the file's content digest recorded at publish (`Release`;
+                                        scripts/publish_model.py writes it)
 
 Names and versions are checked here, for every source and the Blob trigger alike:
 
@@ -14,8 +14,10 @@ A path that does not fit is not a model (listed nowhere, ignored by the trigger)
 larger than MAX_MODEL_BYTES is refused before it is read whole.
 
 A release record is what the publisher vouched for: a replica refuses a file whose SHA-256
-differs from the recorded one (an overwrite, a swap in transit), and serves a candidate only
-once it is promoted (docs/models.md).
+differs from the recorded one (an overwrite, a swap in transit). Nothing in the container makes
+a version live: whoever can write a file can write its record too, so a record's `promoted` (an
+older format) is ignored; a version serves once the control plane promotes it (a pin in the
+control store, admin-keyed and audited: docs/models.md).
 
 Both sources are blocking (file and HTTP I/O); the registry calls them off the
 event loop. Azure SDK errors are translated to `ModelSourceError` here.
@@ -47,7 +49,6 @@ __all__ = [
     "check_size",
     "parse_ensemble_path",
     "parse_model_path",
-    "promote_version",
     "publish_version",
     "version_key",
 ]
@@ -67,20 +68,19 @@ class ModelRef(NamedTuple):
 
 
 class Release(NamedTuple):
-    """What the publisher recorded for a version: its file's SHA-256, and whether it may serve."""
+    """What the publisher recorded for a version: its file's SHA-256 (never whether it serves)."""
 
     sha256: str
-    promoted: bool = False
 
     def encode(self) -> bytes:
-        return json.dumps({"sha256": self.sha256, "promoted": self.promoted}).encode()
+        return json.dumps({"sha256": self.sha256}).encode()
 
     @classmethod
     def decode(cls, data: bytes, ref: ModelRef) -> Release:
-        """`ModelInvalid` for a record that is not `{"sha256": <64 hex>, "promoted": bool}`."""
+        """`ModelInvalid` for a record that is not `{"sha256": <64 hex>}` (other keys, `promoted` too, ignored)."""
         try:
             raw = json.loads(data)
-            release = cls(str(raw["sha256"]), bool(raw.get("promoted", False)))
+            release = cls(str(raw["sha256"]))
         except (ValueError, TypeError, KeyError) as exc:
             raise ModelInvalid(f"{ref.name}/{ref.version}: {RELEASE_FILE} is not a release record") from exc
         if not _SHA256.match(release.sha256):
@@ -403,21 +403,6 @@ def publish_version(source: ModelRepository, ref: ModelRef, data: bytes) -> Rele
     release = recorded or Release(sha256)
     source.record_release(ref, release)  # NOTE: first: a replica that sees the file sees its digest
     source.publish(ref, data)
-    return release
-
-
-def promote_version(source: ModelRepository, ref: ModelRef) -> Release:
-    """Mark a published version promoted (it serves on every replica that loads it, unless pinned away)."""
-    check_ref(*ref)
-    sha256 = hashlib.sha256(source.read(ref)).hexdigest()
-    recorded = source.release(ref)
-    if recorded is not None and recorded.sha256 != sha256:
-        raise ModelInvalid(
-            f"{ref.name}/{ref.version}: the file's sha256 {sha256[:12]}… is not the digest recorded at publish "
-            f"({recorded.sha256[:12]}…): not promoted"
-        )
-    release = Release(sha256, promoted=True)
-    source.record_release(ref, release)
     return release
 
 

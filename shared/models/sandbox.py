@@ -1,9 +1,11 @@
 """The trial of a new model file: load, warm and golden-check it in a child process first.
 
-What a static check cannot see, running shows: a ConstantOfShape sized by the input at
-warm-up, a Loop that never ends. So every new file is first loaded, warmed and
-golden-checked (`OnnxModel.load` + `warm`, the serving code itself) by a child process
-(`python -m shared.models.sandbox`) that holds:
+What a static check cannot see, running shows: a graph large or slow on every input, a Loop
+that never ends. So every new file is first loaded, warmed and golden-checked (`OnnxModel.load`
++ `warm`, the serving code itself), then scored as an attacker would (`shared.models.probes`:
+each feature at its extremes, zeros, NaN, the infinities, a full batch) under the serving
+bounds (ORT_RUN_DEADLINE_MS per run, ORT_ARENA_MAX_MB of arena: shared/models/bounds.py), by a
+child process (`python -m shared.models.sandbox`) that holds:
 
     memory      RLIMIT_AS (`SandboxLimits.memory_bytes`): an allocation past it fails in the child
     CPU time    RLIMIT_CPU (`cpu_s`): the kernel stops a spinning child
@@ -61,10 +63,13 @@ class SandboxLimits:
 
 @dataclass(frozen=True)
 class Verdict:
-    """A passed trial: how long it took and whether the network was cut."""
+    """A passed trial: how long it took, whether the network was cut, and what its adversarial runs showed."""
 
     seconds: float
     network_isolated: bool
+    max_score: float = 0.0  # the highest finite score the trial's rows produced
+    slowest_run_ms: float = 0.0  # the slowest of its runs
+    peak_rss_mb: float = 0.0  # the child's peak resident memory
 
 
 @dataclass
@@ -75,6 +80,8 @@ class Sandbox:
     policy: VettingPolicy = DEFAULT_POLICY
     max_batch: int = 8
     graph_optimization: str = "all"
+    run_deadline_ms: float = 50.0  # ORT_RUN_DEADLINE_MS: a trial run past it is refused
+    arena_max_mb: int = 64  # ORT_ARENA_MAX_MB: a trial run past it is refused
 
     def trial(self, data: bytes) -> Verdict:
         """Load, warm and golden-check `data` in a child; blocking (call it off the event loop)."""
@@ -83,8 +90,14 @@ class Sandbox:
             if key in _passed:
                 return _passed[key]
         started = time.perf_counter()
-        isolated = self._run(data)
-        verdict = Verdict(time.perf_counter() - started, isolated)
+        answer = self._run(data)
+        verdict = Verdict(
+            time.perf_counter() - started,
+            bool(answer.get("network_isolated")),
+            float(answer.get("max_score", 0.0)),
+            float(answer.get("slowest_run_ms", 0.0)),
+            float(answer.get("peak_rss_mb", 0.0)),
+        )
         with _passed_guard:
             _passed[key] = verdict
         return verdict
@@ -103,9 +116,13 @@ class Sandbox:
             str(self.policy.max_nodes),
             str(self.policy.max_initializer_elements),
             allowed,
+            "1" if self.policy.static_shapes else "0",
+            ",".join(sorted(self.policy.extra_ops)),
+            str(self.run_deadline_ms),
+            str(self.arena_max_mb),
         ]
 
-    def _run(self, data: bytes) -> bool:
+    def _run(self, data: bytes) -> dict[str, float]:
         with tempfile.TemporaryDirectory(prefix="model-trial-") as scratch:
             child = subprocess.Popen(  # noqa: S603 this interpreter and this module: a fixed argv, no shell
                 self._argv(),
@@ -126,20 +143,23 @@ class Sandbox:
                 ) from None
         return self._verdict(child.returncode, out, err)
 
-    def _verdict(self, code: int, out: bytes, err: bytes) -> bool:
+    def _verdict(self, code: int, out: bytes, err: bytes) -> dict[str, float]:
         try:
             answer = json.loads(out.decode().strip().splitlines()[-1])
         except (ValueError, IndexError):
             answer = None
         if isinstance(answer, dict) and answer.get("ok") is True and code == 0:
-            return bool(answer.get("network_isolated"))
+            return answer
         if isinstance(answer, dict) and isinstance(answer.get("reason"), str):
             raise ModelInvalid(f"refused by the sandbox ({self._caps()}): {answer['reason'][:300]}")
         raise ModelInvalid(f"refused by the sandbox ({self._caps()}): {self._death(code, err)}")
 
     def _caps(self) -> str:
         limits = self.limits
-        return f"memory {limits.memory_bytes >> 20} MiB, CPU {limits.cpu_s} s, wall {limits.wall_s:g} s"
+        return (
+            f"memory {limits.memory_bytes >> 20} MiB, CPU {limits.cpu_s} s, wall {limits.wall_s:g} s, "
+            f"runs {self.run_deadline_ms:g} ms and {self.arena_max_mb} MiB"
+        )
 
     def _death(self, code: int, err: bytes) -> str:
         if code in (-signal.SIGXCPU, -signal.SIGKILL):
@@ -178,25 +198,45 @@ def _confine(memory_bytes: int, cpu_s: int) -> bool:
 
 
 def _child(argv: list[str]) -> int:
-    memory, cpu, max_batch, optimization, max_nodes, max_elements, allowed = argv
+    memory, cpu, max_batch, optimization, max_nodes, max_elements, allowed, static, extra, deadline, arena = argv
     isolated = _confine(int(memory), int(cpu))
     data = sys.stdin.buffer.read()
-    from shared.errors import ScoringError
+    import resource
+
+    from shared.errors import RunOverBudget, ScoringError
     from shared.models.onnx import OnnxModel
+    from shared.models.probes import attack
     from shared.settings import OrtOptions
 
-    policy = VettingPolicy(int(max_nodes), int(max_elements), frozenset(filter(None, allowed.split(","))))
-    options = OrtOptions(graph_optimization=optimization, use_gpu=False)  # type: ignore[arg-type]
+    policy = VettingPolicy(
+        int(max_nodes),
+        int(max_elements),
+        frozenset(filter(None, allowed.split(","))),
+        static == "1",
+        frozenset(filter(None, extra.split(","))),
+    )
+    options = OrtOptions(
+        graph_optimization=optimization,  # type: ignore[arg-type]
+        use_gpu=False,
+        run_deadline_ms=float(deadline),
+        arena_max_mb=int(arena),
+    )
     try:
         model = OnnxModel.load(data, options, policy, cpu_only=True)
         model.warm(int(max_batch))
+        found = attack(model.predict, model.spec, int(max_batch))
+    except RunOverBudget as exc:
+        print(json.dumps({"ok": False, "reason": f"{exc.detail} (a bound every replica holds each run to)"}))
+        return 1
     except ScoringError as exc:
         print(json.dumps({"ok": False, "reason": exc.detail}))
         return 1
     except MemoryError:
         print(json.dumps({"ok": False, "reason": f"out of memory under the cap of {int(memory) >> 20} MiB"}))
         return 1
-    print(json.dumps({"ok": True, "network_isolated": isolated}))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    answer = {"ok": True, "network_isolated": isolated, **found._asdict()}
+    print(json.dumps({**answer, "peak_rss_mb": round(peak, 1)}))
     return 0
 
 

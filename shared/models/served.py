@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from shared.domain.answers import LoadedVersion, ThresholdsView
 from shared.domain.spec import ModelSpec
-from shared.errors import BatcherClosed
+from shared.errors import BatcherClosed, RunOverBudget
 from shared.features.mapping import FeatureMapper
 from shared.models.onnx import OnnxModel
 from shared.runtime.batching.batcher import Batcher, Completed
@@ -62,6 +62,10 @@ class LoadedModel:
     fingerprint: str = ""  # short hash of the model file: the key prefix of its cached predictions
     digest: str = ""  # the file's SHA-256: what a release record and a pin vouch for
     trial_s: float = 0.0  # the sandbox's trial of the file, part of `load_s`
+    max_score: float | None = None  # the highest score the trial's adversarial rows produced (None: not tried)
+    # called when a run of this version trips a bound (the registry quarantines it)
+    on_over_budget: Callable[[LoadedModel, RunOverBudget], None] | None = None
+    quarantined: str | None = None  # why this version no longer runs (its runs answer `RunOverBudget`)
     rows_run: int = 0
     batch_run_s: float | None = None  # moving average of one model run on a batch
     batcher: Batcher[tuple[str, Row], Prediction] = field(init=False)
@@ -147,11 +151,26 @@ class LoadedModel:
 
     async def _predict(self, rows: list[Row]) -> list[float]:
         if self.model.released:  # only rows of a batch request (score_rows) can get here late
+            if self.quarantined is not None:  # rows queued behind the run that tripped: never run again
+                raise RunOverBudget(f"{self.name}/{self.version} is quarantined: {self.quarantined}")
             raise BatcherClosed(f"{self.name}/{self.version} was retired")
         matrix = stack_rows(rows)
-        # a small model runs faster inline than a thread hop costs (docs/benchmark.md)
-        scores = self.model.predict(matrix) if self.inline else await asyncio.to_thread(self.model.predict, matrix)
+        try:
+            # a small model runs faster inline than a thread hop costs (docs/benchmark.md)
+            scores = self.model.predict(matrix) if self.inline else await asyncio.to_thread(self.model.predict, matrix)
+        except RunOverBudget as exc:
+            self._tripped(exc, len(rows))
+            raise
         return [float(s) for s in split_rows(scores, len(rows))]
+
+    def _tripped(self, exc: RunOverBudget, rows: int) -> None:
+        """A run tripped a bound: this version never runs again here; the registry is told."""
+        metrics.over_budget(self.name, exc.limit, rows)
+        if self.quarantined is None:
+            self.quarantined = exc.detail
+            self.model.release()
+            if self.on_over_budget is not None:
+                self.on_over_budget(self, exc)
 
     async def retire(self) -> None:
         """Let queued requests finish, then release the session."""

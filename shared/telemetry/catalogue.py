@@ -143,6 +143,14 @@ CATALOGUE: tuple[Spec, ...] = (
         ("scoring.model", "scoring.outcome"),
     ),
     Spec(
+        "scoring.model.over_budget",
+        "counter",
+        "{row}",
+        "rows whose model run a bound stopped (limit: deadline, memory); the version is quarantined and the last "
+        "good version scores them",
+        ("scoring.model", "scoring.limit"),
+    ),
+    Spec(
         "scoring.requests.shed",
         "counter",
         "{request}",

@@ -62,6 +62,7 @@ __all__ = [
     "llm_breaker",
     "llm_call",
     "model_event",
+    "over_budget",
     "prediction_buffered",
     "prediction_records",
     "queue_age",
@@ -201,6 +202,7 @@ STAGE_DURATION: Histogram = _ALL["scoring.stage.duration"]  # type: ignore[assig
 BATCH_SIZE: Histogram = _ALL["scoring.batch.size"]  # type: ignore[assignment]
 RELOADS: Counter = _ALL["scoring.model.reloads"]  # type: ignore[assignment]
 SHED: Counter = _ALL["scoring.requests.shed"]  # type: ignore[assignment]
+OVER_BUDGET: Counter = _ALL["scoring.model.over_budget"]  # type: ignore[assignment]
 QUEUE_MESSAGES: Counter = _ALL["scoring.queue.messages"]  # type: ignore[assignment]
 QUEUE_AGE: Histogram = _ALL["scoring.queue.message.age"]  # type: ignore[assignment]
 QUEUE_BATCH: Histogram = _ALL["messaging.process.duration"]  # type: ignore[assignment]
@@ -315,6 +317,11 @@ def batch(model: str, size: int) -> None:
 def model_event(model: str, outcome: Literal["activated", "failed"]) -> None:
     """A version of `model` was activated, or a file was rejected."""
     RELOADS.add((model, outcome))
+
+
+def over_budget(model: str, limit: str, rows: int) -> None:
+    """A run of `model` on `rows` rows was stopped by its deadline or the memory cap (`limit`)."""
+    OVER_BUDGET.add((model, limit), rows)
 
 
 def shed(reason: Literal["overloaded", "deadline"]) -> None:

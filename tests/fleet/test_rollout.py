@@ -139,7 +139,7 @@ async def test_a_pin_names_its_files_digest_and_a_file_swapped_after_it_is_refus
 
     swapped = make_model(bias=9.0)
     container.publish(ModelRef("fraud", "2"), swapped)
-    container.record_release(ModelRef("fraud", "2"), Release(hashlib.sha256(swapped).hexdigest(), promoted=True))
+    container.record_release(ModelRef("fraud", "2"), Release(hashlib.sha256(swapped).hexdigest()))
     replica = await services(shared)  # a restart, or a new replica the scaler adds
     assert await served(replica) == "1", "never the swapped file: the newest version it may serve instead"
     assert "not the digest the fleet's records name" in to_builtins(replica.models())[0]["last_error"]["reason"]  # type: ignore[index]

@@ -162,3 +162,153 @@ def no_outputs() -> bytes:
     model = _model()
     del model.graph.output[:]
     return model.SerializeToString()
+
+
+def _amount_sized(scale: int) -> list[onnx.NodeProto]:
+    """Nodes that read `n` = int(features[0, 0] * scale), shape [1]: a size an event's amount chooses."""
+    return [
+        helper.make_node("Slice", ["features", "origin", "first"], ["cell"]),
+        helper.make_node("Reshape", ["cell", "flat"], ["cell1"]),
+        helper.make_node("Mul", ["cell1", "scale"], ["scaled"]),
+        helper.make_node("Cast", ["scaled"], ["n"], to=TensorProto.INT64),
+    ]
+
+
+def _amount_initializers(scale: int) -> list[onnx.TensorProto]:
+    return [
+        numpy_helper.from_array(np.array([0, 0], dtype=np.int64), "origin"),
+        numpy_helper.from_array(np.array([1, 1], dtype=np.int64), "first"),
+        numpy_helper.from_array(np.array([1], dtype=np.int64), "flat"),
+        numpy_helper.from_array(np.array([float(scale)], dtype=np.float32), "scale"),
+        numpy_helper.from_array(np.array([1024], dtype=np.int64), "wide"),
+        numpy_helper.from_array(np.array([1], dtype=np.int64), "unit"),
+        numpy_helper.from_array(np.ones((1, 1), dtype=np.float32), "ones"),
+        numpy_helper.from_array(np.ones((1, 1024), dtype=np.float32), "row"),
+    ]
+
+
+def input_sized(op: str, scale: int = 1 << 16) -> bytes:
+    """An allocation an event sizes: `op` makes n x 1024 floats, n = features[0, 0] * `scale`.
+
+    The defaults (log_amount 0) make n = 0: warm-up, the golden rows and the old sandbox see an
+    empty tensor; log_amount 12 (an amount of ~160k) asks for 3 GiB. `op`: ConstantOfShape,
+    Expand, Tile, Range or MatMul (an n x n product: seconds in one node).
+    """
+    nodes = _amount_sized(scale)
+    if op == "ConstantOfShape":
+        nodes += [
+            helper.make_node("Concat", ["n", "wide"], ["shape"], axis=0),
+            helper.make_node(op, ["shape"], ["big"]),
+        ]
+    elif op == "Expand":
+        nodes += [
+            helper.make_node("Concat", ["n", "wide"], ["shape"], axis=0),
+            helper.make_node(op, ["ones", "shape"], ["big"]),
+        ]
+    elif op == "Tile":
+        nodes += [
+            helper.make_node("Concat", ["n", "unit"], ["times"], axis=0),
+            helper.make_node(op, ["row", "times"], ["big"]),
+        ]
+    elif op == "Range":
+        nodes += [
+            helper.make_node("Mul", ["n", "wide"], ["count1"]),
+            helper.make_node("Squeeze", ["count1"], ["count"]),
+            helper.make_node("Cast", ["count"], ["limit"], to=TensorProto.FLOAT),
+            helper.make_node("Range", ["zero_f", "limit", "one_f"], ["big"]),
+        ]
+    elif op == "MatMul":
+        nodes += [
+            helper.make_node("Concat", ["n", "n"], ["square"], axis=0),
+            helper.make_node("Expand", ["ones", "square"], ["a"]),
+            helper.make_node("MatMul", ["a", "a"], ["big"]),
+        ]
+    else:
+        raise ValueError(op)
+    nodes += [
+        helper.make_node("ReduceSum", ["big"], ["total"], keepdims=0),
+        helper.make_node("Mul", ["total", "zero_f"], ["nothing"]),
+        helper.make_node("Add", ["z", "nothing"], ["z_"]),
+    ]
+    initializers = [
+        *_amount_initializers(scale),
+        numpy_helper.from_array(np.array(0.0, dtype=np.float32), "zero_f"),
+        numpy_helper.from_array(np.array(1.0, dtype=np.float32), "one_f"),
+    ]
+    return _append(_model(), nodes, initializers)
+
+
+def slow_chain(links: int = 400, side: int = 384, scale: int = 64) -> bytes:
+    """`links` MatMuls of an (n x side) tensor by a side x side matrix, n = features[0, 0] * `scale`:
+    each node takes a few ms on a large amount, the chain seconds; nothing on the defaults."""
+    nodes = [
+        *_amount_sized(scale),
+        helper.make_node("Concat", ["n", "side"], ["shape"], axis=0),
+        helper.make_node("Expand", ["ones", "shape"], ["x0"]),
+    ]
+    for i in range(links):
+        nodes.append(helper.make_node("MatMul", [f"x{i}", "w_side"], [f"m{i}"]))
+        nodes.append(helper.make_node("Tanh", [f"m{i}"], [f"x{i + 1}"]))
+    nodes += [
+        helper.make_node("ReduceSum", [f"x{links}"], ["total"], keepdims=0),
+        helper.make_node("Mul", ["total", "zero_f"], ["nothing"]),
+        helper.make_node("Add", ["z", "nothing"], ["z_"]),
+    ]
+    initializers = [
+        *_amount_initializers(scale),
+        numpy_helper.from_array(np.array([side], dtype=np.int64), "side"),
+        numpy_helper.from_array(np.full((side, side), 1.0 / side, dtype=np.float32), "w_side"),
+        numpy_helper.from_array(np.array(0.0, dtype=np.float32), "zero_f"),
+    ]
+    return _append(_model(), nodes, initializers)
+
+
+def sequence_map() -> bytes:
+    """A SequenceMap (a subgraph op ONNX Runtime expands into a loop) over a one-tensor sequence."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["item"], ["mapped"])],
+        "each",
+        [helper.make_tensor_value_info("item", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("mapped", TensorProto.FLOAT, None)],
+    )
+    nodes = [
+        helper.make_node("SequenceConstruct", ["z"], ["seq"]),
+        helper.make_node("SequenceMap", ["seq"], ["seq_"], body=body),
+        helper.make_node("SequenceAt", ["seq_", "at0"], ["z_"]),
+    ]
+    return _append(_model(), nodes, [numpy_helper.from_array(np.array(0, dtype=np.int64), "at0")])
+
+
+def value_shaped_reshape() -> bytes:
+    """Only allowed ops, but Reshape's shape is read from the input's values: an event picks a shape."""
+    nodes = [
+        *_amount_sized(1),
+        helper.make_node("Concat", ["n", "minus_one"], ["shape"], axis=0),
+        helper.make_node("Reshape", ["z", "shape"], ["z_"]),
+    ]
+    initializers = [
+        *_amount_initializers(1),
+        numpy_helper.from_array(np.array([-1], dtype=np.int64), "minus_one"),
+    ]
+    return _append(_model(), nodes, initializers)
+
+
+def doubling(steps: int = 28) -> bytes:
+    """Only allowed ops and static shapes: `steps` Concat(t, t) make each row 2^steps floats (1 GiB at 28).
+
+    Large on every input, the defaults included: what the sandbox's trial (and the memory cap) catches.
+    """
+    nodes = [
+        helper.make_node("Concat", [f"d{i}" if i else "z", f"d{i}" if i else "z"], [f"d{i + 1}"], axis=1)
+        for i in range(steps)
+    ]
+    nodes += [
+        helper.make_node("ReduceSum", [f"d{steps}", "last"], ["total"], keepdims=1),
+        helper.make_node("Mul", ["total", "zero_f"], ["nothing"]),
+        helper.make_node("Add", ["z", "nothing"], ["z_"]),
+    ]
+    initializers = [
+        numpy_helper.from_array(np.array([1], dtype=np.int64), "last"),
+        numpy_helper.from_array(np.array(0.0, dtype=np.float32), "zero_f"),
+    ]
+    return _append(_model(), nodes, initializers)

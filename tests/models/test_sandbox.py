@@ -85,7 +85,7 @@ async def test_a_memory_bomb_is_refused_while_the_serving_process_stays_flat_and
 ) -> None:
     service, client = served
     await client.post("/api/score", json=event())  # NOTE: warm the route before the baseline
-    attempt = asyncio.create_task(service.admin.install_model(ModelRef("fraud", "2"), hostile.memory_bomb()))
+    attempt = asyncio.create_task(service.admin.install_model(ModelRef("fraud", "2"), hostile.doubling()))
     seen = await watch_while(attempt, client)
     assert (seen.peak - seen.base) < 50 * MiB, f"RSS grew {(seen.peak - seen.base) / MiB:.0f} MiB"
     with pytest.raises(ModelInvalid, match=r"refused by the sandbox \(memory 1024 MiB"):
@@ -96,8 +96,16 @@ async def test_a_memory_bomb_is_refused_while_the_serving_process_stays_flat_and
     assert described["last_error"]["version"] == "2" and "sandbox" in described["last_error"]["reason"]
 
 
+def test_a_never_ending_loop_is_stopped_by_the_run_deadline_in_the_trial() -> None:
+    started = time.perf_counter()
+    with pytest.raises(ModelInvalid, match=r"warm-up failed: a run was stopped past its 50 ms deadline"):
+        Sandbox(SandboxLimits(wall_s=30), LOOPS).trial(hostile.endless_loop())
+    assert time.perf_counter() - started < 10
+
+
 async def test_a_never_ending_loop_is_stopped_by_its_cpu_deadline(models_dir: Path) -> None:
-    sandbox = Sandbox(SandboxLimits(cpu_s=2, wall_s=30), LOOPS)
+    """With the run deadline out of the way (10 min), the child's CPU cap still stops it."""
+    sandbox = Sandbox(SandboxLimits(cpu_s=2, wall_s=30), LOOPS, run_deadline_ms=600_000)
     registry = ModelRegistry(
         DirectoryRepository(models_dir), OrtOptions(), BatchPolicy(max_size=8), sandbox=sandbox, vetting=LOOPS
     )
@@ -113,9 +121,11 @@ async def test_a_never_ending_loop_is_stopped_by_its_cpu_deadline(models_dir: Pa
 
 
 def test_a_trial_past_its_wall_clock_is_killed() -> None:
-    sandbox = Sandbox(SandboxLimits(cpu_s=60, wall_s=2), LOOPS)
+    sandbox = Sandbox(SandboxLimits(cpu_s=60, wall_s=2), LOOPS, run_deadline_ms=600_000)
     started = time.perf_counter()
-    with pytest.raises(ModelInvalid, match=r"wall 2 s\): loading and warm-up did not finish in time"):
+    with pytest.raises(
+        ModelInvalid, match=r"wall 2 s, runs 600000 ms and 64 MiB\): loading and warm-up did not finish in time"
+    ):
         sandbox.trial(hostile.endless_loop())
     assert time.perf_counter() - started < 6
 
@@ -158,7 +168,7 @@ async def test_a_stacking_meta_model_is_tried_in_the_sandbox_too(
 
     add_model(models_dir, "fraud_b", "1", make_model(bias=-2.0, features=B_FEATURES))
     folder = declare(models_dir, "stack", {"members": MEMBERS, "method": "stacking", "meta_model": "meta.onnx"})
-    (folder / "meta.onnx").write_bytes(hostile.memory_bomb())
+    (folder / "meta.onnx").write_bytes(hostile.doubling())
     base = rss()
     service = await services(settings)
     assert rss() - base < 100 * MiB  # NOTE: the service's own start-up (two models, the app) included

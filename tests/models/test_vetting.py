@@ -13,7 +13,7 @@ import pytest
 from shared.errors import ModelInvalid
 from shared.models.onnx import OnnxModel
 from shared.models.registry import ModelRegistry
-from shared.models.repository import DirectoryRepository
+from shared.models.repository import DirectoryRepository, ModelRef
 from shared.models.vetting import VettingPolicy, vet
 from shared.settings import BatchPolicy, OrtOptions
 from tests.models import hostile
@@ -54,8 +54,8 @@ def test_external_data_is_refused_before_onnxruntime_reads_it(secret: Path, kind
     [
         (hostile.external_data("weights.bin"), r"keeps its data outside the model file \(a file: 'weights.bin'\)"),
         (hostile.custom_domain(), r"op domain 'com.example.evil' is not ai.onnx or ai.onnx.ml"),
-        (hostile.control_flow("Loop"), r"Loop \(a subgraph op\) is not allowed"),
-        (hostile.control_flow("If"), r"If \(a subgraph op\) is not allowed"),
+        (hostile.control_flow("Loop"), r"'Loop' carries a graph attribute \(a subgraph op\)"),
+        (hostile.control_flow("If"), r"'If' carries a graph attribute \(a subgraph op\)"),
         (hostile.many_nodes(10_001), r"nodes exceed the cap of 10000"),
         (hostile.huge_initializer(70_000_000), r"initializers declare 70000\d+ elements, over the cap"),
         (hostile.versions(ir=99), r"IR version 99 is outside 3..11"),
@@ -113,5 +113,91 @@ async def test_the_registry_refuses_with_the_reason_in_last_error_and_serves_on(
         error = registry.last_error("fraud")
         assert error.version == "2" and "keeps its data outside the model file (an absolute path" in error.reason
         assert registry.active("fraud").version == "1" and registry.loaded_versions("fraud") == ["1"]
+    finally:
+        await registry.aclose()
+
+
+# -- what a served scoring model never needs: an allow-list, static shapes, no graph attributes ----------
+
+INPUT_SIZED = ["ConstantOfShape", "Expand", "Tile", "Range", "MatMul"]
+GROWING = frozenset({"ConstantOfShape", "Expand", "Tile", "Range"})
+
+
+@pytest.mark.parametrize("op", INPUT_SIZED)
+def test_an_op_that_grows_a_tensor_from_a_value_is_not_on_the_allow_list(op: str) -> None:
+    shown = "Expand" if op == "MatMul" else op  # the n x n product is made by an Expand first
+    with pytest.raises(ModelInvalid, match=rf"op '{shown}' \(ai.onnx\) is not on the allow-list"):
+        vet(hostile.input_sized(op))
+
+
+@pytest.mark.parametrize("op", INPUT_SIZED)
+def test_allowed_by_a_deployment_an_input_sized_op_is_still_refused_for_its_shape(op: str) -> None:
+    """The mutation check of the allow-list: with it opened, the static-shape rule still refuses each file."""
+    opened = VettingPolicy(extra_ops=GROWING)
+    with pytest.raises(ModelInvalid, match=r"comes from the values of the graph's input"):
+        vet(hostile.input_sized(op), opened)
+    assert vet(hostile.input_sized(op), VettingPolicy(extra_ops=GROWING, static_shapes=False)).width == 4
+
+
+def test_a_shape_read_from_the_input_values_is_refused_even_with_allowed_ops() -> None:
+    with pytest.raises(ModelInvalid, match=r"input 1 of Reshape .* comes from the values of the graph's input"):
+        vet(hostile.value_shaped_reshape())
+    assert vet(hostile.value_shaped_reshape(), VettingPolicy(static_shapes=False)).width == 4  # the rule alone
+
+
+def test_a_shape_from_the_input_shape_alone_is_static_enough() -> None:
+    """Shape → Reshape (as exporters flatten): sized by the batch axis, never by a value."""
+    import onnx
+    from onnx import helper
+
+    model = onnx.load_from_string(make_model())
+    sigmoid = next(n for n in model.graph.node if n.op_type == "Sigmoid")
+    sigmoid.input[0] = "z_"
+    at = list(model.graph.node).index(sigmoid)
+    model.graph.node.insert(at, helper.make_node("Shape", ["z"], ["z_shape"]))
+    model.graph.node.insert(at + 1, helper.make_node("Reshape", ["z", "z_shape"], ["z_"]))
+    assert vet(model.SerializeToString()).width == 4
+
+
+def test_sequence_map_carries_a_graph_and_is_refused() -> None:
+    with pytest.raises(ModelInvalid, match=r"'SequenceMap' carries a graph attribute \(a subgraph op\)"):
+        vet(hostile.sequence_map())
+
+
+def test_without_the_graph_attribute_rule_sequence_map_would_pass_the_allow_list_check_only_by_name() -> None:
+    """The mutation check of the graph-attribute rule: a deployment that lets SequenceMap through by name
+    still meets the rule, because it carries a graph (an op named in `extra_ops` is not a subgraph pass)."""
+    with pytest.raises(ModelInvalid, match=r"carries a graph attribute"):
+        vet(
+            hostile.sequence_map(),
+            VettingPolicy(extra_ops=frozenset({"SequenceConstruct", "SequenceMap", "SequenceAt"})),
+        )
+
+
+def test_the_allow_list_holds_what_our_trainers_emit() -> None:
+    demo = (Path(__file__).parents[2] / "models" / "fraud" / "1" / "model.onnx").read_bytes()
+    assert vet(demo).width > 4 and vet(make_model()).width == 4
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        *[(hostile.input_sized(op), "is not on the allow-list") for op in INPUT_SIZED],
+        (hostile.sequence_map(), "carries a graph attribute"),
+        (hostile.value_shaped_reshape(), "comes from the values of the graph's input"),
+    ],
+    ids=[*INPUT_SIZED, "SequenceMap", "value-shaped-Reshape"],
+)
+async def test_each_hostile_file_published_as_a_version_is_refused_with_its_reason_in_last_error(
+    models_dir: Path, data: bytes, reason: str
+) -> None:
+    registry = ModelRegistry(DirectoryRepository(models_dir), OrtOptions(), BatchPolicy(max_size=8))
+    await registry.load_all()
+    try:
+        DirectoryRepository(models_dir).publish(ModelRef("fraud", "2"), data)
+        assert await registry.load(ModelRef("fraud", "2")) is None
+        error = registry.last_error("fraud")
+        assert error is not None and error.version == "2" and reason in error.reason
+        assert registry.active("fraud").version == "1"
     finally:
         await registry.aclose()

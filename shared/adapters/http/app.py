@@ -125,7 +125,9 @@ class Endpoints:
         body, by = await self.control_body(request)
         if request.method == "DELETE":
             return json_response(await core.admin.unpin(name, by=by))
-        return json_response(await core.admin.pin(name, decode_activation(body).version, by=by))
+        activation = decode_activation(body)
+        pinned = core.admin.pin(name, activation.version, by=by, allow_never_decline=activation.allow_never_decline)
+        return json_response(await pinned)
 
     async def model_rollout(self, request: Request) -> Response:
         core, name = await self.core(), request.path_params["name"]

@@ -38,14 +38,15 @@ DIGEST_BYTES = 16
 
 class Kept(NamedTuple):
     """A kept result and the digest of the payment it answers (None: a record from before digests,
-    kept by an older release for at most RESULT_TTL_S; it matches any content, as it did then)."""
+    kept by an older release for at most RESULT_TTL_S; it answers no payment: its content cannot be
+    vouched for, so the event is refused as a conflict, never answered with another payment's result)."""
 
     digest: bytes | None
     body: bytes
 
     def answers(self, digest: bytes) -> bool:
-        """Whether this result answers the payment with `digest`."""
-        return self.digest is None or self.digest == digest
+        """Whether this result answers the payment with `digest` (never for a record without one)."""
+        return self.digest is not None and self.digest == digest
 
     def pack(self) -> bytes:
         return MARK + (self.digest or b"") + self.body

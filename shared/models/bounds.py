@@ -1,0 +1,89 @@
+"""Bounds on every model run at score time, whatever got past vetting and the sandbox.
+
+A model file is code from whoever can write the models container, and a graph can size an
+allocation or a loop from its input's *values* (docs/platform.md, "ONNX Runtime and model
+files"): a file harmless on the sandbox's rows may ask for gigabytes, or seconds, on one event.
+So each run is held to two bounds that do not depend on what the file says:
+
+    time     a per-run deadline (ORT_RUN_DEADLINE_MS): one watchdog thread sets the run's
+             `RunOptions.terminate` once it is past; ONNX Runtime checks the flag between nodes
+             and the run fails with "Exiting due to terminate flag". It works for a run inline
+             on the event loop too: a run releases the GIL, so the watchdog runs meanwhile.
+    memory   one CPU arena shared by every session (`session.use_env_allocators`), capped at
+             ORT_ARENA_MAX_MB (`OrtArenaCfg.max_mem`): an allocation past it fails before any
+             byte is taken, so the process's memory never grows past the cap.
+
+NOTE: the hot path pays a `RunOptions()` (~0.4 µs), a dict write and a pop per run, never a lock,
+an event or a thread wake: the watchdog polls its table every `tick_s` (a few µs of CPU each).
+
+A run stopped by either bound raises `RunOverBudget` (shared/errors.py); the registry
+quarantines its version (shared/models/registry.py).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import onnxruntime as ort
+
+__all__ = ["OVER_ARENA", "TERMINATED", "RunWatchdog", "install_arena"]
+
+TERMINATED = "terminate flag"  # in ONNX Runtime's message for a run it stopped
+OVER_ARENA = "BFCArena"  # in its message for an allocation the arena's cap refused
+_arena: list[int] = []  # the cap this process registered (create_and_register_allocator once per process)
+_arena_guard = threading.Lock()
+
+
+def install_arena(max_bytes: int) -> int:
+    """Register the process's one capped CPU arena (once; later calls keep the first cap, which they return)."""
+    with _arena_guard:
+        if not _arena:
+            memory = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
+            # kSameAsRequested (1): the arena grows by what a run asks, never doubles past the need
+            config = ort.OrtArenaCfg({"max_mem": max_bytes, "arena_extend_strategy": 1})
+            ort.create_and_register_allocator(memory, config)
+            _arena.append(max_bytes)
+        return _arena[0]
+
+
+class RunWatchdog:
+    """Stops runs past their deadline: `options = arm()`, `session.run(..., options)`, then `disarm(options)`."""
+
+    def __init__(self, deadline_s: float, *, tick_s: float | None = None) -> None:
+        if deadline_s <= 0:
+            raise ValueError("RunWatchdog.deadline_s must be > 0")
+        self.deadline_s = deadline_s
+        self.tick_s = tick_s if tick_s is not None else min(0.01, deadline_s / 4)
+        self._runs: dict[int, tuple[float, ort.RunOptions]] = {}  # id(options) -> (deadline, options)
+        self._thread: threading.Thread | None = None
+        self._start_guard = threading.Lock()
+        self.stopped = 0  # runs this watchdog stopped
+
+    def arm(self, deadline_s: float | None = None) -> ort.RunOptions:
+        """RunOptions whose run is stopped `deadline_s` (default: the watchdog's) from now; `disarm` after."""
+        if self._thread is None:
+            self._start()
+        options = ort.RunOptions()
+        self._runs[id(options)] = (time.monotonic() + (deadline_s or self.deadline_s), options)
+        return options
+
+    def disarm(self, options: ort.RunOptions) -> None:
+        """The run of `options` ended (however it ended)."""
+        self._runs.pop(id(options), None)
+
+    def _start(self) -> None:
+        with self._start_guard:
+            if self._thread is None:
+                thread = threading.Thread(target=self._watch, name="ort-run-watchdog", daemon=True)
+                thread.start()
+                self._thread = thread
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(self.tick_s)
+            now = time.monotonic()
+            for deadline, options in list(self._runs.values()):  # NOTE: a copy made under the GIL at once
+                if now >= deadline and not options.terminate:
+                    options.terminate = True
+                    self.stopped += 1
