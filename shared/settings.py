@@ -508,6 +508,12 @@ class Settings:
         "the Redis of the Feast online store; unset → REDIS_URL (docs/capacity.md: a separate one keeps features unevicted)",
         secret=True,
     )
+    answer_defaulted: bool = setting(
+        "ANSWER_DEFAULTED",
+        False,
+        "scoring answers name the user features that took their model default (`defaulted`, `defaulted_why`); "
+        "off: a scoring key cannot tell whether a user exists (the prediction log, metrics and readiness still say)",
+    )
     batch: BatchPolicy = field(default_factory=BatchPolicy)
     cache: CachePolicy = field(default_factory=CachePolicy)
     ort: OrtOptions = field(default_factory=OrtOptions)

@@ -50,9 +50,12 @@ def answer(
     timed: dict[str, float],
     reasons: list[ReasonCode] | None,
     detail: bool,
+    defaulted: bool = False,
 ) -> Scored:
     """The answer for one scored event. A review only ever raises the reported risk (never below the
-    model's); `detail` (LLM_REVIEW_DETAIL): the reviewer's score and rationale beside the decision."""
+    model's); `detail` (LLM_REVIEW_DETAIL): the reviewer's score and rationale beside the decision;
+    `defaulted` (ANSWER_DEFAULTED): which user features took their default, and why. Off, the
+    answer cannot tell a scoring caller whether a user exists (docs/security.md)."""
     source: Source = "model" if prediction.source == "model" else "cache"
     risk_score = prediction.score
     review = verdict.review
@@ -74,9 +77,9 @@ def answer(
         model=served.name,
         model_version=served.version,
         source=source,
-        defaulted=row.defaulted,
-        defaulted_why=cast("dict[str, DefaultedWhy]", row.why) if row.why else UNSET,
         timings_ms=timed,
+        defaulted=row.defaulted if defaulted else UNSET,
+        defaulted_why=cast("dict[str, DefaultedWhy]", row.why) if defaulted and row.why else UNSET,
         scores={k: round(v, 6) for k, v in scores.items()} if len(scores) > 1 else UNSET,  # every opinion
         review=UNSET if review is None else review,
         reasons=[Reason.of(code) for code in reasons] if reasons else UNSET,

@@ -116,6 +116,7 @@ class ScoringService:
         self._recorder = recorder
         self._default = settings.default_model
         self._review_detail = settings.review.detail_in_answers
+        self._answer_defaulted = settings.answer_defaulted
         self._share = DefaultedShare()  # events scored with a user feature on its model default
         self._record_stages = metrics.stages if settings.telemetry else None
         self.names = ServedNames(registry, ensembles)
@@ -438,4 +439,6 @@ class ScoringService:
                 self._record_stages(timed)
         if self._recorder.recording:
             self._recorder.record(event, served, row, prediction.score, verdict, timed, via, arm, reasons)
-        return answer(event, served, row, prediction, verdict, timed, reasons, self._review_detail)
+        return answer(
+            event, served, row, prediction, verdict, timed, reasons, self._review_detail, self._answer_defaulted
+        )

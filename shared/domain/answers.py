@@ -174,11 +174,14 @@ class Scored(Answer, frozen=True, gc=False):
     model: str
     model_version: str
     source: Annotated[Source, Meta(description="model (run now), cache (a known row), llm (the reviewer decided)")]
-    defaulted: Annotated[list[str], Meta(description="user features on their model default")]
     timings_ms: Annotated[dict[str, float], Meta(description="ms per stage, rounded to 3 places")]
+    defaulted: Annotated[
+        list[str] | UnsetType,
+        Meta(description="with ANSWER_DEFAULTED on: user features on their model default (else never given)"),
+    ] = UNSET
     defaulted_why: Annotated[
         dict[str, DefaultedWhy] | UnsetType,
-        Meta(description="why each defaulted feature took its default, when any did"),
+        Meta(description="with ANSWER_DEFAULTED on: why each defaulted feature took its default, when any did"),
     ] = UNSET
     scores: Annotated[
         dict[str, float] | UnsetType, Meta(description="every opinion by source, when more than one (rounded to 6)")

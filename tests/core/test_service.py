@@ -36,7 +36,6 @@ async def test_score_has_every_field(service: ScoringService) -> None:
         "model",
         "model_version",
         "source",
-        "defaulted",
         "timings_ms",
     }
     assert 0 <= scored["risk_score"] <= 1 and scored["decision"] in ("approve", "review", "decline")
@@ -61,11 +60,24 @@ async def test_http_and_queue_requests_land_in_the_same_batch(service: ScoringSe
     assert loaded.batcher.batches - before == 1  # 8 unique events, one model run
 
 
-async def test_unknown_user_defaults_are_listed(service: ScoringService) -> None:
+async def test_with_answer_defaulted_an_unknown_users_defaults_are_listed(
+    settings: Settings, services: Services
+) -> None:
+    service = await services(replace(settings, answer_defaulted=True))
     scored = await service.score(decode_event(body(user_id="stranger")))
     assert scored.defaulted == ["user_avg_amount_30d", "user_txn_count_24h"]
+    assert scored.defaulted_why == {"user_avg_amount_30d": "missing", "user_txn_count_24h": "missing"}
     known = await service.score(decode_event(body(user_id="u1")))
     assert known.defaulted == []
+
+
+async def test_by_default_an_answer_cannot_tell_an_unknown_user_from_a_known_one(service: ScoringService) -> None:
+    """Whether a user's features were found is the operator's to know (ANSWER_DEFAULTED off): the
+    two answers have the same fields, and neither names a default."""
+    stranger = to_builtins(await service.score(decode_event(body(event_id="s", user_id="stranger"))))
+    known = to_builtins(await service.score(decode_event(body(event_id="k", user_id="u1"))))
+    assert set(stranger) == set(known) and not {"defaulted", "defaulted_why"} & set(stranger)
+    assert service.stats().events.defaulted == 1  # the operator still sees it
 
 
 async def test_a_new_version_never_serves_an_old_prediction(service: ScoringService) -> None:
@@ -102,7 +114,7 @@ async def test_predictions_are_shared_across_replicas_through_redis(
 
 
 async def test_scoring_goes_on_when_redis_is_down(settings: Settings, services: Services) -> None:
-    service = await services(replace(settings, redis_url=f"redis://127.0.0.1:{closed_port()}/0"))
+    service = await services(replace(settings, redis_url=f"redis://127.0.0.1:{closed_port()}/0", answer_defaulted=True))
     scored = await service.score(decode_event(body()))
     assert scored.source == "model"
     assert scored.defaulted == ["user_avg_amount_30d", "user_txn_count_24h"]  # the online store is unreachable

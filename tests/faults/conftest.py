@@ -61,8 +61,11 @@ def azurite(tmp_path: Path) -> Iterator[AzuriteServer]:
 
 
 def over_redis(settings: Settings, url: str, **changes: object) -> Settings:
-    """The test settings with Redis at `url` as feature store, cache, result and review store."""
-    return replace(settings, redis_url=url, features_file=None, cache=CACHE, model_poll_s=0, **changes)  # type: ignore[arg-type]
+    """The test settings with Redis at `url` as feature store, cache, result and review store; answers
+    name their defaulted features (ANSWER_DEFAULTED, as an operator watching an outage turns it on)."""
+    return replace(  # type: ignore[arg-type]
+        settings, redis_url=url, features_file=None, cache=CACHE, model_poll_s=0, answer_defaulted=True, **changes
+    )
 
 
 async def seeded(url: str) -> str:

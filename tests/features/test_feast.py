@@ -10,6 +10,7 @@ view's max age taken from Feast's `ttl`, the stale view's values as `stale`.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -305,7 +306,7 @@ def feast_settings(tmp_path_factory: pytest.TempPathFactory, redis_url: str, mat
 async def test_the_core_scores_from_feast_and_says_what_defaulted_and_why(
     services: Callable[[Settings], Awaitable[ScoringService]], feast_settings: Settings, materialised: dict[str, Any]
 ) -> None:
-    service = await services(feast_settings)
+    service = await services(dataclasses.replace(feast_settings, answer_defaulted=True))
     assert service.stats().feature_source == "feast"
     pair = materialised["rows"]["user_merchant"][0]
     fresh = next(r for r in materialised["rows"]["merchant_risk"] if harness.now() - r["event_timestamp"] < 3600)
