@@ -13,8 +13,9 @@ So each run is held to two bounds that do not depend on what the file says:
              ORT_ARENA_MAX_MB (`OrtArenaCfg.max_mem`): an allocation past it fails before any
              byte is taken, so the process's memory never grows past the cap.
 
-NOTE: the hot path pays a `RunOptions()` (~0.4 µs), a dict write and a pop per run, never a lock,
-an event or a thread wake: the watchdog polls its table every `tick_s` (a few µs of CPU each).
+NOTE: the hot path pays a `RunOptions()` (~0.3 µs), a clock read, a dict write and a pop per run,
+never a lock, an event, a syscall or a thread wake: the watchdog polls its table every `tick_s`
+(half the deadline, at most 25 ms), and reads a thread's CPU clock only for a run it watches.
 
 A run stopped by either bound raises `RunOverBudget` (shared/errors.py); the registry
 quarantines its version (shared/models/registry.py).
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import onnxruntime as ort
 
@@ -48,14 +50,20 @@ def install_arena(max_bytes: int) -> int:
 
 
 class RunWatchdog:
-    """Stops runs past their deadline: `options = arm()`, `session.run(..., options)`, then `disarm(options)`."""
+    """Stops runs past their deadline: `options = arm()`, `session.run(..., options)`, then `disarm(options)`.
+
+    It also tells a slow run from a starved one (`starved`): from when it first sees a run, it reads
+    the CPU clock of the thread that armed it; a run stopped after using less than half the time it
+    was watched was waiting for a CPU (throttling, a busy machine), not running the model.
+    """
 
     def __init__(self, deadline_s: float, *, tick_s: float | None = None) -> None:
         if deadline_s <= 0:
             raise ValueError("RunWatchdog.deadline_s must be > 0")
         self.deadline_s = deadline_s
-        self.tick_s = tick_s if tick_s is not None else min(0.01, deadline_s / 4)
-        self._runs: dict[int, tuple[float, ort.RunOptions]] = {}  # id(options) -> (deadline, options)
+        self.tick_s = tick_s if tick_s is not None else min(0.025, deadline_s / 2)
+        # id(options) -> [deadline, options, thread ident, first seen (monotonic), thread CPU then, starved]
+        self._runs: dict[int, list[Any]] = {}
         self._thread: threading.Thread | None = None
         self._start_guard = threading.Lock()
         self.stopped = 0  # runs this watchdog stopped
@@ -65,12 +73,18 @@ class RunWatchdog:
         if self._thread is None:
             self._start()
         options = ort.RunOptions()
-        self._runs[id(options)] = (time.monotonic() + (deadline_s or self.deadline_s), options)
+        deadline = time.monotonic() + (deadline_s or self.deadline_s)
+        self._runs[id(options)] = [deadline, options, threading.get_ident(), None, 0.0, False]
         return options
 
     def disarm(self, options: ort.RunOptions) -> None:
         """The run of `options` ended (however it ended)."""
         self._runs.pop(id(options), None)
+
+    def starved(self, options: ort.RunOptions) -> bool:
+        """Whether the watchdog stopped this (armed) run after it ran less than half the time it was watched."""
+        entry = self._runs.get(id(options))
+        return entry is not None and bool(entry[5])
 
     def _start(self) -> None:
         with self._start_guard:
@@ -83,7 +97,20 @@ class RunWatchdog:
         while True:
             time.sleep(self.tick_s)
             now = time.monotonic()
-            for deadline, options in list(self._runs.values()):  # NOTE: a copy made under the GIL at once
-                if now >= deadline and not options.terminate:
+            for entry in list(self._runs.values()):  # NOTE: a copy made under the GIL at once
+                deadline, options, ident, seen, cpu_then, _ = entry
+                if seen is None:
+                    entry[3], entry[4] = now, _thread_cpu(ident)
+                elif now >= deadline and not options.terminate:
+                    watched, ran = now - seen, _thread_cpu(ident) - cpu_then
+                    entry[5] = ran < watched / 2
                     options.terminate = True
                     self.stopped += 1
+
+
+def _thread_cpu(ident: int) -> float:
+    """The CPU time of thread `ident` so far (0.0 where the platform cannot say)."""
+    try:
+        return time.clock_gettime(time.pthread_getcpuclockid(ident))
+    except (AttributeError, OSError):
+        return 0.0

@@ -13,7 +13,6 @@ import ctypes
 import functools
 import logging
 import re
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -131,7 +130,7 @@ class OnnxModel:
         self.providers: list[str] = session.get_providers()
         self._outputs = [spec.score_output]
         self._watchdog = watchdog
-        self._threads = threads  # intra-op threads: with one, the calling thread's CPU time is the run's
+        self._one_thread = threads == 1  # the run is on the calling thread: its CPU clock is the run's
 
     @classmethod
     def load(
@@ -164,11 +163,10 @@ class OnnxModel:
             raise InferenceFailed("model session was released")
         watchdog = self._watchdog
         options = None if watchdog is None else watchdog.arm(deadline_s)
-        cpu = time.thread_time()
         try:
             (output,) = session.run(self._outputs, {self.spec.input_name: matrix}, options)
         except Exception as exc:
-            raise self._run_error(exc, time.thread_time() - cpu) from exc
+            raise self._run_error(exc, options) from exc
         finally:
             if watchdog is not None:
                 watchdog.disarm(options)
@@ -181,20 +179,20 @@ class OnnxModel:
             scores = scores[:, self.spec.score_column]
         return scores.reshape(-1)
 
-    def _run_error(self, exc: Exception, cpu_s: float) -> ScoringError:
+    def _run_error(self, exc: Exception, options: ort.RunOptions | None) -> ScoringError:
         """A failed run, translated: `RunOverBudget` when a bound stopped it, else `InferenceFailed`."""
         message = str(exc)
         if OVER_ARENA in message or isinstance(exc, MemoryError):
+            limit = "memory"
             return RunOverBudget(
-                f"a run asked for more than the memory cap (ORT_ARENA_MAX_MB){_asked(message)}", limit="memory"
+                f"a run asked for more than the memory cap (ORT_ARENA_MAX_MB){_asked(message)}", limit=limit
             )
-        if TERMINATED in message and self._watchdog is not None:
-            deadline_ms = self._watchdog.deadline_s * 1000
-            if self._threads == 1 and cpu_s < self._watchdog.deadline_s / 2:
-                # NOTE: the run was starved of CPU (it ran less than half its deadline): not the model's fault
-                return InferenceFailed(
-                    f"a run was stopped at its {deadline_ms:g} ms deadline after {cpu_s * 1000:.1f} ms of CPU"
-                )
+        watchdog = self._watchdog
+        if TERMINATED in message and watchdog is not None and options is not None:
+            deadline_ms = watchdog.deadline_s * 1000
+            if self._one_thread and watchdog.starved(options):
+                # NOTE: it ran less than half the time it was watched: starved of CPU, not the model's fault
+                return InferenceFailed(f"a run was stopped at its {deadline_ms:g} ms deadline while starved of CPU")
             return RunOverBudget(f"a run was stopped past its {deadline_ms:g} ms deadline (ORT_RUN_DEADLINE_MS)")
         return InferenceFailed(f"onnxruntime run failed: {_first_line(exc)}")
 

@@ -109,13 +109,33 @@ def test_without_the_watchdog_the_same_run_holds_its_thread_for_seconds(monkeypa
     assert time.perf_counter() - started > 0.5
 
 
+STOPPED = RuntimeError("[ONNXRuntimeError] : 1 : FAIL : Exiting due to terminate flag being set to true.")
+
+
+def held_past_the_deadline(watchdog: bounds.RunWatchdog, *, busy: bool) -> ort.RunOptions:
+    """Arm a run on this thread and hold it 0.2 s: spinning (a slow model) or asleep (a starved thread)."""
+    options = watchdog.arm()
+    until = time.perf_counter() + 0.2
+    while time.perf_counter() < until:
+        if not busy:
+            time.sleep(0.01)
+    assert options.terminate  # the watchdog stopped it either way
+    return options
+
+
 def test_a_run_starved_of_cpu_is_not_blamed_on_its_model() -> None:
-    """A deadline passed while the run barely ran (CPU throttling): a failed batch, never a quarantine."""
-    model = OnnxModel.load(hostile.slow_chain(links=2), OrtOptions(run_deadline_ms=1), PAST_VETTING)
-    options = ort.RunOptions()
-    options.terminate = True  # stopped before it ran at all: 0 ms of CPU
-    error = model._run_error(RuntimeError("Exiting due to terminate flag being set to true."), 0.0)
-    assert not isinstance(error, RunOverBudget) and "of CPU" in error.detail
+    """Past its deadline after barely running (CPU throttling): a failed batch, never a quarantine."""
+    model = OnnxModel.load(hostile.slow_chain(links=2), OPTIONS, PAST_VETTING)
+    options = held_past_the_deadline(model._watchdog, busy=False)  # type: ignore[arg-type]
+    error = model._run_error(STOPPED, options)
+    assert not isinstance(error, RunOverBudget) and "starved of CPU" in error.detail
+
+
+def test_a_run_that_used_its_cpu_past_the_deadline_is_the_models() -> None:
+    """The mutation check of the starvation rule: the same stop after a busy run is the model's."""
+    model = OnnxModel.load(hostile.slow_chain(links=2), OPTIONS, PAST_VETTING)
+    options = held_past_the_deadline(model._watchdog, busy=True)  # type: ignore[arg-type]
+    assert isinstance(model._run_error(STOPPED, options), RunOverBudget)
 
 
 @pytest.fixture
