@@ -8,10 +8,13 @@ Each check below is a problem this project met, and returns one sentence with it
     nagle_on_accepted     connections accepted on this process's listeners with TCP_NODELAY off
 
 `PlatformDoctor.problem` is the core's `platform` part (readiness's `degraded`). The first two read
-what cannot change once the process runs (sys.path, the installed files) and run once, at start; the
-last two read state the app sets after the build (the worker's log levels, its listeners and their
-connections) and that later code can undo, so they run each time readiness is asked: a few
-microseconds per open file descriptor, at probe rate.
+what cannot change once the process runs (sys.path, the installed files) and run once, at start. The
+last two read state the app sets after the build and that later code can undo: the worker's log
+levels (a handful of loggers) each time readiness is asked; the listeners and their connections at
+start and then at most once every RECHECK_S seconds, never once per probe. That check reads every open
+file descriptor (a few microseconds each: 55 ms of the event loop with 3,000 sockets open), and the
+readiness probe is anonymous while gRPC accepts connections before any key is checked, so a caller
+that opens connections would otherwise make each probe dearer (docs/benchmark.md, "Readiness probes").
 """
 
 from __future__ import annotations
@@ -25,12 +28,14 @@ import logging
 import os
 import socket
 import sys
+import time
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 __all__ = [
     "PINNED",
+    "RECHECK_S",
     "WORKER_LOGGERS",
     "PlatformDoctor",
     "app_stubs",
@@ -46,6 +51,7 @@ PINNED = ("protobuf", "grpcio")
 WORKER_LOGGERS = ("azure_functions_worker", "proxy_worker", "azure_functions_runtime", "azure.functions")
 _SHARED = Path(__file__).resolve().parents[1]
 _FD_DIR = "/proc/self/fd"
+RECHECK_S = 30.0  # the per-descriptor check at most this often: a Nagle problem shows within 30 s of its start
 
 
 class PlatformDoctor:
@@ -58,19 +64,29 @@ class PlatformDoctor:
         stubs: Iterable[Path] | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
         fd_dir: str = _FD_DIR,
+        recheck_s: float = RECHECK_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`path`: sys.path by default; `stubs`: the app's generated stubs (`app_stubs()`); `loop`: the
-        running loop, whose kind decides whether Nagle on accepted connections is this app's to fix."""
+        running loop, whose kind decides whether Nagle on accepted connections is this app's to fix;
+        `recheck_s`: how often at most the descriptors are read again (`clock` tells the time)."""
         stubs = app_stubs() if stubs is None else stubs
         self._at_start = [p for p in (two_copies(path=path), *map(stub_problem, stubs)) if p]
         self._plain_loop = _is_plain_asyncio(loop if loop is not None else _running_loop())
-        self._fd_dir = fd_dir
+        self._fd_dir, self._recheck_s, self._clock = fd_dir, recheck_s, clock
+        self._nagle, self._nagle_at = self._read_nagle(), clock()
 
     def problem(self) -> str | None:
-        """What the platform makes this process do less well than it should, with each fix; None when well."""
-        now = [worker_info_logging(), nagle_on_accepted(self._fd_dir) if self._plain_loop else None]
-        found = [*self._at_start, *(p for p in now if p)]  # NOTE: uvloop sets TCP_NODELAY on every connection
+        """What the platform makes this process do less well than it should, with each fix; None when well.
+        O(1) per call but once every `recheck_s`, whatever the number of open descriptors."""
+        if self._clock() - self._nagle_at >= self._recheck_s:
+            self._nagle, self._nagle_at = self._read_nagle(), self._clock()
+        found = [*self._at_start, *(p for p in (worker_info_logging(), self._nagle) if p)]
         return f"platform: {'; '.join(found)}" if found else None
+
+    def _read_nagle(self) -> str | None:
+        # NOTE: uvloop sets TCP_NODELAY on every connection: only a plain asyncio loop's are this app's to fix
+        return nagle_on_accepted(self._fd_dir) if self._plain_loop else None
 
 
 def two_copies(names: Iterable[str] = PINNED, path: Sequence[str] | None = None) -> str | None:

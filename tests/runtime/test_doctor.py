@@ -302,6 +302,28 @@ async def test_only_a_plain_asyncio_loop_is_checked(serving: Serving) -> None:
         other.close()
 
 
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@LINUX
+async def test_the_descriptor_check_runs_at_start_and_at_most_once_every_recheck_s(serving: Serving) -> None:
+    """A probe reads no descriptor: a Nagle-on listener that appears after the start is named once
+    `recheck_s` has passed, not by the probes before it (each would cost a read of every open socket)."""
+    clock = Clock()
+    doctor = PlatformDoctor(stubs=[], recheck_s=30.0, clock=clock)
+    where = await serving.connected(socket.create_server(("127.0.0.1", 0)))
+    for clock.now in (0.0, 1.0, 29.9):
+        assert not reported(where, doctor.problem())
+    clock.now = 30.0
+    assert reported(where, doctor.problem())
+    assert reported(where, PlatformDoctor(stubs=[], clock=clock).problem())  # at start, at once
+
+
 def test_without_proc_the_listener_check_says_nothing(tmp_path: Path) -> None:
     assert nagle_on_accepted(str(tmp_path / "no-proc")) is None
 
