@@ -163,11 +163,16 @@ def test_the_costs_name_infra_defaults() -> None:
         ("serviceBusMessagingUnits", "1"),
         ("redisSku", "Balanced_B5"),
         ("registrySku", "Standard"),
-        ("minReplicas", "2"),
+        ("scoringProfile", "dev"),
         ("deployOpenAi", "false"),
     ]:
         assert re.search(rf"^param {param} \w+ = '?{value}'?$", main, re.M), f"infra/main.bicep: {param} is not {value}"
-        assert value in section or value.lower() in section.lower(), f"README's cost table lacks {param}={value}"
+        if param != "scoringProfile":
+            assert value in section or value.lower() in section.lower(), f"README's cost table lacks {param}={value}"
+    from bench.flashsale.infra import read_profiles
+
+    floor = read_profiles()["dev"]["minReplicas"]  # NOTE: the default profile's floor is what idles
+    assert f"`minReplicas` {floor} " in section, f"README's cost table lacks the dev profile's minReplicas {floor}"
 
 
 def test_the_deploy_settings_the_readme_names_exist() -> None:

@@ -111,9 +111,11 @@ def plot(runs: dict[str, Run], p99_ms: float, out: Path, title: str) -> Path:
     for label, run in runs.items():
         minutes = [m.minute + 0.5 for m in run.minutes]
         top.plot(minutes, [m.p99_ms for m in run.minutes], marker=".", label=label)
-        middle.plot(minutes, [100 * m.refused_share for m in run.minutes], marker=".", label=label)
+        middle.plot(minutes, [round(100 * m.refused_share, 6) for m in run.minutes], marker=".", label=label)
         bottom.plot([t / 60 for t in run.t], run.ready, label=f"{label}: replicas ready")
     top.axhline(p99_ms, color="red", linestyle="--", linewidth=1, label=f"target {p99_ms:g} ms")
+    if any(run.path == "servicebus" for run in runs.values()):
+        top.axhline(250.0, color="green", linestyle=":", linewidth=1, label="queue target 250 ms")
     top.set_yscale("log")
     top.yaxis.set_major_formatter(ScalarFormatter())
     top.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))

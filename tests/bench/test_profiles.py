@@ -91,4 +91,35 @@ def test_the_queue_rule_does_not_oscillate_in_an_hour_of_steady_peak(times) -> N
 def test_the_dev_profile_stays_cheap() -> None:
     dev, sale = read_scale_rules(profile="dev"), read_scale_rules(profile="sale")
     assert dev.min_replicas == 2 and dev.min_replicas <= sale.min_replicas
+    # the same thresholds as production: the dev fleet scales as the sale one does, on fewer replicas
+    assert (dev.http_concurrent_requests, dev.queue_messages_per_replica) == (
+        sale.http_concurrent_requests, sale.queue_messages_per_replica,
+    )  # fmt: skip
     assert read_scale_rules().profile == "dev"  # NOTE: what azd deploys when SCORING_PROFILE is not set
+
+
+def deploy_table(text: str) -> dict[str, dict[str, int]]:
+    """docs/deploy.md's profile table: the figures each profile row states."""
+    lines = text.split("<!-- profiles: checked against infra/main.bicep by tests/bench/test_profiles.py -->\n", 1)[1]
+    head, _, *rows = lines.splitlines()
+    names = [c.strip() for c in head.strip("|").split("|")][1:]
+    table: dict[str, dict[str, int]] = {}
+    for row in rows:
+        if not row.startswith("|"):
+            break
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        table[cells[0].split("`")[1]] = dict(zip(names, map(int, cells[1:]), strict=True))
+    return table
+
+
+def test_the_deploy_guide_states_the_profiles_main_bicep_deploys() -> None:
+    assert deploy_table((REPO / "docs" / "deploy.md").read_text()) == read_profiles()
+
+
+def test_a_deploy_guide_figure_that_drifts_is_caught() -> None:
+    text = (REPO / "docs" / "deploy.md").read_text()
+    sale = read_profiles()["sale"]
+    row = "| `sale` | " + " | ".join(str(v) for v in sale.values()) + " |"
+    assert row in text
+    drifted = text.replace(row, row.replace(f"| {sale['minReplicas']} |", f"| {sale['minReplicas'] + 1} |", 1))
+    assert deploy_table(drifted) != read_profiles()
