@@ -52,8 +52,8 @@ param httpConcurrentRequests int = 0
 @minValue(0)
 param queueMessagesPerReplica int = 0
 
-@description('Sale calendar: a JSON array of windows, each {"start": "2026-12-11T08:45", "end": "2026-12-11T11:00", "timezone": "Europe/London", "replicas": 30} (local times in an IANA zone); each becomes a KEDA cron rule holding that many replicas from start to end. Empty: none. Checked before provision by infra/hooks/sale_calendar.py (docs/capacity.md, "A sale known in advance").')
-param saleCalendar string = ''
+@description('Sale calendar: a JSON array of windows, each {"start": "2026-12-11T08:45", "end": "2026-12-11T11:00", "timezone": "Europe/London", "replicas": 30} (local times in an IANA zone); each becomes a KEDA cron rule holding that many replicas from start to end. Empty: none. An array, not a string: azd (>= 1.23.4) parses an array parameter\'s azd value as JSON, while it pastes a string parameter\'s value into the parameters file unescaped (docs/platform.md P84). Checked before provision by infra/hooks/sale_calendar.py (docs/deploy.md, "A sale known in advance").')
+param saleCalendar array = []
 
 @description('vCPU per replica (CPU profile).')
 param replicaCpu string = '2.0'
@@ -180,7 +180,7 @@ var scaleMinReplicas = max(2, minReplicas > 0 ? minReplicas : sizing.minReplicas
 var scaleMaxReplicas = max(scaleMinReplicas, maxReplicas > 0 ? maxReplicas : sizing.maxReplicas)
 var scaleHttpRequests = httpConcurrentRequests > 0 ? httpConcurrentRequests : sizing.httpConcurrentRequests
 var scaleQueueMessages = queueMessagesPerReplica > 0 ? queueMessagesPerReplica : sizing.queueMessagesPerReplica
-var saleWindows = empty(saleCalendar) ? [] : json(saleCalendar)
+var saleWindows = saleCalendar
 
 module monitoring 'modules/monitoring.bicep' = {
   name: 'monitoring'

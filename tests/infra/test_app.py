@@ -6,6 +6,8 @@ import json
 import re
 from typing import Any
 
+from checks.bicep_lang import BicepFile
+from checks.contract import rule_list
 from conftest import INFRA, Module, app_setting_names, local_setting_names
 
 TRIGGER_QUEUE = "payments"
@@ -22,8 +24,9 @@ def _patched_scale(app: Module) -> dict[str, Any]:
 
 
 def _rules(app: Module, container_app: dict[str, Any]) -> list[dict[str, Any]]:
-    rules = app.resolve(_patched_scale(app)["rules"])
-    assert isinstance(rules, list) and rules, "the app has no scale rules"
+    """The rules the hook PATCHes: the base rules, then one cron rule standing for each sale window."""
+    rules = rule_list(app.tree, _patched_scale(app)["rules"])
+    assert rules, "the app has no scale rules"
     return rules
 
 
@@ -53,20 +56,25 @@ def test_override_hook_and_azd_use_the_app_api_version() -> None:
     assert "keda-scale-rules.sh" in (INFRA.parent / runs["postdeploy"]).read_text()
 
 
-def test_min_replicas_is_at_least_two_everywhere(modules: dict[str, Module], container_app: dict[str, Any]) -> None:
+def test_min_replicas_is_at_least_two_by_construction(
+    modules: dict[str, Module], container_app: dict[str, Any]
+) -> None:
+    """Whatever the profile or the override: main.bicep passes `max(2, ...)`, app.bicep refuses less."""
     app, main = modules["app"], modules["main"]
     ref = _scale(container_app)["minReplicas"]
     assert ref in app.params, "minReplicas must come from the minReplicas parameter"
     assert app.param_min(ref) is not None and app.param_min(ref) >= 2
     assert app.resolve(ref) >= 2
-    assert main.param_min("minReplicas") is not None and main.param_min("minReplicas") >= 2
-    assert main.params["minReplicas"]["default"] >= 2
     passed = main.tree["modules"]["app"]["config"]["params"]["minReplicas"]
-    assert passed == "minReplicas", "main.bicep must pass its validated minReplicas through"
+    assert passed == "scaleMinReplicas", "main.bicep must pass the resolved floor, scaleMinReplicas"
+    floor = "".join(t.text for t in BicepFile.load(INFRA / "main.bicep").variables["scaleMinReplicas"])
+    assert re.fullmatch(r"max\(2,.+\)", floor), f"scaleMinReplicas must be max(2, ...): {floor}"
+    for name, sizing in main.var("profiles").items():
+        assert sizing["minReplicas"] >= 2, f"profile {name} asks for fewer than 2 replicas"
+        assert sizing["maxReplicas"] >= sizing["minReplicas"], name
     azd = json.loads((INFRA / "main.parameters.json").read_text())["parameters"]
-    if "minReplicas" in azd:
-        default = re.fullmatch(r"\$\{\w+=(\d+)\}", azd["minReplicas"]["value"])
-        assert default and int(default.group(1)) >= 2, azd["minReplicas"]
+    default = re.fullmatch(r"\$\{\w+=(\d+)\}", azd["minReplicas"]["value"])
+    assert default and (int(default.group(1)) == 0 or int(default.group(1)) >= 2), azd["minReplicas"]
 
 
 def test_max_replicas_is_a_parameter(modules: dict[str, Module], container_app: dict[str, Any]) -> None:
@@ -93,6 +101,26 @@ def test_service_bus_rule_targets_the_trigger_queue_with_managed_identity(
     assert identity in app.params, "the scale rule must name a user-assigned identity (resource id param)"
     identities = {key.strip("'") for key in container_app["identity"]["userAssignedIdentities"]}
     assert f"${{{identity}}}" in identities, "the scaler identity must be assigned to the app"
+
+
+def test_each_sale_window_is_a_cron_rule_in_the_patched_scale(app: Module, container_app: dict[str, Any]) -> None:
+    from checks.sale_rules import SAMPLE_WINDOWS, bicep_sale_rules
+
+    cron = [r for r in _rules(app, container_app) if r.get("custom", {}).get("type") == "cron"]
+    assert len(cron) == 1, "expected one cron rule (the loop body over saleWindows)"
+    (first,) = bicep_sale_rules(app.tree, [dict(SAMPLE_WINDOWS[0])])
+    assert first == {
+        "name": "sale-window-0",
+        "custom": {
+            "type": "cron",
+            "metadata": {
+                "timezone": "Europe/London",
+                "start": "45 8 11 12 *",
+                "end": "0 11 11 12 *",
+                "desiredReplicas": "30",
+            },
+        },
+    }
 
 
 def test_http_concurrency_rule(app: Module, container_app: dict[str, Any]) -> None:

@@ -21,6 +21,7 @@ from .contract import (
     check_metrics,
     check_override_api_version,
     check_roles,
+    rule_list,
 )
 from .grpc_ingress import check_grpc_ingress
 from .parsing import parse
@@ -33,6 +34,7 @@ from .platform import (
 )
 from .prediction_log import check_prediction_log
 from .redis_stores import check_redis_stores
+from .sale_rules import check_sale_rules
 from .tables import KEDA_METADATA, OPERATION_GROUPS, PATCH_BODIES, RESOURCE_MODELS
 
 __all__ = ["CHECKS", "check_schemas", "run_all"]
@@ -87,15 +89,13 @@ def _patch_bodies(path: Path, tree: dict, symbols: dict) -> list[str]:
             walker = Walker(models, f"{file}: output {output} ({model}@{version})", symbols)
             walker.object(tree["outputs"][output]["value"], fields(models, model), output, model)
             findings += walker.findings
-        findings += _keda_metadata(file, tree["outputs"][output]["value"], symbols)
+        findings += _keda_metadata(file, tree, tree["outputs"][output]["value"])
     return findings
 
 
-def _keda_metadata(file: str, scale: dict, symbols: dict) -> list[str]:
-    rules = scale.get("rules")
-    rules = symbols.get(rules, rules) if isinstance(rules, str) else rules
+def _keda_metadata(file: str, tree: dict, scale: dict) -> list[str]:
     findings = []
-    for rule in rules if isinstance(rules, list) else []:
+    for rule in rule_list(tree, scale.get("rules")):
         for kind, body in rule.items():
             scaler = body.get("type", kind) if isinstance(body, dict) else None
             metadata = body.get("metadata") if isinstance(body, dict) else None
@@ -132,6 +132,7 @@ CHECKS: dict[str, Callable[..., list[str]]] = {
     "windows_hooks": check_windows_hooks,
     "redis_stores": check_redis_stores,
     "prediction_log": check_prediction_log,
+    "sale_rules": check_sale_rules,
 }
 
 

@@ -192,7 +192,7 @@ class Walker:
             self._one(v, type_text, path)
 
     def _alternatives(self, value: Any, depth: int = 0) -> list[Any]:
-        """A value, or the values it may take: a var's value, both ternary branches, concat args."""
+        """A value, or the values it may take: a var's value, both ternary branches, concat args, a loop's body."""
         if depth > 8:
             return []
         if isinstance(value, str) and value in self.symbols:
@@ -200,6 +200,8 @@ class Walker:
         if isinstance(value, dict) and set(value) == {"operator"} and value["operator"]["type"] == "conditional":
             ops = value["operator"]["operands"]
             return self._alternatives(ops["true_value"], depth + 1) + self._alternatives(ops["false_value"], depth + 1)
+        if isinstance(value, dict) and "loop_type" in value and isinstance(value.get("config"), dict):
+            return [[value["config"]]]  # `[for ...]`: an array of its body
         if isinstance(value, dict) and set(value) == {"function"} and value["function"]["type"] in ("concat", "union"):
             args = [a for a in value["function"]["parameters"].values() if a is not None]
             items: list[Any] = []

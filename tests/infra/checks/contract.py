@@ -52,6 +52,21 @@ def _var_text(tree: dict[str, Any], value: Any, depth: int = 0) -> Any:
     return value
 
 
+def rule_list(tree: dict[str, Any], value: Any, depth: int = 0) -> list[Any]:
+    """A scale-rule list as ARM builds it: a var resolved, `concat(a, b)` joined, and a
+    `[for ...]` loop given as its body (one rule standing for each item)."""
+    value = _var_text(tree, value) if isinstance(value, str) else value
+    if depth > 5:
+        return []
+    if isinstance(value, list):
+        return value
+    if isinstance(value, dict) and value.get("function", {}).get("type") == "concat":
+        return [r for arg in value["function"]["parameters"].values() for r in rule_list(tree, arg, depth + 1)]
+    if isinstance(value, dict) and "loop_type" in value:
+        return [value["config"]]
+    return []
+
+
 def _param_default(tree: dict[str, Any], value: Any) -> Any:
     params = tree.get("parameters", {})
     if isinstance(value, str) and value in params:
@@ -512,7 +527,7 @@ def check_function_app(root: Path, setting_names: tuple[str, ...]) -> list[str]:
         for where, value in declared.items():
             if value != queue:
                 findings.append(f"{where} is {value!r}; function {fn} reads queue {queue!r}")
-        rules = _var_text(app, "scaleRules")
+        rules = rule_list(app, "scaleRules")
         keda = [r["custom"]["metadata"] for r in rules if r.get("custom", {}).get("type") == "azure-servicebus"]
         if [_param_default(app, m["queueName"]) for m in keda] != [queue]:
             findings.append(f"app.bicep: the azure-servicebus KEDA rule does not watch {queue!r}")

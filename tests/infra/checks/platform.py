@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .contract import HOST_ANONYMOUS_PATHS, _catalogue, _var_text, app_env
+from .contract import HOST_ANONYMOUS_PATHS, _catalogue, _var_text, app_env, rule_list
 from .parsing import parse
 
 # P23: KEDA scalers that measure the replicas themselves, whatever port the work came in on.
@@ -49,8 +49,7 @@ def check_probes(root: Path) -> list[str]:
 
 
 def _scale_rules(tree: dict[str, Any]) -> list[dict[str, Any]]:
-    rules = _var_text(tree, "scaleRules")
-    return rules if isinstance(rules, list) else []
+    return rule_list(tree, "scaleRules")
 
 
 def _alert_metrics(root: Path) -> set[str]:

@@ -148,6 +148,8 @@ KEDA_METADATA: dict[str, frozenset[str]] = {
     # deprecated for trigger.metricType, which a Container Apps rule has no field for), `value`,
     # `containerName`.
     "cpu": frozenset({"type", "value", "containerName"}),
+    # KEDA cron scaler (docs/platform.md P80): all four required.
+    "cron": frozenset({"timezone", "start", "end", "desiredReplicas"}),
 }
 
 # Some resource types span several operation groups of one package (azure-mgmt-monitor 7
