@@ -52,7 +52,7 @@ param httpConcurrentRequests int = 0
 @minValue(0)
 param queueMessagesPerReplica int = 0
 
-@description('Sale calendar: a JSON array of windows, each {"start": "2026-12-11T08:45", "end": "2026-12-11T11:00", "timezone": "Europe/London", "replicas": 30} (local times in an IANA zone); each becomes a KEDA cron rule holding that many replicas from start to end. Empty: none. An array, not a string: azd (>= 1.23.4) parses an array parameter\'s azd value as JSON, while it pastes a string parameter\'s value into the parameters file unescaped (docs/platform.md P84). Checked before provision by infra/hooks/sale_calendar.py (docs/deploy.md, "A sale known in advance").')
+@description('Sale calendar: a JSON array of windows, each {"start": "2026-12-11T08:50", "end": "2026-12-11T11:00", "timezone": "Europe/London", "replicas": 19} (local times in an IANA zone); each becomes a KEDA cron rule holding that many replicas from start to end. Empty: none. An array, not a string: azd (>= 1.23.4) parses an array parameter\'s azd value as JSON, while it pastes a string parameter\'s value into the parameters file unescaped (docs/platform.md P84). Checked before provision by infra/hooks/sale_calendar.py (docs/deploy.md, "A sale known in advance").')
 param saleCalendar array = []
 
 @description('vCPU per replica (CPU profile).')
