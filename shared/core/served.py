@@ -1,7 +1,8 @@
 """The names this process serves: each model's versions (the registry) and each ensemble.
 
 A served name is a `LoadedModel` or an `Ensemble`: both score a row, map an event, and carry a spec
-(name, version, thresholds, features), which is all the data plane asks of them.
+(name, version, thresholds, features), which is all the data plane asks of them. The data plane
+may name a model's version, but only its live one (a scoring key never chooses its judge).
 """
 
 from __future__ import annotations
@@ -27,7 +28,22 @@ class ServedNames:
         self._ensembles = ensembles
 
     def get(self, name: str, version: str | None = None) -> Served:
-        """The model version or the ensemble that serves `name`; `ModelNotFound` if none does."""
+        """The model version or the ensemble that serves `name`; `ModelNotFound` if none does.
+
+        A data-plane call may name a version, but only the live one: a candidate or an older version
+        scores through a shadow or a canary, which the admin key sets (the caller must not choose its judge).
+        """
+        try:
+            live = self._registry.active(name)
+        except ModelNotFound:
+            live = None
+        if live is not None:
+            if version is not None and version != live.version:
+                raise ModelNotFound(
+                    f"{name}/{version} is not the live version of {name!r} ({live.version}): a scoring call scores "
+                    "with what is live; a candidate is tried through a shadow or a canary (the admin key)"
+                )
+            return live
         try:
             return self._registry.active(name, version)
         except ModelNotFound:

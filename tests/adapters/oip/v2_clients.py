@@ -95,13 +95,15 @@ def test_model_metadata_over_both(app: Running) -> None:
     assert meta["inputs"] == [{"name": "features", "datatype": "FP32", "shape": [-1, WIDTH]}]
     assert meta["outputs"] == [{"name": "score", "datatype": "FP32", "shape": [-1, 1]}]
     assert meta["parameters"]["features"][0] == "log_amount"
-    grpc_meta = app.grpc.get_model_metadata("fraud", model_version="1", as_json=True)
+    grpc_meta = app.grpc.get_model_metadata("fraud", model_version="2", as_json=True)
     assert grpc_meta["inputs"] == [{"name": "features", "datatype": "FP32", "shape": ["-1", str(WIDTH)]}]
-    assert app.http.is_model_ready("fraud", "2") and app.grpc.is_model_ready("fraud", "1")
+    assert app.http.is_model_ready("fraud", "2") and app.grpc.is_model_ready("fraud", "2")
     assert not app.http.is_model_ready("fraud", "9") and not app.grpc.is_model_ready("nope")
+    # a scoring call names the live version or none: version 1 is loaded, not live (issue 54)
+    assert not app.http.is_model_ready("fraud", "1") and not app.grpc.is_model_ready("fraud", "1")
 
 
-@pytest.mark.parametrize(("version", "bias"), [("1", 0.0), ("2", 1.0), ("", 1.0)])
+@pytest.mark.parametrize(("version", "bias"), [("2", 1.0), ("", 1.0)])
 def test_a_versioned_infer_answers_from_that_version(app: Running, version: str, bias: float) -> None:
     matrix = rows(1, seed=int(version or 0))
     by_http = app.http.infer("fraud", [http_input(matrix)], model_version=version)
@@ -178,7 +180,11 @@ def test_a_wrong_datatype_is_a_400(app: Running, datatype: str) -> None:
 
 @pytest.mark.parametrize(
     ("model", "version", "message"),
-    [("nope", "", "no model named 'nope'"), ("fraud", "9", "model 'fraud' has no loaded version '9'")],
+    [
+        ("nope", "", "no model named 'nope'"),
+        ("fraud", "9", "fraud/9 is not the live version of 'fraud' (2)"),
+        ("fraud", "1", "fraud/1 is not the live version of 'fraud' (2)"),  # loaded, older: not the caller's pick
+    ],
 )
 def test_an_unknown_model_or_version_is_a_404(app: Running, model: str, version: str, message: str) -> None:
     matrix = rows(1)
