@@ -35,7 +35,11 @@ async def replicas(models_dir: Path, redis_url: str, redis_prefix: str) -> Async
     for _ in range(3):
         source = DirectoryRepository(models_dir)
         registry = ModelRegistry(
-            source, OrtOptions(run_deadline_ms=50), BatchPolicy(max_size=8), vetting=PAST_VETTING, auto_promote=True
+            source,
+            OrtOptions(run_deadline_ms=50, use_gpu=False),
+            BatchPolicy(max_size=8),
+            vetting=PAST_VETTING,
+            auto_promote=True,
         )
         control = RedisControlStore.from_url(redis_url, prefix=redis_prefix)
         rollout = Rollout(registry, source, control, poll_s=0, watch_s=0.1)

@@ -30,7 +30,7 @@ from tests.models import hostile
 MiB = 1024 * 1024
 # NOTE: past the allow-list and the static-shape rule on purpose: the files reach the run, to meet its bounds
 PAST_VETTING = VettingPolicy(static_shapes=False, extra_ops=frozenset({"ConstantOfShape", "Expand", "Tile", "Range"}))
-OPTIONS = OrtOptions(run_deadline_ms=50)
+OPTIONS = OrtOptions(run_deadline_ms=50, use_gpu=False)  # NOTE: the cap is the CPU arena's (a GPU has its own)
 
 
 def rss() -> int:
