@@ -19,6 +19,7 @@ standard library.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import sys
 import typing
@@ -45,6 +46,7 @@ __all__ = [
     "SettingsError",
     "declared",
     "markdown_table",
+    "unknown_settings",
 ]
 
 GraphOptimization = Literal["disable", "basic", "extended", "all"]
@@ -711,6 +713,9 @@ class Settings:
         """
         env = os.environ if environ is None else environ
         settings: Settings = _build(cls, env)
+        if environ is None:  # NOTE: the process's own: a typo there is a setting silently ignored
+            for line in unknown_settings(env):
+                logging.getLogger(__name__).warning("%s", line)
         return settings
 
 
@@ -837,6 +842,45 @@ def markdown_table() -> str:
 # ModelStorage__blobServiceUri) and the port (the Functions host owns it in Azure).
 APP_SETTING_NAMES: tuple[str, ...] = tuple(doc.env for doc, _, _ in declared() if not doc.local_only)
 LOCAL_SETTING_NAMES: tuple[str, ...] = tuple(doc.env for doc, _, _ in declared() if doc.local_only)
+
+
+# First words of our names that other software's variables share (AZURE_CLIENT_ID, GRPC_TRACE): no
+# typo is guessed from them alone.
+_SHARED_WORDS = frozenset({"AZURE", "APPLICATIONINSIGHTS", "GRPC"})  # GRPC_: gRPC core's own (GRPC_VERBOSITY)
+
+
+def unknown_settings(environ: Mapping[str, str]) -> list[str]:
+    """A line for each variable of `environ` that looks like one of our settings but is none: a
+    first word two or more of ours share (`BATCH_`, `REDIS_`, ...), or within two edits of one of
+    our names (case aside). Each names the variable, its value (not a secret's) and the nearest name."""
+    docs = {doc.env: doc for doc, _, _ in declared()}
+    words = {n.split("_")[0] for n in docs if sum(m.split("_")[0] == n.split("_")[0] for m in docs) > 1}
+    lines = []
+    for name in sorted(set(environ) - set(docs)):
+        upper, word = name.upper(), name.split("_")[0]
+        # NOTE: cheap first: a name two edits away has a length within two, and (we assume) its first 3 letters
+        near = [k for k in docs if k[:3].upper() == upper[:3] and abs(len(k) - len(name)) <= 2 and len(name) >= 5]
+        close = [k for k in near if _edits(upper, k.upper()) <= 2]
+        if not close and word not in words - _SHARED_WORDS:
+            continue
+        family = close or [k for k in docs if k.split("_")[0] == word]
+        nearest = min(family, key=lambda known: _edits(upper, known.upper()))
+        value = "" if docs[nearest].secret else f"={environ[name][:40]!r}"
+        lines.append(
+            f"unknown setting {name}{value} is ignored: did you mean {nearest}? "
+            "(every setting: docs/settings.md; `python -m shared.settings` lists them)"
+        )
+    return lines
+
+
+def _edits(a: str, b: str) -> int:
+    """Levenshtein distance: insertions, deletions and substitutions from `a` to `b`."""
+    row = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, cb in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
+    return row[-1]
 
 
 if __name__ == "__main__":

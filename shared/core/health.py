@@ -60,7 +60,7 @@ class Health:
         reasons = [problem() for problem in self._problems]
         now = time.monotonic()
         reasons += [f"{name}: {problem}, for {now - since:.0f} s" for name, (problem, since) in self._reported.items()]
-        return [r for r in reasons if r]
+        return list(dict.fromkeys(r for r in reasons if r))  # NOTE: two parts over one store say it once
 
     def report(self, component: str, problem: str | None) -> None:
         """An adapter's own dependency (e.g. the queue's publisher) fails (`problem`) or works

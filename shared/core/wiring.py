@@ -165,13 +165,38 @@ async def build_service(settings: Settings) -> ScoringService:
         await service.aclose()  # NOTE: a failed build must not leak its sessions or Redis pool
         raise
     tune_gc(settings.gc_gen0_threshold)
-    log.info(
-        "scoring service ready: models from %s, features from %s, redis %s",
-        source.description,
-        features.source,
-        "on" if redis else "off",
-    )
+    _say_how_it_started(service, settings, f"models from {source.description}, features from {features.source}")
     return service
+
+
+def _say_how_it_started(service: ScoringService, settings: Settings, where: str) -> None:
+    """`scoring service ready` only when readiness says so; else what is wrong, the value, the fix."""
+    ready = service.health.readiness()
+    redis = f"redis {'on at ' + _host(settings.redis_url) if settings.redis_url else 'off'}"
+    if ready.status == "ready":
+        log.info("scoring service ready: %s, %s", where, redis)
+        return
+    models = ", ".join(ready.models) or "none"
+    fix = "see GET /api/health/ready"
+    if settings.default_model not in ready.models:
+        fix = (
+            f"set DEFAULT_MODEL to one of the loaded models ({models}), or add "
+            f"{settings.models_dir}/{settings.default_model}/<version>/model.onnx"
+        )
+    log.warning(
+        "scoring service started but NOT ready (readiness answers 503): %s; fix: %s (%s, %s)",
+        ready.detail,
+        fix,
+        where,
+        redis,
+    )
+
+
+def _host(url: str | None) -> str:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url or "")
+    return f"{parts.hostname}:{parts.port or 6379}" if parts.hostname else (parts.path or "?")
 
 
 def _parts(

@@ -214,10 +214,16 @@ class DirectoryRepository:
 
     def list(self) -> list[ModelRef]:
         if not self.root.is_dir():
-            raise self.reach.failed(ModelSourceError("MODELS_DIR: the model directory does not exist"))
+            raise self.reach.failed(ModelSourceError(self._missing()))
         self.reach.answered()
         refs = (parse_model_path(p.relative_to(self.root).as_posix()) for p in self.root.glob("*/*/model.onnx"))
         return sorted(r for r in refs if r is not None)
+
+    def _missing(self) -> str:
+        return (
+            f"MODELS_DIR: no directory at {self.root.resolve()} (MODELS_DIR={str(self.root)!r}); fix: set MODELS_DIR "
+            "to the folder holding <name>/<version>/model.onnx, or run from the repository root (models/)"
+        )
 
     def read(self, ref: ModelRef) -> bytes:
         path = self.root / ref.name / ref.version / "model.onnx"
@@ -229,7 +235,7 @@ class DirectoryRepository:
 
     def ensembles(self) -> tuple[ModelRef, ...]:
         if not self.root.is_dir():
-            raise ModelSourceError("MODELS_DIR: the model directory does not exist")
+            raise ModelSourceError(self._missing())
         refs = (parse_ensemble_path(p.relative_to(self.root).as_posix()) for p in self.root.glob("*/*/ensemble.json"))
         return tuple(sorted(r for r in refs if r is not None))
 

@@ -31,6 +31,7 @@ from collections import defaultdict, deque
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol, TypeVar
+from urllib.parse import urlsplit
 
 import msgspec
 
@@ -102,11 +103,12 @@ class _Health:
 class RedisControlStore:
     """Records in Redis under `prefix + key`."""
 
-    def __init__(self, client: Redis, *, prefix: str = "", timeout_s: float = 1.0) -> None:
+    def __init__(self, client: Redis, *, prefix: str = "", timeout_s: float = 1.0, where: str = "REDIS_URL") -> None:
         self._client = client
         self._prefix = prefix
         self._timeout = timeout_s
         self._health = _Health()
+        self._where = where  # how a failure names the server: `host:port (REDIS_URL)`, never its password
 
     @classmethod
     def from_url(
@@ -115,7 +117,8 @@ class RedisControlStore:
         """A store over `url`; `use_entra` authenticates with a Microsoft Entra token (managed identity)."""
         from shared.stores.cache.redis_tier import redis_client
 
-        return cls(redis_client(url, timeout_s=timeout_s, use_entra=use_entra), prefix=prefix, timeout_s=timeout_s)
+        client = redis_client(url, timeout_s=timeout_s, use_entra=use_entra)
+        return cls(client, prefix=prefix, timeout_s=timeout_s, where=_address(url))
 
     async def read(self, keys: Sequence[str]) -> list[bytes | None]:
         if not keys:
@@ -153,15 +156,22 @@ class RedisControlStore:
         except (RedisError, OSError, TimeoutError) as exc:
             self._health.failed_at, self._health.failure = time.monotonic(), type(exc).__name__
             if isinstance(exc, TimeoutError):  # a write may have landed all the same
-                detail = "redis did not answer in time (TimeoutError): the fleet's record may or may not have changed"
+                detail = f"Redis at {self._where} did not answer in time (TimeoutError): the fleet's record may or may not have changed"
             else:
-                detail = f"redis failed ({type(exc).__name__}): the fleet's record was not changed"
-            raise ControlStoreDown(f"{detail}; this replica changed nothing (GET /api/models); try again") from exc
+                detail = f"Redis at {self._where} failed ({type(exc).__name__}): the fleet's record was not changed"
+            raise ControlStoreDown(f'{detail}; is Redis running there? (`redis-cli -u "$REDIS_URL" ping`)') from exc
         self._health.succeeded_at = time.monotonic()
         return result
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+def _address(url: str) -> str:
+    """`host:port (REDIS_URL)` of a Redis URL, its password left out (a unix socket: its path)."""
+    parts = urlsplit(url)
+    where = parts.path if parts.scheme == "unix" else f"{parts.hostname}:{parts.port or 6379}"
+    return f"{where} (REDIS_URL)"
 
 
 def _honour_cancel() -> None:
