@@ -312,3 +312,16 @@ def doubling(steps: int = 28) -> bytes:
         numpy_helper.from_array(np.array(0.0, dtype=np.float32), "zero_f"),
     ]
     return _append(_model(), nodes, initializers)
+
+
+def constant_score(logit: float) -> bytes:
+    """Scores sigmoid(`logit`) whatever the event: its decline threshold (0.85) is never reached when low."""
+    nodes = [
+        helper.make_node("Mul", ["z", "zero_f"], ["flat"]),
+        helper.make_node("Add", ["flat", "logit"], ["z_"]),
+    ]
+    initializers = [
+        numpy_helper.from_array(np.array(0.0, dtype=np.float32), "zero_f"),
+        numpy_helper.from_array(np.array(logit, dtype=np.float32), "logit"),
+    ]
+    return _append(_model(), nodes, initializers)

@@ -31,6 +31,7 @@ from shared.models.repository import (
 from shared.settings import BatchPolicy, OrtOptions, Settings
 from shared.stores.control import Actor
 from tests.conftest import event
+from tests.models import hostile
 from tests.onnx_models import make_model
 
 REPO = Path(__file__).resolve().parents[2]
@@ -302,3 +303,16 @@ async def test_a_blob_swapped_after_publishing_is_refused_by_its_digest(
     with pytest.raises(ModelInvalid, match="is not the digest recorded at publish"):
         await a.admin.install_model(ref, swapped)
     assert await served(a) == "1" and a.models()[0].last_error is not None
+
+
+async def test_a_version_whose_trial_never_reached_its_decline_threshold_is_refused(
+    fleet: tuple[ScoringService, ScoringService], container: BlobRepository
+) -> None:
+    """Not 1.0, but above every score the trial's adversarial rows produced: it could never decline either."""
+    a, _ = fleet
+    flat = hostile.constant_score(-1.0)  # sigmoid(-1) = 0.27 for every event; decline at 0.85
+    publish_version(container, FRAUD_2, flat)
+    await a.admin.install_model(FRAUD_2, flat)
+    with pytest.raises(RolloutConflict, match=r"above every score its trial produced \(at most 0.2689"):
+        await a.admin.pin("fraud", "2", by=Actor("ops"))
+    assert await served(a) == "1"

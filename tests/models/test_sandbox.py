@@ -174,3 +174,24 @@ async def test_a_stacking_meta_model_is_tried_in_the_sandbox_too(
     assert rss() - base < 100 * MiB  # NOTE: the service's own start-up (two models, the app) included
     assert not service.model_ready("stack")
     assert "refused by the sandbox" in str(to_builtins(service.models())[-1]["last_error"])
+
+
+# -- the trial scores as an attacker would (issue 54) ---------------------------------------------
+
+PAST_STATIC = VettingPolicy(static_shapes=False, extra_ops=frozenset({"ConstantOfShape", "Expand", "Tile", "Range"}))
+
+
+@pytest.mark.parametrize("op", ["ConstantOfShape", "Range"])
+def test_a_file_harmless_on_its_defaults_is_refused_by_the_trials_adversarial_rows(op: str) -> None:
+    """Past the static checks on purpose: warm-up on the defaults passes (OnnxModel.warm in
+    tests/models/test_bounds.py: the old trial's whole work); a feature at 1 (64 Ki x 1024 floats) does not."""
+    data = hostile.input_sized(op)
+    with pytest.raises(
+        ModelInvalid, match=rf"refused by the sandbox .*: scoring features at 1: .*memory cap .*: {op} asked for"
+    ):
+        Sandbox(SandboxLimits(wall_s=60), PAST_STATIC).trial(data)
+
+
+def test_the_trial_keeps_the_highest_score_its_rows_produced() -> None:
+    verdict = Sandbox(SandboxLimits(wall_s=60)).trial(make_model(bias=0.125))
+    assert 0.99 <= verdict.max_score <= 1.0 and verdict.slowest_run_ms > 0 and verdict.peak_rss_mb > 0
