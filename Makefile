@@ -13,20 +13,24 @@ LINTED := shared tests function_app.py scripts bench
 
 ## help: list the targets
 help:
-	@grep -E '^## ' $(MAKEFILE_LIST) | sed -E 's/^## ([a-z-]+): /  make \1\t/' | expand -t 22
+	@grep -E '^## ' $(MAKEFILE_LIST) | sed -E 's/^## ([a-z0-9-]+): (.*)/\1\t\2/' | awk -F'\t' '{ printf "  make %-17s %s\n", $$1, $$2 }'
+
+# pip with a line per package it collects (a first setup shows progress) and without the index's
+# `WARNING: Location ...` lines; the recipe fails when pip does.
+PIP_PROGRESS = 2>&1 | { grep -E --line-buffered '^(Collecting|Successfully installed|ERROR)' || true; } | sed -u -E 's/^Collecting ([^ ]+).*/  collecting \1/; s/^Successfully installed.*/  installed/'
 
 # NOTE: a laptop's python3 may be older (macOS's own is 3.9): say which to use instead of failing in pip
 $(VENV)/.runtime: requirements.txt
 	@test -x $(PY) || $(PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] < (3, 11))' 2>/dev/null || { \
 		echo "make: $(PYTHON) is not Python 3.11 or newer ($$($(PYTHON) -V 2>&1)); try: make PYTHON=python3.11 $(MAKECMDGOALS)" >&2; exit 2; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@echo "installing runtime dependencies into $(VENV) (first run only)..."
-	@$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
+	@echo "installing runtime dependencies into $(VENV) (first run only, about a minute)..."
+	@set -o pipefail; $(PY) -m pip install --disable-pip-version-check --no-warn-script-location -r requirements.txt $(PIP_PROGRESS)
 	@touch $@
 
 $(VENV)/.dev: requirements-dev.txt $(VENV)/.runtime
 	@echo "installing test dependencies into $(VENV)..."
-	@$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+	@set -o pipefail; $(PY) -m pip install --disable-pip-version-check --no-warn-script-location -r requirements-dev.txt $(PIP_PROGRESS)
 	@touch $@
 
 node_modules/.installed: package.json package-lock.json
@@ -71,6 +75,7 @@ PIP_QUIET := -q --disable-pip-version-check --no-warn-script-location
 	@.venv-feast/bin/python -c 'import feast, feast.infra.online_stores.redis'
 	@touch $@
 
+## worker-venvs: the Python worker runtimes the conformance tests and bench.worker drive (3.13 runtime, 3.11 bundles)
 .PHONY: worker-venvs
 worker-venvs: .venv-worker/.installed .venv-worker311/.installed .venv-worker311-2026/.installed
 

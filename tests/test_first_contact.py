@@ -130,3 +130,23 @@ def test_only_names_that_look_like_ours_are_warned_about() -> None:
         "unknown setting WORKER='2'",
     ]
     assert "did you mean AZURE_OPENAI_API_KEY?" in lines[0] and "did you mean WORKERS?" in lines[2]
+
+
+def test_make_help_lists_the_targets_the_docs_send_a_newcomer_to_in_one_column() -> None:
+    shown = subprocess.run(["make", "-s", "help"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    rows = [re.match(r"  make (\S+) +(\S.*)", line) for line in shown.splitlines()]
+    assert all(rows), shown
+    targets = {row[1] for row in rows if row}
+    assert {"run", "test", "worker-venvs", "check-platforms", "capacity"} <= targets
+    assert len({row.start(2) for row in rows if row}) == 1, shown  # every description starts in one column
+
+
+def test_the_example_settings_do_not_start_the_workers_azure_monitor_without_a_connection_string() -> None:
+    """`func start` with local.settings.json.example's values: the 3.11 worker configures azure-monitor
+    itself under PYTHON_ENABLE_OPENTELEMETRY=true, and an empty connection string makes every start
+    log `Error initializing Azure monitor distro` with a traceback (docs/functions-host.md)."""
+    values = json.loads((REPO / "local.settings.json.example").read_text())["Values"]
+    enabled = values.get("PYTHON_ENABLE_OPENTELEMETRY", "").lower() in ("true", "1")
+    assert not enabled or values.get("APPLICATIONINSIGHTS_CONNECTION_STRING", "").startswith("InstrumentationKey=")
+    assert "ServiceBusConnection__fullyQualifiedNamespace" in values  # the name docs/functions-host.md says to edit
+    assert "ServiceBusConnection__fullyQualifiedNamespace" in (REPO / "docs" / "functions-host.md").read_text()
