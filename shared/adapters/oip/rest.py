@@ -71,7 +71,12 @@ class V2Endpoints:
             return _json(V2Live(True))
         if request.path_params["probe"] != "ready":
             raise ModelNotFound(f"no such path {request.url.path}")
-        ready = (await self.plane()).ready()
+        try:
+            ready = (await self.plane()).ready()
+        except ScoringError as exc:  # no core (none loads, a bad setting): the protocol's false is a 4xx, not a 503
+            if exc.status != 503:
+                raise
+            ready = False
         return _json(V2Ready(ready), 200 if ready else 400)
 
     async def metadata(self, request: Request) -> Response:

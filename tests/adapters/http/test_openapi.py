@@ -230,7 +230,6 @@ CASES: list[Case] = [
             "/api/stats",
             "/api/reviews/evt-1",
             "/v2",
-            "/v2/health/ready",
             "/v2/models/fraud",
             "/v2/models/fraud/versions/1",
             "/v2/models/fraud/ready",
@@ -260,8 +259,9 @@ CASES: list[Case] = [
     get("/api/metrics", 503, app="misconfigured"),
     get("/api/health/ready", 503, app="misconfigured"),
     get("/api/health/live", 200, app="misconfigured"),
-    # DEFAULT_MODEL names no model: the core runs but is not ready
+    # DEFAULT_MODEL names no model: the core runs but is not ready; none loads: no core (the protocol's false)
     get("/v2/health/ready", 400, app="no_default"),
+    get("/v2/health/ready", 400, app="unready"),
     post("/api/score", event(), 503, app="no_default"),
     get("/api/metrics", 404, app="quiet"),  # TELEMETRY=false
 ]
