@@ -155,10 +155,17 @@ class ModelRegistry:
         """The fleet's records name `sha256` for `ref`: a file with another digest is refused here.
 
         `ModelInvalid` at once when the version is loaded with another digest (it keeps its place:
-        the caller refuses to route to it or pin it).
+        the caller refuses to route to it or pin it). A record written before records named digests
+        (`sha256` empty) vouches only for a version this process already serves (the file it loaded);
+        for any other it is refused: it would let whatever file is under the version load.
         """
         if not sha256:
-            return  # a record written before records named digests: nothing to check
+            if ref.version in self._models.get(ref.name, {}):
+                return
+            raise ModelInvalid(
+                f"{ref.name}/{ref.version}: the fleet's record names no digest (written before records named "
+                "them), and this replica does not serve that version: not followed until a record names the file"
+            )
         self._vouched[ref] = sha256
         loaded = self._models.get(ref.name, {}).get(ref.version)
         if loaded is not None and loaded.digest != sha256:

@@ -151,15 +151,16 @@ async def test_a_decider_that_wraps_the_local_one_can_overrule_it(settings: Sett
         await core.aclose()
 
 
-async def test_infer_scores_rows_of_a_named_version(service: ScoringService) -> None:
+async def test_infer_scores_rows_of_the_live_version_named_or_not(service: ScoringService) -> None:
     import numpy as np
 
     await service.admin.install_model(ModelRef("fraud", "2"), make_model(bias=-50.0))
     width = service.active("fraud", "1").spec.width
     rows = [np.zeros(width, dtype=np.float32), np.ones(width, dtype=np.float32)]
-    v1, v2 = await service.infer("fraud", "1", rows), await service.infer("fraud", None, rows)
-    assert (v1.model_version, v2.model_version) == ("1", "2") and len(v1.scores) == 2
-    assert all(b < a for a, b in zip(v1.scores, v2.scores, strict=True))
+    named, live = await service.infer("fraud", "2", rows), await service.infer("fraud", None, rows)
+    assert (named.model_version, live.model_version) == ("2", "2") and named.scores == live.scores
+    with pytest.raises(ModelNotFound, match="not the live version"):  # an older version: not the caller's pick
+        await service.infer("fraud", "1", rows)
 
 
 async def test_readiness_and_models_come_from_the_core(service: ScoringService) -> None:

@@ -118,8 +118,14 @@ async def test_without_the_rewrite_a_new_replica_would_serve_the_swapped_file(
     async def as_read(self: Rollout, name: str, latest: object, pin: object) -> tuple[object, object]:
         return latest, pin
 
+    def vouch_as_before(self: ModelRegistry, ref: ModelRef, sha256: str) -> None:
+        if sha256:
+            original_vouch(self, ref, sha256)
+
+    original_vouch = ModelRegistry.vouch
     monkeypatch.setattr(Rollout, "_digested", as_read)
     monkeypatch.setattr("shared.fleet.rollout.legacy", lambda record: False)
+    monkeypatch.setattr(ModelRegistry, "vouch", vouch_as_before)
     publish_version(DirectoryRepository(models_dir), ModelRef("fraud", "2"), ORIGINAL)
     first, _ = await start()
     await first.pin("fraud", "2")
@@ -128,3 +134,19 @@ async def test_without_the_rewrite_a_new_replica_would_serve_the_swapped_file(
     newcomer, _ = await start()
     await asyncio.sleep(0.3)
     assert newcomer.active("fraud").digest == hashlib.sha256(SWAPPED).hexdigest()
+
+
+async def test_a_record_without_a_digest_vouches_only_for_a_version_already_served(models_dir: Path) -> None:
+    """What a shadow or canary record from before digests meets (shared/fleet/traffic.py vouches the same way)."""
+    from shared.errors import ModelInvalid
+
+    publish_version(DirectoryRepository(models_dir), ModelRef("fraud", "2"), ORIGINAL)
+    registry = ModelRegistry(DirectoryRepository(models_dir), OrtOptions(), BatchPolicy(max_size=8), keep_versions=1)
+    await registry.load_all()
+    try:
+        assert registry.loaded_versions("fraud") == ["2"]
+        registry.vouch(ModelRef("fraud", "2"), "")  # served here: the file it loaded stands
+        with pytest.raises(ModelInvalid, match="names no digest"):
+            registry.vouch(ModelRef("fraud", "1"), "")  # not served here: whatever is under it would load
+    finally:
+        await registry.aclose()
