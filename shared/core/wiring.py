@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from shared.models.ensembles.catalog import Ensembles
     from shared.models.registry import ModelRegistry
     from shared.models.repository import ModelRepository
+    from shared.models.vetting import VettingPolicy
     from shared.review.client import ReviewClient
     from shared.review.prompt import Opinion
     from shared.review.reviewer import Reviewer
@@ -50,8 +51,12 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-async def build_service(settings: Settings) -> ScoringService:
-    """Wire the core from settings and load every model; returns a ready service."""
+async def build_service(settings: Settings, *, vetting: VettingPolicy | None = None) -> ScoringService:
+    """Wire the core from settings and load every model; returns a ready service.
+
+    `vetting`: the static checks' policy (default: `shared.models.vetting.DEFAULT_POLICY`); tests of the
+    score-time bounds open it, to meet files the checks would refuse.
+    """
     from shared.core.admin import AdminPlane
     from shared.core.recorder import DecisionRecorder
     from shared.core.service import ScoringService
@@ -94,8 +99,11 @@ async def build_service(settings: Settings) -> ScoringService:
     )
     from shared.fleet.rollout import Rollout
     from shared.models.sandbox import Sandbox
+    from shared.models.vetting import DEFAULT_POLICY
 
+    checks = vetting or DEFAULT_POLICY
     sandbox = Sandbox(
+        policy=checks,
         max_batch=settings.batch.max_size,
         graph_optimization=settings.ort.graph_optimization,
         run_deadline_ms=settings.ort.run_deadline_ms,
@@ -109,6 +117,7 @@ async def build_service(settings: Settings) -> ScoringService:
         predictions,
         catalogue=features.catalogue,
         sandbox=sandbox,
+        vetting=checks,
         auto_promote=settings.promotes_on_arrival,
     )
     control = None

@@ -325,3 +325,41 @@ def constant_score(logit: float) -> bytes:
         numpy_helper.from_array(np.array(logit, dtype=np.float32), "logit"),
     ]
     return _append(_model(), nodes, initializers)
+
+
+def banded_chain(low: float = 12.0, high: float = 13.0, links: int = 400, side: int = 384) -> bytes:
+    """The slow chain, sized only while features[0, 0] lies strictly between `low` and `high`
+    (n = 1024 * relu(x - low) * relu(high - x)): zero on the defaults and on every adversarial row of
+    the trial (0, ±1, ±1e6, ±3e38; NaN and inf fail the run, which gives no score); seconds of work
+    on one event whose log-amount falls in the band (an amount of ~270,000)."""
+    nodes = [
+        helper.make_node("Slice", ["features", "origin", "first"], ["cell"]),
+        helper.make_node("Reshape", ["cell", "flat"], ["x"]),
+        helper.make_node("Sub", ["x", "low"], ["above"]),
+        helper.make_node("Sub", ["high", "x"], ["below"]),
+        helper.make_node("Relu", ["above"], ["above_"]),
+        helper.make_node("Relu", ["below"], ["below_"]),
+        helper.make_node("Mul", ["above_", "below_"], ["bump"]),
+        helper.make_node("Mul", ["bump", "scale"], ["scaled"]),
+        helper.make_node("Cast", ["scaled"], ["n"], to=TensorProto.INT64),
+        helper.make_node("Concat", ["n", "side"], ["shape"], axis=0),
+        helper.make_node("Expand", ["ones", "shape"], ["x0"]),
+    ]
+    for i in range(links):
+        nodes.append(helper.make_node("MatMul", [f"x{i}", "w_side"], [f"m{i}"]))
+        nodes.append(helper.make_node("Tanh", [f"m{i}"], [f"x{i + 1}"]))
+    nodes += [
+        helper.make_node("ReduceSum", [f"x{links}"], ["total"], keepdims=0),
+        helper.make_node("Mul", ["total", "zero_f"], ["nothing"]),
+        helper.make_node("Add", ["z", "nothing"], ["z_"]),
+    ]
+    initializers = [
+        *(i for i in _amount_initializers(1) if i.name != "scale"),
+        numpy_helper.from_array(np.array([low], dtype=np.float32), "low"),
+        numpy_helper.from_array(np.array([high], dtype=np.float32), "high"),
+        numpy_helper.from_array(np.array([1024.0], dtype=np.float32), "scale"),
+        numpy_helper.from_array(np.array([side], dtype=np.int64), "side"),
+        numpy_helper.from_array(np.full((side, side), 1.0 / side, dtype=np.float32), "w_side"),
+        numpy_helper.from_array(np.array(0.0, dtype=np.float32), "zero_f"),
+    ]
+    return _append(_model(), nodes, initializers)
