@@ -10,6 +10,9 @@ import os
 import re
 import subprocess
 import sys
+import time
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -19,6 +22,7 @@ from shared import errors
 from shared.adapters.http.app import create_app
 from shared.core.holder import ServiceHolder
 from shared.settings import Settings
+from tests.conftest import closed_port
 
 REPO = Path(__file__).resolve().parent.parent
 API = (REPO / "docs" / "api.md").read_text()
@@ -113,3 +117,72 @@ def test_the_replay_of_recorded_events_runs_as_queue_md_writes_it(tmp_path: Path
 def test_the_make_target_the_page_names_runs_the_module_the_test_runs(target: str) -> None:
     makefile = (REPO / "Makefile").read_text()
     assert "$(PY) -m shared.adapters.queue.replay" in makefile.split(f"\n{target}:", 1)[1].split("\n\n", 1)[0]
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("POST", "/v2/repository/index"), ("GET", "/v2/models/fraud/stats"), ("GET", "/v2/models/fraud/config")],
+)
+async def test_a_v2_extension_not_served_answers_in_the_protocols_error_shape(
+    settings: Settings, method: str, path: str
+) -> None:
+    holder = ServiceHolder(lambda: settings)
+    try:
+        transport = httpx.ASGITransport(app=create_app(holder))
+        async with httpx.AsyncClient(transport=transport, base_url="http://app") as client:
+            answer = await client.request(method, path, json={} if method == "POST" else None)
+    finally:
+        await holder.aclose()
+    assert answer.status_code == 404 and list(answer.json()) == ["error"]
+    assert answer.json()["error"].startswith(f"{method} {path}: not served here")
+
+
+# NOTE: tritonclient.http imports gevent, which the test process must never load (tests/conftest.py): a process of its own
+TRITON_CALLS = """
+import sys
+import tritonclient.http as http
+from tritonclient.utils import InferenceServerException
+client = http.InferenceServerClient(sys.argv[1])
+for name, call in (("index", client.get_model_repository_index), ("stats", lambda: client.get_inference_statistics("fraud")),
+                   ("config", lambda: client.get_model_config("fraud"))):
+    try:
+        call()
+        print(name, "answered")
+    except InferenceServerException as exc:
+        print(name, exc.message())
+print("ready", client.is_server_ready(), client.get_server_metadata()["extensions"])
+"""
+
+
+def test_tritonclient_raises_the_servers_message_for_an_extension_not_served(served_app: int) -> None:
+    """tritonclient's own calls: get_model_repository_index, get_inference_statistics, get_model_config."""
+    pytest.importorskip("tritonclient")
+    done = subprocess.run(
+        [sys.executable, "-c", TRITON_CALLS, f"127.0.0.1:{served_app}"], capture_output=True, text=True, timeout=60
+    )
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0 and len(lines) == 4, done.stdout + done.stderr
+    for line, path in zip(
+        lines[:3], ("/v2/repository/index", "/v2/models/fraud/stats", "/v2/models/fraud/config"), strict=True
+    ):
+        assert f"{path}: not served here" in line, line
+    assert lines[3] == "ready True ['binary_tensor_data']"
+
+
+@pytest.fixture
+def served_app(tmp_path: Path) -> Iterator[int]:
+    """`python -m shared` on a free port (no Redis, no log), until the test ends."""
+    port = closed_port()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PORT": str(port), "REDIS_URL": "", "PREDICTION_LOG": "off"}
+    app = subprocess.Popen([sys.executable, "-m", "shared"], cwd=REPO, env=env, stdout=subprocess.DEVNULL)
+    try:
+        for _ in range(300):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/health/ready", timeout=1):
+                    break
+            except OSError:
+                time.sleep(0.1)
+        yield port
+    finally:
+        app.terminate()
+        app.wait(timeout=30)

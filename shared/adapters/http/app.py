@@ -36,7 +36,17 @@ from shared.adapters.http.body import read_body, read_json_body
 from shared.adapters.http.routes import ROUTES
 from shared.adapters.oip.rest import V2Endpoints
 from shared.core.holder import ServiceHolder
-from shared.domain.answers import Batch, ErrorBody, IndexedError, Liveness, ModelList, Readiness, encode, error_body
+from shared.domain.answers import (
+    Batch,
+    ErrorBody,
+    IndexedError,
+    Liveness,
+    ModelList,
+    Readiness,
+    V2Error,
+    encode,
+    error_body,
+)
 from shared.domain.control import decode_note
 from shared.domain.events import decode_activation, decode_canary
 from shared.errors import Overloaded, ScoringError, log_answered, retry_after
@@ -364,8 +374,18 @@ def _route(request: Request) -> str:
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)  # noqa: S101 narrows the type: Starlette routes only HTTPException here
+    if request.url.path.startswith("/v2/") or request.url.path == "/v2":  # V2 clients read `{"error": message}`
+        return json_response(V2Error(f"{request.method} {request.url.path}: {V2_UNSERVED}"), exc.status_code)
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
     return json_response(ErrorBody(code, exc.detail), exc.status_code)
+
+
+# NOTE: what a Triton or KServe client asks of the extensions this server does not declare (GET /v2: extensions)
+V2_UNSERVED = (
+    "not served here: this server speaks the V2 core protocol (health, server and model metadata, model "
+    "ready, infer, the binary tensor data extension); no model repository, statistics or configuration "
+    "extension (/v2/repository/index, /v2/models/{name}/stats, /v2/models/{name}/config)"
+)
 
 
 async def _internal_error(request: Request, exc: Exception) -> Response:
