@@ -211,7 +211,7 @@ async def test_a_message_at_max_message_bytes_is_scored_and_one_byte_more_is_rej
         await handlers.payments([sb_message(at, "m-at"), sb_message(over, "m-over")])
         sent = {m.message_id: (m.queue, json.loads(m.body)) for m in publisher.sent}
         assert sent["evt-1"][0] == "risk-completed"
-        queue, record = sent["m-over"]
+        [(queue, record)] = [(q, r) for q, r in sent.values() if r.get("message_id") == "m-over"]
         assert queue == "risk-rejected" and record["error"] == "payload_too_large" and record["body_bytes"] == 1025
     finally:
         await handlers.aclose()

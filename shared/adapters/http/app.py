@@ -375,7 +375,8 @@ def _route(request: Request) -> str:
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)  # noqa: S101 narrows the type: Starlette routes only HTTPException here
     if request.url.path.startswith("/v2/") or request.url.path == "/v2":  # V2 clients read `{"error": message}`
-        return json_response(V2Error(f"{request.method} {request.url.path}: {V2_UNSERVED}"), exc.status_code)
+        why = V2_UNSERVED if exc.status_code == 404 else exc.detail  # 405: the path is served, not that method
+        return json_response(V2Error(f"{request.method} {request.url.path}: {why}"), exc.status_code)
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
     return json_response(ErrorBody(code, exc.detail), exc.status_code)
 

@@ -49,8 +49,9 @@ Struct = type[msgspec.Struct]
 STR: Schema = {"type": "string"}
 INT: Schema = {"type": "integer"}
 NO_CONTROL = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"  # shared/domain/events.py: no text field admits one
-NOT_FOUND = "not_found"  # the router's 404 (shared/adapters/http/app.py), in the /api shape on every path
-SWITCHED_OFF = {"metrics"}  # answers the router's 404 while TELEMETRY=false (app.py: no class for it)
+NOT_FOUND = "not_found"  # the router's 404 (shared/adapters/http/app.py): the /api shape, V2's on /v2 paths
+# answer the router's 404 while switched off (app.py: no class for it): TELEMETRY=false, PREDICTION_LOG=off
+SWITCHED_OFF = {"metrics", "outcomes"}
 
 
 def _ref(name: str) -> Schema:
@@ -334,11 +335,8 @@ def _errors(spec: RouteSpec, op: Op, path: str) -> dict[str, Schema]:
     responses: dict[str, Schema] = {}
     for status in sorted({*codes, *([404] if routed else [])}):
         found = codes.get(status, []) + ([NOT_FOUND] if status == 404 and routed else [])
-        if not v2:
-            schema = {"allOf": [_ref("ErrorBody")], "properties": {"error": {"enum": found}}}
-        else:
-            shapes = [_ref("V2Error")] * (status in codes) + [_ref("ErrorBody")] * (NOT_FOUND in found)
-            schema = shapes[0] if len(shapes) == 1 else {"anyOf": shapes}
+        # NOTE: on /v2 the router's own 404 is V2's shape too (app.py `_http_error`: V2 clients read one shape)
+        schema = _ref("V2Error") if v2 else {"allOf": [_ref("ErrorBody")], "properties": {"error": {"enum": found}}}
         responses[str(status)] = _json(schema, WHY[status])
         if status in waits:
             responses[str(status)]["headers"] = RETRY_AFTER
