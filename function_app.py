@@ -107,6 +107,12 @@ async def reviews(req: func.HttpRequest, context: func.Context) -> func.HttpResp
     return await handlers.http(req, context)
 
 
+@app.function_name("outcomes")
+@app.route(route="api/outcomes", methods=["POST"], auth_level=CONTROL)
+async def outcomes(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
+    return await handlers.http(req, context)
+
+
 @app.function_name("stats")
 @app.route(route="api/stats", methods=["GET"], auth_level=KEYED)
 async def stats(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:

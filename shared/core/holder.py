@@ -16,6 +16,7 @@ from shared.errors import NotReady, ScoringError, SettingsError
 from shared.settings import Settings
 
 if TYPE_CHECKING:
+    from shared.core.outcomes import OutcomeDesk
     from shared.core.service import ScoringService
     from shared.domain.answers import Readiness
 
@@ -42,6 +43,7 @@ class ServiceHolder:
         self._settings: Settings | None = None
         self._task: asyncio.Task[ScoringService] | None = None
         self._service: ScoringService | None = None
+        self._outcomes: OutcomeDesk | None = None
         self.last_error: str | None = None
 
     @property
@@ -100,6 +102,17 @@ class ServiceHolder:
             self._service = task.result()
         return self._service
 
+    def outcomes(self) -> OutcomeDesk | None:
+        """The outcome desk (shared/core/outcomes.py), built on first use, apart from the scoring
+        service (outcomes need no model); None while the prediction log is off."""
+        if self._outcomes is None:
+            from shared.core.outcomes import build_outcomes
+            from shared.core.wiring import replica_name
+
+            settings = self.settings
+            self._outcomes = build_outcomes(settings, replica_name(settings.prediction_log.replica))
+        return self._outcomes
+
     def readiness(self) -> Readiness:
         """The service's readiness, or why there is no service yet (starting it if need be)."""
         from shared.domain.answers import Readiness
@@ -115,6 +128,9 @@ class ServiceHolder:
         return Readiness.refused(detail, [])
 
     async def aclose(self) -> None:
+        if self._outcomes is not None:
+            desk, self._outcomes = self._outcomes, None
+            await desk.aclose()
         if self._task is not None:
             service = self.peek()
             if not self._task.done():

@@ -57,6 +57,7 @@ __all__ = [
     "Method",
     "ModelList",
     "ModelView",
+    "OutcomeReceipt",
     "Platform",
     "PredictionLogStats",
     "QueueResult",
@@ -217,6 +218,16 @@ class Batch(Answer, frozen=True):
     """One answer per event of a batch, in order."""
 
     results: Sequence[Annotated[object, one_of(Scored, IndexedError)]]
+
+
+class OutcomeReceipt(Answer, frozen=True):
+    """What became of each outcome of a batch (`POST /api/outcomes`): written + duplicates + refused
+    == the batch's size; each refused one in `errors`, with its slot and code."""
+
+    written: int
+    duplicates: int
+    refused: int
+    errors: Sequence[IndexedError]
 
 
 # -- health ---------------------------------------------------------------------------------

@@ -141,6 +141,7 @@ def test_function_names() -> None:
         "model_shadow",
         "models",
         "openapi",
+        "outcomes",
         "payments",
         "reviews",
         "score",
@@ -551,7 +552,7 @@ def table_routes(routes: tuple[RouteSpec, ...] = ROUTES) -> set[tuple[str, str, 
 
 
 def test_function_app_declares_exactly_the_route_table() -> None:
-    assert len(ROUTES) == 22
+    assert len(ROUTES) == 23
     assert declared_routes(FUNCTIONS) == table_routes()
 
 
@@ -573,7 +574,7 @@ def test_the_route_table_check_catches_a_declaration_that_drifts() -> None:
 # host key (and the master key); an admin-level one the master key only.
 OPENS = {"function key": {"anonymous", "function"}, "host key": {"anonymous", "function"},
          "master key": {"anonymous", "function", "admin"}}  # fmt: skip
-CONTROL = {"model_activate", "model_rollout", "model_shadow", "model_canary", "model_promote", "reviews"}
+CONTROL = {"model_activate", "model_rollout", "model_shadow", "model_canary", "model_promote", "reviews", "outcomes"}
 
 
 def calls(routes: tuple[RouteSpec, ...] = ROUTES) -> list[tuple[str, str, str]]:

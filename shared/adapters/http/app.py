@@ -124,6 +124,15 @@ class Endpoints:
 
     # -- the admin plane -----------------------------------------------------------
 
+    async def outcomes(self, request: Request) -> Response:
+        desk = self.holder.outcomes()
+        if desk is None:
+            from shared.core.outcomes import NO_LOG
+
+            return json_response(ErrorBody("not_found", NO_LOG), 404)
+        body = await self.body(request, self.holder.settings.max_body_bytes * 16)
+        return json_response(await desk.take_json(body))
+
     async def models(self, request: Request) -> Response:
         return json_response(ModelList((await self.core()).models()))
 

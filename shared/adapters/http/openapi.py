@@ -39,6 +39,7 @@ from shared.adapters.http.routes import ROUTES, Op, RouteSpec, Tag, Written
 from shared.domain import answers
 from shared.domain.control import ControlNote
 from shared.domain.events import EXAMPLE_EVENT, TEXT_FIELDS, Activation, CanarySplit, PaymentEvent
+from shared.domain.outcomes import OutcomeBatch
 
 __all__ = ["OPENAPI_PATH", "document", "document_bytes"]
 
@@ -78,12 +79,20 @@ TAKEN: dict[Struct, str] = {  # a request body
     Activation: "the version to pin or shadow (at most 1 KiB)",
     CanarySplit: "the candidate and the share of users it scores (at most 1 KiB)",
     ControlNote: "why, kept with the action in the fleet's audit (at most 1 KiB; none: no reason)",
+    OutcomeBatch: "outcomes learned later, each checked on its own (at most MAX_BATCH_ITEMS)",
+}
+OUTCOME_EXAMPLE = {
+    "event_id": "evt-1001",
+    "outcome": "fraud",
+    "source": "chargeback",
+    "learned_at": "2026-11-20T09:00:00Z",
 }
 EXAMPLES: dict[Struct, object] = {
     PaymentEvent: EXAMPLE_EVENT,
     Activation: {"version": "1"},
     CanarySplit: {"version": "2", "weight": 0.1},
     ControlNote: {"reason": "rollback: declines doubled"},
+    OutcomeBatch: {"outcomes": [OUTCOME_EXAMPLE]},
 }
 ANSWERED: dict[Struct, str] = {  # a 200 answer
     answers.Scored: "the risk score and the decision",
@@ -93,6 +102,7 @@ ANSWERED: dict[Struct, str] = {  # a 200 answer
     answers.RolloutView: "the model's rollout as it is now",
     answers.ReviewRecord: "the kept review: done, pending or failed",
     answers.Stats: "the counters of this replica",
+    answers.OutcomeReceipt: "each outcome written, a duplicate, or refused with its slot and code",
     answers.Liveness: "the process answers",
     answers.Readiness: "ready; `degraded` lists what serves with less than it should",
     answers.V2ServerMetadata: "the server",
@@ -199,7 +209,7 @@ def _components(routes: tuple[RouteSpec, ...]) -> dict[str, Schema]:
     given = [op.answer for op in ops if isinstance(op.answer, type)]
     noted = {op.body for spec in routes if spec.auth == "admin" for op in spec.ops if isinstance(op.body, type)}
     schemas = {
-        **_decoded(list(dict.fromkeys(taken)), noted - {ControlNote}),
+        **_decoded(list(dict.fromkeys(taken)), noted - {ControlNote, OutcomeBatch}),  # outcomes are data: no note
         "V2InferRequest": INFER_REQUEST,
         **_answered([*dict.fromkeys(given), answers.ErrorBody, answers.V2Error]),
     }
@@ -224,7 +234,8 @@ def _decoded(types: list[Struct], noted: set[Struct]) -> dict[str, Schema]:
         schemas[struct.__name__]["examples"] = [EXAMPLES[struct]]
         if struct in noted:
             schemas[struct.__name__]["properties"].update(note)
-    return {t.__name__: schemas[t.__name__] for t in types}
+    nested = {name for name in schemas if name != ControlNote.__name__}  # a body's own structs (an outcome)
+    return {name: schemas[name] for name in [*(t.__name__ for t in types), *sorted(nested)]}
 
 
 REFERS = re.compile('"' + re.escape(answers.REF.format(name="")) + r'(\w+)"')  # a $ref, the name it refers to

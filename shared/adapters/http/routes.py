@@ -29,6 +29,7 @@ from shared.domain.answers import (
     Liveness,
     ModelList,
     ModelView,
+    OutcomeReceipt,
     Readiness,
     ReviewRecord,
     RolloutView,
@@ -43,6 +44,7 @@ from shared.domain.answers import (
 )
 from shared.domain.control import ControlNote
 from shared.domain.events import Activation, CanarySplit, PaymentEvent
+from shared.domain.outcomes import OutcomeBatch
 from shared.errors import (
     BadRequest,
     BatcherClosed,
@@ -50,6 +52,7 @@ from shared.errors import (
     BodyTimeout,
     ControlStoreDown,
     DeadlineExceeded,
+    EventExpired,
     InferenceFailed,
     InvalidEvent,
     MalformedJson,
@@ -64,13 +67,15 @@ from shared.errors import (
     ScoringError,
     SettingsError,
     TooManyItems,
+    Unavailable,
     UnsupportedMediaType,
 )
 
 __all__ = ["ROUTES", "Auth", "Op", "RouteSpec", "Tag", "Written", "framed", "route"]
 
 Auth = Literal["function", "admin", "anonymous"]
-Tag = Literal["scoring", "models", "rollouts", "reviews", "operations", "health", "v2"]  # in the document's order
+# in the document's order
+Tag = Literal["scoring", "models", "rollouts", "reviews", "outcomes", "operations", "health", "v2"]
 Written = Literal["EventBatch", "V2InferRequest", "PrometheusText", "OpenAPI"]
 """A body or answer that no type describes (read or written by hand): openapi.py writes its schema."""
 
@@ -147,6 +152,16 @@ CANARY = (
     "CANARY_MAX_DECLINE_DELTA / CANARY_MAX_ERROR_DELTA."
 )
 
+OUTCOMES = (
+    "Each outcome is written, a duplicate (the same content restated: nothing written) or refused in "
+    "`errors` with its slot and code: 422 `invalid_event` (a malformed field, a source not declared, a "
+    "`learned_at` in the future), 422 `event_expired` (learned past the log's retention). "
+    "written + duplicates + refused is the batch's size. An outcome for an event id the log does not "
+    "hold is written, and counted unmatched by the report until its decision is found. 503 "
+    "`unavailable`: the store did not take the batch (nothing was marked taken: send it again). 404 "
+    "`not_found` when PREDICTION_LOG=off (there is nowhere to keep them)."
+)
+
 
 V2_INFER = Op(
     "POST",
@@ -195,6 +210,11 @@ ROUTES: tuple[RouteSpec, ...] = (
            RolloutView, ControlNote, ROLLOUT)),
     _control("reviews", "/api/reviews/{event_id}", "reviews",
         _get("The review of an event by Azure OpenAI", ReviewRecord, ReviewNotFound, *UNREADY)),
+    _control("outcomes", "/api/outcomes", "outcomes",
+        Op("POST", "Outcomes learned later (chargebacks, reviews, customers), kept beside the decisions",
+           OutcomeReceipt, OutcomeBatch,
+           (*JSON_BODY, InvalidEvent, EventExpired, TooManyItems, Unavailable, SettingsError),
+           description=OUTCOMES)),
     _admin("stats", "/api/stats", "operations",
         _get("Events scored, cache hits and misses per tier, Redis round-trips and errors", Stats, *UNREADY)),
     _admin("metrics", "/api/metrics", "operations",

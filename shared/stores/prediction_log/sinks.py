@@ -1,6 +1,7 @@
 """Where the prediction log's lines go: a local directory or append blobs, the same names.
 
     model={model}/version={version}/date={YYYY-MM-DD}/hour={HH}/{replica}.jsonl
+    outcomes/date={YYYY-MM-DD}/hour={HH}/{replica}.jsonl         (outcomes learned later: outcome_name)
 
 One object per replica per UTC hour: each writer appends only to its own, so lines of two
 replicas never interleave and no write needs a lock or a lease; a reader takes the hour's
@@ -30,7 +31,7 @@ import io
 import logging
 import os
 import re
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -52,6 +53,7 @@ __all__ = [
     "Sink",
     "SinkError",
     "object_name",
+    "outcome_name",
     "sink_from_settings",
 ]
 
@@ -96,6 +98,19 @@ def object_name(partition: Partition, replica: str, segment: int = 0) -> str:
     return f"model={model}/version={version}/date={match[1]}/hour={match[2]}/{replica}{suffix}.jsonl"
 
 
+def outcome_name(partition: Partition, replica: str, segment: int = 0) -> str:
+    """The object outcomes go to, beside the decisions (`partition`'s model and version are unused:
+    an outcome is about an event, whichever version decided it)."""
+    match = _HOUR.match(partition[2])
+    if match is None:
+        raise SinkError(f"not a partition a path can name: {partition!r:.120}", permanent=True)
+    suffix = f".{segment}" if segment else ""
+    return f"outcomes/date={match[1]}/hour={match[2]}/{replica}{suffix}.jsonl"
+
+
+Names = Callable[[Partition, str, int], str]
+
+
 def _check_replica(replica: str) -> str:
     if not _SEGMENT.match(replica):
         raise ValueError(f"replica {replica[:80]!r} must match {_SEGMENT.pattern} (it names a file)")
@@ -114,8 +129,9 @@ class DirectorySink:
     name = "dir"
     write_bytes = 1 << 20  # a second's records at capacity are ~9 MB: joining them at once held the loop ms
 
-    def __init__(self, root: Path, replica: str, max_bytes: int = DIRECTORY_CAP) -> None:
+    def __init__(self, root: Path, replica: str, max_bytes: int = DIRECTORY_CAP, *, names: Names = object_name) -> None:
         self.root = root
+        self._names = names
         self._replica = _check_replica(replica)
         self.max_bytes = max_bytes
         self._segment_bytes = max(4096, max_bytes // 8)
@@ -135,10 +151,10 @@ class DirectorySink:
         if not self._scanned:
             self._scan()
         segment = self._segments.get(partition, 0)
-        path = self.root / object_name(partition, self._replica, segment)
+        path = self.root / self._names(partition, self._replica, segment)
         if self._sizes.get(path, 0) and self._sizes[path] + len(lines) > self._segment_bytes:
             segment += 1
-            path = self.root / object_name(partition, self._replica, segment)
+            path = self.root / self._names(partition, self._replica, segment)
         self._segments[partition] = segment
         _append(path, lines)
         self._sizes[path] = self._sizes.pop(path, 0) + len(lines)  # re-inserted: newest last
@@ -146,7 +162,8 @@ class DirectorySink:
 
     def _scan(self) -> None:
         """What an earlier run of this writer left, oldest first: it counts against the cap."""
-        found = sorted(self.root.glob(f"model=*/version=*/date=*/hour=*/{self._replica}*.jsonl"), key=_mtime)
+        top = "outcomes" if self._names is outcome_name else "model=*/version=*"
+        found = sorted(self.root.glob(f"{top}/date=*/hour=*/{self._replica}*.jsonl"), key=_mtime)
         self._sizes = {path: path.stat().st_size for path in found}
         self._scanned = True
         self._trim(keep=None)
@@ -218,8 +235,10 @@ class BlobSink:
         block_bytes: int = BLOCK_BYTES,
         max_blocks: int = MAX_BLOCKS,
         credential: AsyncTokenCredential | None = None,
+        names: Names = object_name,
     ) -> None:
         self._container = container
+        self._names = names
         self._replica = _check_replica(replica)
         self._timeout_s = timeout_s
         self._block_bytes = block_bytes
@@ -330,7 +349,7 @@ class BlobSink:
         from azure.storage.blob import BlobType
 
         while True:
-            client = self._container.get_blob_client(object_name(partition, self._replica, segment))
+            client = self._container.get_blob_client(self._names(partition, self._replica, segment))
             try:
                 props = await self._call(client.get_blob_properties())
             except ResourceNotFoundError:
@@ -407,16 +426,17 @@ def _translated(exc: HttpResponseError) -> SinkError:
     return SinkError(what, permanent=status in _REFUSED)
 
 
-def sink_from_settings(settings: Settings, replica: str) -> Sink | None:
-    """The sink PREDICTION_LOG names (None when it is `off`)."""
+def sink_from_settings(settings: Settings, replica: str, *, names: Names = object_name) -> Sink | None:
+    """The sink PREDICTION_LOG names (None when it is `off`); `names=outcome_name`: its outcomes' sink."""
     policy = settings.prediction_log
     if policy.sink == "off":
         return None
     if policy.sink == "dir":
-        return DirectorySink(Path(policy.directory), replica)
+        return DirectorySink(Path(policy.directory), replica, names=names)
     return BlobSink.connect(
         container=policy.container,
         connection_string=settings.model_storage,
         blob_uri=settings.model_storage_blob_uri,
         replica=replica,
+        names=names,
     )

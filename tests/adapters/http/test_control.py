@@ -22,7 +22,7 @@ from shared.core.holder import ServiceHolder
 from shared.settings import PredictionLogPolicy, Settings
 from tests.onnx_models import make_model
 
-CONTROL = {"model_activate", "model_rollout", "model_shadow", "model_canary", "model_promote", "reviews"}
+CONTROL = {"model_activate", "model_rollout", "model_shadow", "model_canary", "model_promote", "reviews", "outcomes"}
 
 
 @pytest.fixture

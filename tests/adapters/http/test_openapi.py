@@ -30,7 +30,7 @@ from bench.llm_server import LlmServer
 from shared.adapters.http.app import create_app
 from shared.adapters.http.openapi import OPENAPI_PATH, document
 from shared.core.holder import ServiceHolder
-from shared.settings import BatchPolicy, CachePolicy, ReviewPolicy, Settings
+from shared.settings import BatchPolicy, CachePolicy, PredictionLogPolicy, ReviewPolicy, Settings
 from tests.adapters.http.openapi_check import answer_problems, operation_of, operations, route_problems
 from tests.adapters.test_function_app import host_table
 from tests.conftest import REPO, event
@@ -105,7 +105,7 @@ def delete(path: str, status: int = 200, app: str = "ready") -> Case:
 def body_cases(path: str, good: object, method: str = "POST", app: str = "ready") -> list[Case]:
     """The answers every JSON-body route gives to a body it cannot read."""
     small = path.endswith(("activate", "shadow", "canary"))
-    over = MAX_BODY * 16 if path.endswith("batch") else 1024 if small else MAX_BODY
+    over = MAX_BODY * 16 if path.endswith(("batch", "outcomes")) else 1024 if small else MAX_BODY
     cases = [
         post(path, b"{not json", 400),
         post(path, good, 415, content_type="text/plain"),
@@ -132,6 +132,8 @@ BINARY, BINARY_HEADERS = binary_infer()
 V2_INFER = "/v2/models/fraud/infer"
 V2_VERSIONED = "/v2/models/fraud/versions/1/infer"
 
+OUTCOME = {"event_id": "evt-1", "outcome": "fraud", "source": "chargeback", "learned_at": "2026-12-01T09:00:00Z"}
+
 CASES: list[Case] = [
     get("/api/health/live"),
     get("/api/health/ready"),
@@ -142,6 +144,12 @@ CASES: list[Case] = [
     get("/api/metrics"),
     get("/api/reviews/evt-1", 404),  # reviews are off here
     get("/api/reviews/rv-1", 200, app="reviewing"),
+    post("/api/outcomes", {"outcomes": [OUTCOME, {**OUTCOME, "source": "bank"}]}, app="logging", scored=False),
+    post("/api/outcomes", {"outcomes": []}, 422, app="logging"),
+    post("/api/outcomes", {"outcomes": [OUTCOME] * 257}, 422, app="logging"),
+    post("/api/outcomes", {"outcomes": [OUTCOME]}, 404),  # no prediction log to keep them beside
+    post("/api/outcomes", {"outcomes": [OUTCOME]}, 503, app="misconfigured"),
+    *body_cases("/api/outcomes", {"outcomes": [OUTCOME]}, app="logging"),
     post("/api/score", event()),
     post("/api/score/", event(event_id="slashed")),
     post("/api/score", event(amount=-1), 422),
@@ -301,6 +309,7 @@ class Apps:
             "no_default": replace(base, default_model="nope"),
             "quiet": replace(base, telemetry=False),
             "versions": replace(base, models_dir=str(versions)),
+            "logging": replace(base, prediction_log=PredictionLogPolicy(sink="dir", directory=str(root / "log"))),
         }
         self._clients: dict[str, TestClient] = {}
 
