@@ -42,6 +42,11 @@ node_modules/.installed: package.json package-lock.json
 run: $(VENV)/.runtime
 	@PORT=$(PORT) PREDICTION_LOG=$${PREDICTION_LOG:-dir} $(PY) -m shared
 
+## outcomes: decisions joined to the outcomes learned later (make run's log): each version's precision, recall, losses per day
+.PHONY: outcomes
+outcomes: $(VENV)/.runtime
+	$(PY) -m shared.stores.prediction_log.report --dir $${PREDICTION_LOG_DIR:-.run/predictions}
+
 ## test: lint, then start Redis (unless one answers at REDIS_URL) and Azurite, run every test, stop them
 test: lint test-unit test-infra
 

@@ -15,6 +15,7 @@ from starlette.testclient import TestClient
 
 from shared.adapters.http.app import create_app
 from shared.core.holder import ServiceHolder
+from shared.domain.records import hashed_id
 from shared.settings import PredictionLogPolicy, Settings
 
 KEY = "outcome-key"
@@ -61,7 +62,9 @@ def test_each_outcome_is_written_a_duplicate_or_refused_with_its_code(client: Te
     assert (receipt["written"], receipt["duplicates"], receipt["refused"]) == (3, 1, 4)
     codes = {e["index"]: e["error"] for e in receipt["errors"]}
     assert codes == {3: "invalid_event", 4: "invalid_event", 5: "invalid_event", 6: "event_expired"}
-    assert len(written(tmp_path)) == 3
+    lines = written(tmp_path)
+    assert len(lines) == 3
+    assert lines[0]["event"] == hashed_id("evt-1", KEY.encode())  # the key the decisions' lines use
 
 
 def test_the_envelope_is_refused_whole_as_a_score_batch_is(client: TestClient, logged: Settings) -> None:

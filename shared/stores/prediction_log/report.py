@@ -1,0 +1,198 @@
+"""Decisions joined to the outcomes learned later: how each model version did, per day of decision.
+
+    python -m shared.stores.prediction_log.report --dir .run/predictions [--maturity-days 120] [--csv]
+
+DuckDB reads the log's hive-partitioned JSONL as it lies (the decisions under
+`model=/version=/date=/hour=/`, the outcomes under `outcomes/date=/hour=/`, shared/stores/prediction_log/sinks.py)
+and joins them on the hashed event id: both were hashed with the same key, so the join never sees
+a raw id. DuckDB is imported here only (never on the Functions path: tests/test_layers.py).
+
+    decisions   one row per (event, model, version): its first record (a redelivery scored twice
+                counts once); `role` live or canary (the arm that decided), and a shadow version's
+                score of the same event as a row of its own (`role` shadow), so the three sit side by side
+    outcomes    restatements (the same digest) dropped; per event the latest (`learned_at`, then
+                arrival) supersedes the earlier ones, which stay in the store
+    figures     per (model, version, role, day): decisions, the share still awaiting an outcome,
+                fraud caught (declined) / reviewed / missed (approved) in count and amount lost,
+                false declines and their rate among the legit, precision and recall of a decline at
+                the version's thresholds (the decision it took), the review rate, PR-AUC (average
+                precision, as scikit-learn computes it) and `mature`: a day within `maturity_days` of
+                today is immature (chargebacks come up to 120 days later): its figures are not yet good
+    unmatched   outcomes (latest per event) that match no decision: kept, counted, matched on a later run
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+__all__ = ["MATURITY_DAYS", "Report", "build", "main", "render"]
+
+MATURITY_DAYS = 120  # a chargeback's usual latest arrival
+
+DECISIONS = """
+CREATE TEMP VIEW records AS
+SELECT * FROM read_json({decisions}, format = 'newline_delimited', hive_partitioning = false,
+    columns = {{'event': 'VARCHAR', 'at': 'VARCHAR', 'via': 'VARCHAR', 'model': 'VARCHAR', 'version': 'VARCHAR',
+               'score': 'DOUBLE', 'decision': 'VARCHAR', 'arm': 'VARCHAR',
+               'shadow': 'STRUCT(version VARCHAR, score DOUBLE, decision VARCHAR, error VARCHAR)'}});
+CREATE TEMP VIEW scored AS
+SELECT event, CAST("at" AS TIMESTAMPTZ) AS "at", model, version, coalesce(arm, 'live') AS role, score, decision
+  FROM records WHERE via <> 'review' AND event <> ''
+UNION ALL
+SELECT event, CAST("at" AS TIMESTAMPTZ), model, shadow.version, 'shadow', shadow.score, shadow.decision
+  FROM records WHERE via <> 'review' AND event <> '' AND shadow.score IS NOT NULL;
+CREATE TEMP TABLE decisions AS
+SELECT event, model, version, role, CAST(timezone('UTC', "at") AS DATE) AS day, score, decision FROM (
+  SELECT *, row_number() OVER (PARTITION BY event, model, version ORDER BY "at") AS nth FROM scored
+) WHERE nth = 1;
+"""
+
+OUTCOMES = """
+CREATE TEMP TABLE outcomes AS
+SELECT event, outcome, coalesce(amount_lost, 0.0) AS amount FROM (
+  SELECT *, row_number() OVER (PARTITION BY event ORDER BY learned DESC, received DESC) AS latest FROM (
+    SELECT event, outcome, amount_lost, CAST(learned_at AS TIMESTAMPTZ) AS learned,
+           CAST(received_at AS TIMESTAMPTZ) AS received,
+           row_number() OVER (PARTITION BY event, digest ORDER BY received_at) AS copy
+      FROM read_json({outcomes}, format = 'newline_delimited', hive_partitioning = false,
+        columns = {{'event': 'VARCHAR', 'outcome': 'VARCHAR', 'learned_at': 'VARCHAR', 'amount_lost': 'DOUBLE',
+                   'received_at': 'VARCHAR', 'digest': 'VARCHAR'}})
+  ) WHERE copy = 1
+) WHERE latest = 1;
+"""
+
+NO_OUTCOMES = "CREATE TEMP TABLE outcomes (event VARCHAR, outcome VARCHAR, amount DOUBLE);"
+
+FIGURES = """
+WITH joined AS (
+  SELECT d.*, o.outcome, o.amount,
+         o.outcome = 'fraud' AS fraud, o.outcome = 'legit' AS legit
+    FROM decisions d LEFT JOIN outcomes o USING (event)
+), counts AS (
+  SELECT model, version, role, day,
+         count(*) AS decisions,
+         count(outcome) AS labelled,
+         count(*) FILTER (decision = 'review') AS reviews,
+         count(*) FILTER (fraud) AS fraud,
+         count(*) FILTER (fraud AND decision = 'decline') AS caught,
+         count(*) FILTER (fraud AND decision = 'review') AS fraud_reviewed,
+         count(*) FILTER (fraud AND decision = 'approve') AS missed,
+         coalesce(sum(amount) FILTER (fraud AND decision = 'decline'), 0) AS caught_amount,
+         coalesce(sum(amount) FILTER (fraud AND decision = 'approve'), 0) AS missed_amount,
+         count(*) FILTER (legit) AS legit,
+         count(*) FILTER (legit AND decision = 'decline') AS false_declines,
+         count(*) FILTER (outcome IS NOT NULL AND decision = 'decline') AS labelled_declines
+    FROM joined GROUP BY ALL
+), steps AS (  -- average precision: one step per distinct score, highest first (scikit-learn's definition)
+  SELECT model, version, role, day, score, count(*) FILTER (fraud) AS tp, count(*) FILTER (legit) AS fp
+    FROM joined WHERE outcome IS NOT NULL GROUP BY ALL
+), curve AS (
+  SELECT *, sum(tp) OVER w AS tps, sum(tp + fp) OVER w AS predicted,
+         sum(tp) OVER (PARTITION BY model, version, role, day) AS positives
+    FROM steps
+  WINDOW w AS (PARTITION BY model, version, role, day ORDER BY score DESC ROWS UNBOUNDED PRECEDING)
+), ap AS (
+  SELECT model, version, role, day,
+         CASE WHEN max(positives) > 0 THEN sum(tp / positives * tps / predicted) END AS pr_auc
+    FROM curve GROUP BY ALL
+)
+SELECT c.*, 1 - labelled / decisions AS awaiting,
+       reviews / decisions AS review_rate,
+       CASE WHEN labelled_declines > 0 THEN caught / labelled_declines END AS precision,
+       CASE WHEN fraud > 0 THEN caught / fraud END AS recall,
+       CASE WHEN legit > 0 THEN false_declines / legit END AS false_decline_rate,
+       ap.pr_auc, day <= $mature_until AS mature
+  FROM counts c LEFT JOIN ap USING (model, version, role, day)
+ ORDER BY model, day, role = 'shadow', role = 'canary', version
+"""
+
+UNMATCHED = "SELECT count(*) FROM outcomes o WHERE NOT EXISTS (SELECT 1 FROM decisions d WHERE d.event = o.event)"
+
+
+@dataclass(frozen=True)
+class Report:
+    """The figures per (model, version, role, day), and the outcomes no decision matched."""
+
+    rows: list[dict[str, Any]]
+    outcomes: int  # events with an outcome (the latest of each)
+    unmatched: int
+
+
+def build(root: Path, *, today: date | None = None, maturity_days: int = MATURITY_DAYS) -> Report:
+    """The report over the log at `root` (a directory; `az://container/...` with DuckDB's azure extension)."""
+    import duckdb  # NOTE: here only: an analytical engine has no place on the Functions import path
+
+    con = duckdb.connect()
+    try:
+        decisions = _glob(root, "model=*/version=*/date=*/hour=*/*.jsonl")
+        outcomes = _glob(root, "outcomes/date=*/hour=*/*.jsonl")
+        if not decisions:
+            return Report([], 0, 0)
+        con.execute(DECISIONS.format(decisions=_literal(decisions)))
+        con.execute(OUTCOMES.format(outcomes=_literal(outcomes)) if outcomes else NO_OUTCOMES)
+        until = (today or datetime.now(UTC).date()) - timedelta(days=maturity_days)
+        cursor = con.execute(FIGURES, {"mature_until": until})
+        names = [d[0] for d in cursor.description]
+        rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        (count,) = con.execute("SELECT count(*) FROM outcomes").fetchone() or (0,)
+        (unmatched,) = con.execute(UNMATCHED).fetchone() or (0,)
+        return Report(rows, int(count), int(unmatched))
+    finally:
+        con.close()
+
+
+def _glob(root: Path, pattern: str) -> str | None:
+    """`root/pattern` when any file matches (DuckDB refuses a glob that matches nothing)."""
+    return str(root / pattern) if any(root.glob(pattern)) else None
+
+
+def _literal(text: str | None) -> str:
+    return "'" + (text or "").replace("'", "''") + "'"
+
+
+COLUMNS = (
+    ("model", "model", "{}"), ("version", "ver", "{}"), ("role", "role", "{}"), ("day", "day", "{}"),
+    ("decisions", "decisions", "{:,}"), ("awaiting", "awaiting", "{:.0%}"), ("fraud", "fraud", "{:,}"),
+    ("caught", "caught", "{:,}"), ("missed", "missed", "{:,}"), ("missed_amount", "lost", "{:,.0f}"),
+    ("false_declines", "false_decl", "{:,}"), ("precision", "precision", "{:.3f}"), ("recall", "recall", "{:.3f}"),
+    ("review_rate", "reviews", "{:.1%}"), ("pr_auc", "pr_auc", "{:.3f}"), ("mature", "mature", "{}"),
+)  # fmt: skip
+
+
+def render(report: Report) -> str:
+    """The report as a plain table (an immature day says so on its row: never read as good)."""
+    head = [label for _, label, _ in COLUMNS]
+    body = [[_cell(row[key], fmt) for key, _, fmt in COLUMNS] for row in report.rows]
+    widths = [max(len(x) for x in column) for column in zip(head, *body, strict=True)]
+    lines = ["  ".join(x.rjust(w) for x, w in zip(line, widths, strict=True)) for line in [head, *body]]
+    lines.append(f"outcomes: {report.outcomes:,} events; unmatched (no decision found yet): {report.unmatched:,}")
+    return "\n".join(lines) + "\n"
+
+
+def _cell(value: Any, fmt: str) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "IMMATURE"
+    return fmt.format(value)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m shared.stores.prediction_log.report", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--dir", type=Path, required=True, help="the log's directory (PREDICTION_LOG_DIR)")
+    parser.add_argument("--maturity-days", type=int, default=MATURITY_DAYS, help="days before a day's labels count")
+    args = parser.parse_args(argv)
+    sys.stdout.write(render(build(args.dir, maturity_days=args.maturity_days)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""The join of decisions and outcomes over real DuckDB, the real log writer and the real outcome store,
+its figures held to scikit-learn's on the same data."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sklearn.metrics import average_precision_score, precision_score, recall_score
+
+from shared.domain.outcomes import Outcome
+from shared.domain.records import Shadowed
+from shared.settings import PredictionLogPolicy
+from shared.stores.outcomes import MemoryMarks, OutcomeStore
+from shared.stores.prediction_log import report
+from shared.stores.prediction_log.log import PredictionLog
+from shared.stores.prediction_log.sinks import DirectorySink, outcome_name
+from tests.stores.prediction_log import HOUR_10, decision
+
+KEY = "join-key"
+POLICY = PredictionLogPolicy(sink="dir", flush_s=0.05, hash_key=KEY)
+DAY = datetime.fromtimestamp(HOUR_10, UTC).date()  # 2026-12-01
+LEARNED = datetime(2026, 12, 20, 9, tzinfo=UTC)
+
+
+async def log_decisions(root: Path, scores: dict[int, float], *, version: str = "3", shadow: bool = False) -> None:
+    log = PredictionLog(POLICY, DirectorySink(root, "r1"), replica="r1")
+    for i, score in scores.items():
+        record = decision(i, version=version, score=score)
+        if shadow:
+            shadowed = min(1.0, score + 0.1)
+            record.shadow = Shadowed("4", shadowed, "decline" if shadowed >= 0.8 else "approve")
+        log.add(record)
+    await log.aclose()
+
+
+async def keep(root: Path, outcomes: list[Outcome], key: str = KEY, now: datetime = LEARNED) -> list[bool]:
+    store = OutcomeStore(DirectorySink(root, "r1", names=outcome_name), MemoryMarks(), key.encode())
+    return await store.take(outcomes, now)
+
+
+def fraud(i: int, *, kind: str = "fraud", amount: float = 100.0, learned: datetime = LEARNED) -> Outcome:
+    return Outcome(f"evt-{i}", kind, "chargeback", learned, amount if kind == "fraud" else None)  # type: ignore[arg-type]
+
+
+def row(rep: report.Report, **where: Any) -> dict[str, Any]:
+    (found,) = [r for r in rep.rows if all(r[k] == v for k, v in where.items())]
+    return found
+
+
+async def test_the_figures_are_scikit_learns_on_the_same_labelled_decisions(tmp_path: Path) -> None:
+    rng = random.Random(7)  # noqa: S311 reproducible test data
+    scores = {i: round(rng.random(), 2) for i in range(400)}  # ties on purpose: PR-AUC steps by distinct score
+    truth = {i: rng.random() < 0.15 + 0.7 * scores[i] ** 2 for i in range(300)}  # 100 still await an outcome
+    await log_decisions(tmp_path, scores)
+    await keep(tmp_path, [fraud(i, kind="fraud" if y else "legit") for i, y in truth.items()])
+    rep = report.build(tmp_path, today=DAY + timedelta(days=200))
+    figures = row(rep, version="3", role="live")
+    labelled = sorted(truth)
+    y = [truth[i] for i in labelled]
+    declined = [scores[i] >= 0.8 for i in labelled]  # the tiny model's thresholds: review 0.5, decline 0.8
+    assert figures["precision"] == pytest.approx(precision_score(y, declined))
+    assert figures["recall"] == pytest.approx(recall_score(y, declined))
+    assert figures["pr_auc"] == pytest.approx(average_precision_score(y, [scores[i] for i in labelled]))
+    assert figures["awaiting"] == pytest.approx(100 / 400)
+    missed = [i for i in labelled if truth[i] and scores[i] < 0.5]
+    assert (figures["missed"], figures["missed_amount"]) == (len(missed), 100.0 * len(missed))
+    assert figures["false_declines"] == sum(1 for i in labelled if not truth[i] and scores[i] >= 0.8)
+    assert figures["mature"] is True
+
+
+async def test_ids_match_only_through_the_same_key(tmp_path: Path) -> None:
+    await log_decisions(tmp_path, {1: 0.9, 2: 0.1})
+    await keep(tmp_path, [fraud(1)], key="another key")
+    rep = report.build(tmp_path)
+    assert (rep.outcomes, rep.unmatched) == (1, 1)  # hashed with another key: it names no decision
+    assert row(rep, version="3")["fraud"] == 0
+
+
+async def test_an_unknown_event_is_kept_and_counted_unmatched_until_its_decision_arrives(tmp_path: Path) -> None:
+    await log_decisions(tmp_path, {1: 0.9})
+    await keep(tmp_path, [fraud(1), fraud(77), fraud(78)])
+    assert report.build(tmp_path).unmatched == 2
+    await log_decisions(tmp_path / "later", {77: 0.2})  # written elsewhere first: the same tree below
+    for path in (tmp_path / "later").rglob("*.jsonl"):
+        target = tmp_path / path.relative_to(tmp_path / "later").parent / "r2.jsonl"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(path.read_bytes())
+    rep = report.build(tmp_path)
+    assert rep.unmatched == 1
+    assert row(rep, version="3")["missed"] == 1  # evt-77, approved, was fraud
+
+
+async def test_a_later_outcome_supersedes_by_when_it_was_learned_not_when_it_arrived(tmp_path: Path) -> None:
+    await log_decisions(tmp_path, {1: 0.9, 2: 0.9})
+    # evt-1: fraud, then cleared on appeal later; evt-2: cleared, then a late chargeback learned *earlier* arrives
+    await keep(tmp_path, [fraud(1), fraud(2, kind="legit", learned=LEARNED + timedelta(days=3))])
+    await keep(tmp_path, [fraud(1, kind="legit", learned=LEARNED + timedelta(days=2)), fraud(2)])
+    figures = row(report.build(tmp_path), version="3")
+    assert (figures["fraud"], figures["legit"], figures["false_declines"]) == (0, 2, 2)
+    lines = (tmp_path / "outcomes").rglob("*.jsonl")
+    assert sum(len(p.read_bytes().splitlines()) for p in lines) == 4  # both of each are kept
+
+
+async def test_a_restated_outcome_counts_once(tmp_path: Path) -> None:
+    await log_decisions(tmp_path, {1: 0.1})
+    await keep(tmp_path, [fraud(1)])
+    await keep(tmp_path, [fraud(1)])  # another store, its own marks: written twice
+    figures = row(report.build(tmp_path), version="3")
+    assert (figures["missed"], figures["missed_amount"]) == (1, 100.0)
+
+
+async def test_recent_days_are_immature_never_good(tmp_path: Path) -> None:
+    await log_decisions(tmp_path, {1: 0.9})
+    await keep(tmp_path, [fraud(1)])
+    assert row(report.build(tmp_path, today=DAY + timedelta(days=30)), version="3")["mature"] is False
+    assert row(report.build(tmp_path, today=DAY + timedelta(days=121)), version="3")["mature"] is True
+    assert "IMMATURE" in report.render(report.build(tmp_path, today=DAY + timedelta(days=30)))
+
+
+async def test_a_shadow_version_gets_the_same_figures_on_the_same_events(tmp_path: Path) -> None:
+    await log_decisions(tmp_path, {1: 0.75, 2: 0.2, 3: 0.95}, shadow=True)
+    await keep(tmp_path, [fraud(1), fraud(2, kind="legit"), fraud(3)])
+    rep = report.build(tmp_path)
+    live, shadow = row(rep, version="3", role="live"), row(rep, version="4", role="shadow")
+    assert (live["caught"], live["recall"]) == (1, 0.5)  # 0.75 reviewed
+    assert (shadow["caught"], shadow["recall"]) == (2, 1.0)  # 0.85 declined
+    assert live["decisions"] == shadow["decisions"] == 3
+
+
+def test_no_log_yet_is_an_empty_report(tmp_path: Path) -> None:
+    assert report.build(tmp_path) == report.Report([], 0, 0)
+    assert date.today()  # the report's default day
+
+
+async def test_a_decision_recorded_twice_a_redelivery_counts_once(tmp_path: Path) -> None:
+    log = PredictionLog(POLICY, DirectorySink(tmp_path, "r1"), replica="r1")
+    log.add(decision(1, score=0.1))
+    log.add(decision(1, score=0.1, at=HOUR_10 + 60))  # the queue delivered it again a minute later
+    await log.aclose()
+    await keep(tmp_path, [fraud(1)])
+    figures = row(report.build(tmp_path), version="3")
+    assert (figures["decisions"], figures["missed"]) == (1, 1)
