@@ -3,6 +3,7 @@
     HTTP         one function per route of the route table, shared/adapters/http/routes.py (its name,
                  path, methods and auth level; tests/adapters/test_function_app.py holds the two equal)
     payments     Service Bus `payments` (batches) -> `risk-completed` | `risk-rejected` (SDK publisher)
+    risk_outcomes  Service Bus `risk-outcomes` (batches): outcomes learned later -> the prediction log's store
     model_blob   Blob `%MODELS_CONTAINER%/{name}/{version}/model.onnx` (Event Grid source)
 
 Auth levels are the route table's (`auth`): "function" accepts any host or function key (what
@@ -196,6 +197,19 @@ async def v2_version_infer(req: func.HttpRequest, context: func.Context) -> func
 )
 async def payments(msgs: List[func.ServiceBusMessage]) -> None:  # noqa: UP006 (see the NOTE above)
     await handlers.payments(msgs)
+
+
+# NOTE: the same binding as `payments` (List, binary bodies, no output binding): each message one outcome
+@app.function_name("risk_outcomes")
+@app.service_bus_queue_trigger(
+    arg_name="msgs",
+    queue_name="risk-outcomes",
+    connection=QUEUE_CONNECTION,
+    cardinality=func.Cardinality.MANY,
+    data_type=func.DataType.BINARY,
+)
+async def risk_outcomes(msgs: List[func.ServiceBusMessage]) -> None:  # noqa: UP006 (see the NOTE on payments)
+    await handlers.outcomes(msgs)
 
 
 @app.function_name("model_blob")

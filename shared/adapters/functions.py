@@ -19,13 +19,13 @@ from msgspec import to_builtins
 from shared.adapters.http.app import create_app
 from shared.adapters.http.routes import framed
 from shared.adapters.oip.jobs import grpc_server
-from shared.adapters.queue.handler import QueueHandler
+from shared.adapters.queue.handler import BatchBudget, QueueHandler
 from shared.adapters.queue.idempotency import ResultStore
 from shared.adapters.queue.messages import Incoming, trace_properties
 from shared.adapters.queue.publisher import Publisher
 from shared.core.holder import ServiceHolder
 from shared.domain.answers import error_body
-from shared.errors import BadRequest, BatchIncomplete, ScoringError, log_answered
+from shared.errors import BadRequest, BatchIncomplete, ScoringError, SettingsError, log_answered
 from shared.models.repository import check_size, parse_model_path
 from shared.runtime.doctor import WORKER_LOGGERS
 
@@ -120,6 +120,27 @@ class FunctionHandlers:
             raise BatchIncomplete(
                 f"{len(failed)} of {len(handled)} messages failed and the batch is redelivered: {failed[0].reason}"
             )
+
+    async def outcomes(self, msgs: list[func.ServiceBusMessage]) -> None:
+        """Keep one batch of queued outcomes (shared/adapters/queue/outcomes.py); what can never be
+        kept goes to risk-rejected. The store down past the batch budget, or no prediction log to
+        keep them beside: this raises, and the host redelivers the batch (held, never dropped)."""
+        from shared.adapters.queue.outcomes import OutcomeQueue
+        from shared.core.outcomes import NO_LOG
+
+        desk = self.holder.outcomes()
+        if desk is None:
+            raise SettingsError(NO_LOG)
+        settings = self.holder.settings
+        queue = OutcomeQueue(
+            desk,
+            self.queue().publisher,
+            max_message_bytes=settings.max_message_bytes,
+            budget=BatchBudget.of(settings.queue_batch_budget_ms),
+        )
+        for taken in await queue.handle([incoming(m) for m in msgs]):
+            if taken.error is not None:
+                log_answered(taken.error, "queue", message_id=taken.message_id)
 
     def queue(self) -> QueueHandler:
         """The queue path's handler, built on first use (its Redis and Service Bus clients lazily)."""

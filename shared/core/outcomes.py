@@ -53,6 +53,10 @@ class OutcomeDesk:
         fresh = sum(written)
         return OutcomeReceipt(fresh, len(valid) - fresh, len(errors), errors)
 
+    async def keep(self, outcomes: Sequence[Outcome], now: datetime) -> list[bool]:
+        """Per outcome, in order: True when written now, False for a duplicate (the queue's verdicts)."""
+        return await self._store.take(outcomes, now)
+
     async def aclose(self) -> None:
         await self._store.aclose()
 

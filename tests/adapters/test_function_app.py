@@ -144,6 +144,7 @@ def test_function_names() -> None:
         "outcomes",
         "payments",
         "reviews",
+        "risk_outcomes",
         "score",
         "score_batch",
         "stats",
