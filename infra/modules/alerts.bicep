@@ -33,6 +33,9 @@ param serviceBusId string
 @description('Queue the scoring trigger reads.')
 param inputQueueName string = 'payments'
 
+@description('Queue of outcomes learned later: its backlog and size alert with the input queue\'s.')
+param outcomesQueueName string = 'risk-outcomes'
+
 @description('Queue size (MB) the input queue may hold; the size alert fires at 80%.')
 param queueMaxSizeInMegabytes int = 5120
 
@@ -81,6 +84,7 @@ var queueDimension = [
     operator: 'Include'
     values: [
       inputQueueName
+      outcomesQueueName
     ]
   }
 ]

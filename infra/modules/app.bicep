@@ -70,6 +70,12 @@ param serviceBusFqdn string
 @description('Queue the Service Bus trigger reads.')
 param inputQueueName string = 'payments'
 
+@description('Queue of outcomes learned later (the risk_outcomes trigger); its own KEDA rule.')
+param outcomesQueueName string = 'risk-outcomes'
+
+@description('Outcome messages per replica before KEDA adds one (an outcome is a line written, not a model run).')
+param outcomeMessagesPerReplica int = 5000
+
 @description('Redis host name.')
 param redisHost string
 
@@ -227,8 +233,6 @@ var serviceSettings = [
   { name: 'ORT_INLINE', value: useGpu ? 'false' : 'true' } // on a GPU the run leaves the event loop; a second batch forms meanwhile
   { name: 'ORT_RUN_DEADLINE_MS', value: '50' } // a run past it is stopped and its version quarantined (docs/models.md)
   { name: 'ORT_ARENA_MAX_MB', value: '64' } // every model run of a replica shares this capped arena
-  { name: 'ORT_RUN_DEADLINE_MS', value: '50' } // a run past it is stopped and its version quarantined (docs/models.md)
-  { name: 'ORT_ARENA_MAX_MB', value: '64' } // every model run of a replica shares this capped arena
   { name: 'MAX_BODY_BYTES', value: '65536' }
   { name: 'MAX_BATCH_ITEMS', value: '256' }
   { name: 'MAX_MESSAGE_BYTES', value: '262144' }
@@ -361,6 +365,19 @@ var baseRules = [
         namespace: serviceBusName
         queueName: inputQueueName
         messageCount: string(queueMessagesPerReplica)
+      }
+    }
+  }
+  {
+    // NOTE: outcomes come in bursts (a day's chargebacks at once): a backlog adds replicas, never the floor
+    name: 'outcomes-queue-depth'
+    custom: {
+      type: 'azure-servicebus'
+      identity: platformIdentityId
+      metadata: {
+        namespace: serviceBusName
+        queueName: outcomesQueueName
+        messageCount: string(outcomeMessagesPerReplica)
       }
     }
   }

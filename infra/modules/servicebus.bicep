@@ -45,6 +45,12 @@ param premiumPartitions int = 1
 @description('Queue the scoring trigger reads.')
 param inputQueueName string = 'payments'
 
+@description('Queue of outcomes learned later (chargebacks, reviews): the risk_outcomes trigger reads it.')
+param outcomesQueueName string = 'risk-outcomes'
+
+@description('How long an outcome waits for the app (a chargeback is no less true a week later).')
+param outcomesTtl string = 'P14D'
+
 @description('Queues the scoring function writes to.')
 param outputQueueNames array = [
   'risk-completed'
@@ -138,6 +144,25 @@ resource inputQueue 'Microsoft.ServiceBus/namespaces/queues@2026-01-01' = {
   }
 }
 
+// Outcomes: the same rules as the input queue (its batch trigger renews no lock either), a longer TTL;
+// what is dead-lettered (a batch held past maxDeliveryCount while the store was down) stays to replay.
+resource outcomesQueue 'Microsoft.ServiceBus/namespaces/queues@2026-01-01' = {
+  parent: namespace
+  name: outcomesQueueName
+  properties: {
+    lockDuration: lockDuration
+    maxDeliveryCount: maxDeliveryCount
+    requiresDuplicateDetection: true
+    duplicateDetectionHistoryTimeWindow: duplicateDetectionWindow
+    deadLetteringOnMessageExpiration: true
+    defaultMessageTimeToLive: outcomesTtl
+    enablePartitioning: false
+    requiresSession: false
+    enableBatchedOperations: true
+    maxSizeInMegabytes: maxSizeInMegabytes
+  }
+}
+
 // NOTE: the rejection queue holds raw bodies (user ids, notes): an expired one is deleted, not kept
 // in a dead-letter queue that never expires; one its consumers fail on is forwarded to
 // `rejectedDeadLetters`, where the same TTL applies (tests/infra/test_rejection_retention.py).
@@ -200,6 +225,17 @@ resource outputSenders 'Microsoft.Authorization/roleAssignments@2022-04-01' = [f
   }
 }]
 
+// Runtime identity: receive on the outcomes queue only (the rejections it sends go to risk-rejected, above).
+resource outcomesReceiver 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(outcomesQueue.id, appPrincipalId, receiverRoleId)
+  scope: outcomesQueue
+  properties: {
+    principalId: appPrincipalId
+    principalType: 'ServicePrincipal'
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', receiverRoleId)
+  }
+}
+
 // KEDA reads the queue's runtime properties (active message count), which Service Bus
 // only serves to the Manage claim, i.e. Data Owner. It is scoped to the one queue and
 // given to the platform identity, which no container can use.
@@ -213,7 +249,19 @@ resource scalerOwner 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
   }
 }
 
+// The same for the outcomes queue's KEDA rule: Data Owner on that one queue, for the platform identity.
+resource outcomesScalerOwner 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(outcomesQueue.id, scalerPrincipalId, ownerRoleId)
+  scope: outcomesQueue
+  properties: {
+    principalId: scalerPrincipalId
+    principalType: 'ServicePrincipal'
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', ownerRoleId)
+  }
+}
+
 output id string = namespace.id
 output name string = namespace.name
 output fullyQualifiedNamespace string = '${namespace.name}.servicebus.windows.net'
 output inputQueueName string = inputQueue.name
+output outcomesQueueName string = outcomesQueue.name

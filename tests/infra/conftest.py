@@ -159,8 +159,12 @@ def function_app_bindings() -> dict[str, dict[str, dict[str, Any]]]:
     }
 
 
-def trigger(decorator: str) -> tuple[str, dict[str, Any]]:
-    """(function name, kwargs) of the one function carrying `decorator`."""
-    found = [(fn, decos[decorator]) for fn, decos in function_app_bindings().items() if decorator in decos]
+def trigger(decorator: str, function: str | None = None) -> tuple[str, dict[str, Any]]:
+    """(function name, kwargs) of the one function carrying `decorator` (named `function`, where several do)."""
+    found = [
+        (fn, decos[decorator])
+        for fn, decos in function_app_bindings().items()
+        if decorator in decos and function in (None, fn)
+    ]
     assert len(found) == 1, f"expected one function with @app.{decorator} in function_app.py, found {found}"
     return found[0]

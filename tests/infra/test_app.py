@@ -88,8 +88,13 @@ def test_max_replicas_is_a_parameter(modules: dict[str, Module], container_app: 
 def test_service_bus_rule_targets_the_trigger_queue_with_managed_identity(
     app: Module, container_app: dict[str, Any]
 ) -> None:
-    sb_rules = [r for r in _rules(app, container_app) if r.get("custom", {}).get("type") == "azure-servicebus"]
-    assert len(sb_rules) == 1, "expected exactly one azure-servicebus KEDA rule"
+    sb_rules = [
+        r
+        for r in _rules(app, container_app)
+        if r.get("custom", {}).get("type") == "azure-servicebus"
+        and app.resolve(r["custom"]["metadata"]["queueName"]) == TRIGGER_QUEUE
+    ]
+    assert len(sb_rules) == 1, "expected exactly one azure-servicebus KEDA rule on the payments queue"
     custom = sb_rules[0]["custom"]
     assert app.resolve(custom["metadata"]["queueName"]) == TRIGGER_QUEUE
     assert custom["metadata"].get("namespace"), "the scaler needs the namespace name with identity auth"

@@ -49,7 +49,7 @@ def _for_item(sb: Module, props: dict[str, Any], item: str, name: str) -> dict[s
 
 def test_queues_exist(modules: dict[str, Module]) -> None:
     names = {name for name, _ in _queue_properties(modules["servicebus"])}
-    assert names == {"payments"} | OUTPUT_QUEUES | EXPIRING
+    assert names == {"payments", "risk-outcomes"} | OUTPUT_QUEUES | EXPIRING
 
 
 def test_queues_deduplicate_dead_letter_and_bound_deliveries(modules: dict[str, Module]) -> None:

@@ -11,7 +11,7 @@ from conftest import INFRA, Module, function_app_bindings, trigger
 def test_scaler_and_queues_follow_the_service_bus_trigger(
     modules: dict[str, Module], container_app: dict[str, Any]
 ) -> None:
-    _, sb_trigger = trigger("service_bus_queue_trigger")
+    _, sb_trigger = trigger("service_bus_queue_trigger", "payments")
     app, sb = modules["app"], modules["servicebus"]
     assert app.params["inputQueueName"]["default"] == sb_trigger["queue_name"]
     assert sb.params["inputQueueName"]["default"] == sb_trigger["queue_name"]
@@ -34,7 +34,7 @@ def test_connection_prefixes_have_identity_settings(app_env: dict[str, Any]) -> 
         ("service_bus_queue_trigger", "__fullyQualifiedNamespace"),
         ("blob_trigger", "__blobServiceUri"),
     ):
-        _, kwargs = trigger(decorator)
+        _, kwargs = trigger(decorator, "payments" if decorator == "service_bus_queue_trigger" else None)
         assert f"{kwargs['connection']}{suffix}" in app_env, f"{decorator}: {kwargs['connection']}{suffix} not set"
         assert app_env[f"{kwargs['connection']}__credential"] == "managedidentity"
 

@@ -280,6 +280,27 @@ MUTATIONS = [
         "param inputQueueName string = 'payment'",
     ),
     (
+        "wrong-outcomes-queue",
+        "function_app",
+        "infra/modules/servicebus.bicep",
+        "param outcomesQueueName string = 'risk-outcomes'",
+        "param outcomesQueueName string = 'outcomes'",
+    ),
+    (
+        "outcomes-rule-on-the-payments-queue",
+        "function_app",
+        "infra/modules/app.bicep",
+        "queueName: outcomesQueueName",
+        "queueName: inputQueueName",
+    ),
+    (
+        "outcomes-trigger-renamed",
+        "function_app",
+        "function_app.py",
+        'queue_name="risk-outcomes"',
+        'queue_name="risk-outcome"',
+    ),
+    (
         "wrong-output-queue",
         "function_app",
         "shared/adapters/queue/handler.py",

@@ -502,6 +502,10 @@ def app_env(root: Path) -> dict[str, Any]:
     return env
 
 
+# the servicebus.bicep / app.bicep parameter naming the queue each Service Bus trigger reads
+INPUT_QUEUE_PARAMS = {"payments": "inputQueueName", "risk_outcomes": "outcomesQueueName"}
+
+
 def _one(bindings: dict[str, Any], decorator: str) -> list[tuple[str, dict[str, Any]]]:
     return [(fn, kw) for fn, decos in bindings.items() for kw in decos.get(decorator, [])]
 
@@ -517,21 +521,27 @@ def check_function_app(root: Path, setting_names: tuple[str, ...]) -> list[str]:
     host = json.loads((root / "host.json").read_text())
     findings: list[str] = []
 
+    rules = rule_list(app, "scaleRules")
+    keda = [r["custom"]["metadata"] for r in rules if r.get("custom", {}).get("type") == "azure-servicebus"]
+    watched = [_param_default(app, m["queueName"]) for m in keda]
+    read = [trig["queue_name"] for _, trig in _one(bindings, "service_bus_queue_trigger")]
     for fn, trig in _one(bindings, "service_bus_queue_trigger"):
         queue = trig["queue_name"]
+        # each trigger's queue is a servicebus.bicep parameter (inputQueueName: payments; outcomesQueueName: ...)
+        param = INPUT_QUEUE_PARAMS.get(fn, "")
         declared = {
-            "servicebus.bicep inputQueueName": sb["parameters"]["inputQueueName"].get("default"),
-            "app.bicep inputQueueName": app["parameters"]["inputQueueName"].get("default"),
-            "main.bicep var inputQueueName": main["variables"]["inputQueueName"]["value"],
+            f"servicebus.bicep {param}": sb["parameters"].get(param, {}).get("default"),
+            f"app.bicep {param}": app["parameters"].get(param, {}).get("default"),
         }
+        if param == "inputQueueName":
+            declared["main.bicep var inputQueueName"] = main["variables"]["inputQueueName"]["value"]
         for where, value in declared.items():
             if value != queue:
                 findings.append(f"{where} is {value!r}; function {fn} reads queue {queue!r}")
-        rules = rule_list(app, "scaleRules")
-        keda = [r["custom"]["metadata"] for r in rules if r.get("custom", {}).get("type") == "azure-servicebus"]
-        if [_param_default(app, m["queueName"]) for m in keda] != [queue]:
-            findings.append(f"app.bicep: the azure-servicebus KEDA rule does not watch {queue!r}")
+        if watched.count(queue) != 1:
+            findings.append(f"app.bicep: no one azure-servicebus KEDA rule watches {queue!r}")
         findings += _connection(env, fn, trig["connection"], "__fullyQualifiedNamespace")
+    findings += [f"app.bicep: a KEDA rule watches {q!r}, which no trigger reads" for q in watched if q not in read]
     outputs = set(sb["parameters"]["outputQueueNames"].get("default", []))
     for fn, out in _one(bindings, "service_bus_queue_output"):
         if out["queue_name"] not in outputs:
