@@ -31,7 +31,7 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MATURITY_DAYS", "Report", "build", "main", "render"]
+__all__ = ["MATURITY_DAYS", "Costs", "Report", "build", "costs", "main", "render"]
 
 MATURITY_DAYS = 120  # a chargeback's usual latest arrival
 
@@ -114,6 +114,71 @@ SELECT c.*, 1 - labelled / decisions AS awaiting,
 
 UNMATCHED = "SELECT count(*) FROM outcomes o WHERE NOT EXISTS (SELECT 1 FROM decisions d WHERE d.event = o.event)"
 
+# the cost of each version's decisions as taken, and of every (review, decline) pair on a grid of
+# GRID steps, over its labelled decisions: a missed fraud costs `loss_share` of its amount lost, a
+# review `review_cost`, a false decline `decline_cost`; a declined fraud costs nothing
+COSTS = """
+WITH labelled AS (
+  SELECT d.model, d.version, d.role, d.score, d.decision, o.outcome = 'fraud' AS fraud, o.amount
+    FROM decisions d JOIN outcomes o USING (event)
+), grid AS (
+  SELECT r / $steps AS review, k / $steps AS decline
+    FROM range(0, CAST($steps AS BIGINT) + 1) AS a(r), range(0, CAST($steps AS BIGINT) + 1) AS b(k) WHERE r <= k
+), priced AS (
+  SELECT l.model, l.version, l.role, g.review, g.decline,
+         sum(CASE WHEN l.score >= g.decline THEN (CASE WHEN l.fraud THEN 0 ELSE $decline_cost END)
+                  WHEN l.score >= g.review THEN $review_cost
+                  WHEN l.fraud THEN $loss_share * l.amount ELSE 0 END) AS cost
+    FROM labelled l, grid g GROUP BY ALL
+), live AS (
+  SELECT model, version, role, count(*) AS labelled,
+         sum(CASE WHEN decision = 'decline' THEN (CASE WHEN fraud THEN 0 ELSE $decline_cost END)
+                  WHEN decision = 'review' THEN $review_cost
+                  WHEN fraud THEN $loss_share * amount ELSE 0 END) AS live_cost
+    FROM labelled GROUP BY ALL
+)
+SELECT live.*, best.review AS optimal_review, best.decline AS optimal_decline, best.cost AS optimal_cost
+  FROM live JOIN (
+    SELECT *, row_number() OVER (PARTITION BY model, version, role ORDER BY cost, decline DESC, review DESC) AS nth
+      FROM priced
+  ) best USING (model, version, role)
+ WHERE best.nth = 1
+ ORDER BY model, role = 'shadow', version
+"""
+GRID = 20  # thresholds in steps of 0.05
+
+
+@dataclass(frozen=True)
+class Costs:
+    """What a missed fraud, a review and a false decline cost (`loss_share`: of the amount lost)."""
+
+    loss_share: float = 1.0
+    review_cost: float = 5.0
+    decline_cost: float = 20.0
+
+
+def costs(root: Path, prices: Costs, steps: int = GRID) -> list[dict[str, Any]]:
+    """Per model, version and role: the cost of its decisions as taken (`live_cost`) and the
+    cost-optimal (review, decline) thresholds on a grid. A recommendation, never applied: a change
+    goes through the admin-keyed, audited promote path."""
+    import duckdb
+
+    decisions = _glob(root, "model=*/version=*/date=*/hour=*/*.jsonl")
+    outcomes = _glob(root, "outcomes/date=*/hour=*/*.jsonl")
+    if not decisions or not outcomes:
+        return []
+    con = duckdb.connect()
+    try:
+        con.execute(DECISIONS.format(decisions=_literal(decisions)))
+        con.execute(OUTCOMES.format(outcomes=_literal(outcomes)))
+        params = {"steps": float(steps), "loss_share": prices.loss_share,
+                  "review_cost": prices.review_cost, "decline_cost": prices.decline_cost}  # fmt: skip
+        cursor = con.execute(COSTS, params)
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+    finally:
+        con.close()
+
 
 @dataclass(frozen=True)
 class Report:
@@ -189,8 +254,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--dir", type=Path, required=True, help="the log's directory (PREDICTION_LOG_DIR)")
     parser.add_argument("--maturity-days", type=int, default=MATURITY_DAYS, help="days before a day's labels count")
+    parser.add_argument(
+        "--loss-share", type=float, default=Costs.loss_share, help="a missed fraud's loss, of its amount"
+    )
+    parser.add_argument("--review-cost", type=float, default=Costs.review_cost, help="what a review costs")
+    parser.add_argument("--decline-cost", type=float, default=Costs.decline_cost, help="what a false decline costs")
     args = parser.parse_args(argv)
     sys.stdout.write(render(build(args.dir, maturity_days=args.maturity_days)))
+    for row in costs(args.dir, Costs(args.loss_share, args.review_cost, args.decline_cost)):
+        sys.stdout.write(
+            f"{row['model']}/{row['version']} ({row['role']}): {row['labelled']:,} labelled; cost as decided "
+            f"{row['live_cost']:,.0f}; optimal review {row['optimal_review']:.2f}, decline {row['optimal_decline']:.2f}: "
+            f"{row['optimal_cost']:,.0f} (a recommendation: thresholds change with a version, through the promote path)\n"
+        )
     return 0
 
 

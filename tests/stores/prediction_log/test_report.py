@@ -144,3 +144,28 @@ async def test_a_decision_recorded_twice_a_redelivery_counts_once(tmp_path: Path
     await keep(tmp_path, [fraud(1)])
     figures = row(report.build(tmp_path), version="3")
     assert (figures["decisions"], figures["missed"]) == (1, 1)
+
+
+async def test_the_cost_of_the_decisions_and_the_optimal_thresholds_match_a_brute_force(tmp_path: Path) -> None:
+    rng = random.Random(11)  # noqa: S311 reproducible test data
+    scores = {i: round(rng.random(), 3) for i in range(200)}
+    truth = {i: rng.random() < scores[i] for i in scores}
+    await log_decisions(tmp_path, scores)
+    await keep(tmp_path, [fraud(i, kind="fraud" if y else "legit", amount=80.0) for i, y in truth.items()])
+    prices = report.Costs(loss_share=0.1, review_cost=6.0, decline_cost=15.0)  # a miss (8) near a review (6)
+
+    def cost(review: float, decline: float) -> float:
+        total = 0.0
+        for i, y in truth.items():
+            s = scores[i]
+            total += (0 if y else 15.0) if s >= decline else 6.0 if s >= review else 0.1 * 80.0 if y else 0.0
+        return total
+
+    (row,) = report.costs(tmp_path, prices)
+    assert row["live_cost"] == pytest.approx(cost(0.5, 0.8))  # the tiny model's thresholds
+    grid = [(r / 20, k / 20) for r in range(21) for k in range(21) if r <= k]
+    best = min(cost(r, k) for r, k in grid)
+    assert row["optimal_cost"] == pytest.approx(best)
+    assert cost(row["optimal_review"], row["optimal_decline"]) == pytest.approx(best)
+    assert row["optimal_cost"] <= row["live_cost"]
+    assert 0 < row["optimal_review"]  # the optimum approves some: a miss's price counts
