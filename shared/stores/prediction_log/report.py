@@ -28,10 +28,11 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
+from itertools import groupby
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MATURITY_DAYS", "Costs", "Report", "build", "costs", "main", "render"]
+__all__ = ["MATURITY_DAYS", "Costs", "Report", "build", "calibration", "costs", "main", "render"]
 
 MATURITY_DAYS = 120  # a chargeback's usual latest arrival
 
@@ -147,6 +148,35 @@ SELECT live.*, best.review AS optimal_review, best.decline AS optimal_decline, b
 """
 GRID = 20  # thresholds in steps of 0.05
 
+# reliability: per model, version and role, the labelled decisions in BINS equal-width score bins,
+# each bin's mean score against its observed fraud rate (scikit-learn's calibration_curve, "uniform")
+CALIBRATION = """
+SELECT model, version, role, least(floor(score * $bins), $bins - 1)::INTEGER AS bin, count(*) AS n,
+       avg(score) AS mean_score, avg(CASE WHEN o.outcome = 'fraud' THEN 1.0 ELSE 0.0 END) AS fraud_rate
+  FROM decisions d JOIN outcomes o USING (event)
+ GROUP BY model, version, role, bin ORDER BY model, version, role, bin
+"""
+BINS = 10
+
+
+def calibration(root: Path, bins: int = BINS) -> list[dict[str, Any]]:
+    """Reliability bins per model, version and role (bins without a labelled decision are absent)."""
+    import duckdb
+
+    decisions = _glob(root, "model=*/version=*/date=*/hour=*/*.jsonl")
+    outcomes = _glob(root, "outcomes/date=*/hour=*/*.jsonl")
+    if not decisions or not outcomes:
+        return []
+    con = duckdb.connect()
+    try:
+        con.execute(DECISIONS.format(decisions=_literal(decisions)))
+        con.execute(OUTCOMES.format(outcomes=_literal(outcomes)))
+        cursor = con.execute(CALIBRATION, {"bins": bins})
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+    finally:
+        con.close()
+
 
 @dataclass(frozen=True)
 class Costs:
@@ -261,6 +291,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--decline-cost", type=float, default=Costs.decline_cost, help="what a false decline costs")
     args = parser.parse_args(argv)
     sys.stdout.write(render(build(args.dir, maturity_days=args.maturity_days)))
+    for key, group in groupby(calibration(args.dir), lambda b: (b["model"], b["version"], b["role"])):
+        cells = " ".join(f"{b['mean_score']:.2f}->{b['fraud_rate']:.2f}" for b in group)
+        sys.stdout.write(f"{key[0]}/{key[1]} ({key[2]}) reliability, mean score -> fraud rate per bin: {cells}\n")
     for row in costs(args.dir, Costs(args.loss_share, args.review_cost, args.decline_cost)):
         sys.stdout.write(
             f"{row['model']}/{row['version']} ({row['role']}): {row['labelled']:,} labelled; cost as decided "

@@ -169,3 +169,19 @@ async def test_the_cost_of_the_decisions_and_the_optimal_thresholds_match_a_brut
     assert cost(row["optimal_review"], row["optimal_decline"]) == pytest.approx(best)
     assert row["optimal_cost"] <= row["live_cost"]
     assert row["optimal_review"] > 0  # the optimum approves some: a miss's price counts
+
+
+async def test_the_reliability_bins_are_scikit_learns_calibration_curve(tmp_path: Path) -> None:
+    from sklearn.calibration import calibration_curve
+
+    rng = random.Random(3)  # noqa: S311 reproducible test data
+    scores = {i: rng.random() for i in range(300)}
+    truth = {i: rng.random() < scores[i] ** 2 for i in scores}
+    await log_decisions(tmp_path, scores)
+    await keep(tmp_path, [fraud(i, kind="fraud" if y else "legit") for i, y in truth.items()])
+    bins = report.calibration(tmp_path)
+    rounded = [round(scores[i], 6) for i in truth]  # the log keeps a score to 6 places
+    rate, mean = calibration_curve([truth[i] for i in truth], rounded, n_bins=10, strategy="uniform")
+    assert [b["fraud_rate"] for b in bins] == pytest.approx(list(rate))
+    assert [b["mean_score"] for b in bins] == pytest.approx(list(mean))
+    assert sum(b["n"] for b in bins) == 300
