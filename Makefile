@@ -205,10 +205,11 @@ readme: $(VENV)/.runtime
 clean:
 	rm -rf $(VENV) .venv-infra .venv-worker .venv-worker311 .venv-worker311-2026 .venv-feast .venv-stubs node_modules .pytest_cache .mypy_cache .ruff_cache
 
-## capacity: simulate the flash sale (PEAK/s, BURST x, P99_MS target) against infra/'s scale rules; sizes min/max replicas and thresholds
+## capacity: size the PROFILE (sale) for the flash sale (PEAK/s, BURST x, P99_MS) from the measured figures; prints the azd env set lines
 .PHONY: capacity
 PEAK ?= 10000
 BURST ?= 3
 P99_MS ?= 50
+PROFILE ?= sale
 capacity: $(VENV)/.dev
-	$(PY) -m bench.flashsale capacity --peak $(PEAK) --burst $(BURST) --p99-ms $(P99_MS) $(CAPACITY_ARGS)
+	$(PY) -m bench.flashsale capacity --peak $(PEAK) --burst $(BURST) --p99-ms $(P99_MS) $(or $(CAPACITY_ARGS),--profile $(PROFILE))

@@ -249,6 +249,7 @@ var serviceSettings = [
   { name: 'MODELS_KEEP_VERSIONS', value: '2' }
   { name: 'GC_GEN0_THRESHOLD', value: '50000' }
   { name: 'LOG_LEVEL', value: logLevel }
+  { name: 'ANSWER_DEFAULTED', value: 'false' } // no enumeration through the data plane (docs/security.md)
   // The review of the uncertain tail (inert until AZURE_OPENAI_ENDPOINT is set, below).
   { name: 'LLM_BAND_LOW', value: '0.45' }
   { name: 'LLM_BAND_HIGH', value: '0.75' }

@@ -29,13 +29,15 @@ POINTS = MEASURED["open_loop_one_process"]["points"]
 SERIES = (
     (1, "open_loop_one_process"), (2, "open_loop_two_processes"), (1, "open_loop_tight_admission"),
 )  # fmt: skip
-MACHINE_BOUND = 1.7  # cores of the 2 the server and the generator kept busy: past it, the machine was measured
+# cores of the 2 the servers and the generator kept busy, unpinned: past it three processes fought for
+# two cores and the point measured the machine (a pinned process has a core of its own)
+MACHINE_BOUND = 1.4
 RUNS = [
     (processes, key, point)
     for processes, key in SERIES
     if key in MEASURED
     for point in MEASURED[key]["points"]
-    if point.get("machine_cores_busy", 0.0) <= MACHINE_BOUND
+    if point.get("pinned") or point.get("machine_cores_busy", 0.0) <= MACHINE_BOUND
 ]
 
 
@@ -117,16 +119,27 @@ def knee(processes: int) -> float:
     return max(p["offered"] for n, _, p in DEFAULTS if n == processes and holds(p["p99_ms"], p["refused"] / p["sent"]))
 
 
-CLEAR_OF_THE_KNEE = [(n, k, p) for n, k, p in DEFAULTS if not 0.7 * knee(n) < p["offered"] < 1.3 * knee(n)]
+HELD = [(n, k, p) for n, k, p in DEFAULTS if holds(p["p99_ms"], p["refused"] / p["sent"])]
 
 
-@pytest.mark.parametrize(("processes", "key", "point"), CLEAR_OF_THE_KNEE, ids=ids(CLEAR_OF_THE_KNEE))
-def test_the_simulation_finds_the_knee_where_the_app_has_it(processes: int, key: str, point: dict[str, float]) -> None:
-    """What sizes the fleet is the knee: on one process and two, the simulation holds 50 ms with
-    <= 0.1 % refused at the rates the app held, and not past them; only the rates within 30 % of
-    the app's knee, where one run's noise decides, are not judged."""
+@pytest.mark.parametrize(("processes", "key", "point"), HELD, ids=ids(HELD))
+def test_the_simulation_holds_wherever_the_app_held(processes: int, key: str, point: dict[str, float]) -> None:
+    """The simulation is never more pessimistic than the app: every rate the app held (p99 <= 50 ms,
+    <= 0.1 % refused), it holds."""
     p99, refused = simulated(processes, key, point)
-    assert holds(p99, refused) == holds(point["p99_ms"], point["refused"] / point["sent"]), (p99, refused, point)
+    assert holds(p99, refused), (p99, refused, point)
+
+
+def test_the_scale_rule_acts_before_the_apps_own_knee() -> None:
+    """Past its knee the simulation is optimistic: one pinned process held 50 ms to a utilisation
+    near 0.8 of its core (docs/capacity.md), where the simulation, serving its CPU first come first
+    served, holds to near 1. Sizing survives it only if the HTTP rule, at UTILIZATION (0.7) of the
+    simulated knee (a utilisation of at most 1), scales out below the app's measured knee."""
+    from bench.flashsale.capacity import UTILIZATION
+
+    pinned = [p for n, k, p in HELD if n == 1 and p.get("pinned")]
+    knee_load = max(load(1, p) for p in pinned)
+    assert knee_load >= UTILIZATION, f"the app's knee is at {knee_load:.2f} of a core, under the rule's {UTILIZATION}"
 
 
 @pytest.mark.parametrize(("processes", "key", "point"), TIGHT, ids=ids(TIGHT))
@@ -148,5 +161,5 @@ def test_past_admission_the_simulation_refuses_where_the_app_did(
 def test_the_validation_covers_two_processes_and_the_overload_side() -> None:
     """The points kept include two processes, rates past the knee, and admission refusing requests."""
     assert any(processes == 2 for processes, _, _ in RUNS)
-    assert any(not holds(p["p99_ms"], p["refused"] / p["sent"]) for _, _, p in DEFAULTS)
+    assert any(not holds(p["p99_ms"], p["refused"] / p["sent"]) for _, _, p in DEFAULTS)  # past the knee
     assert any(point["refused"] / point["sent"] > 0.01 for _, _, point in TIGHT)
