@@ -43,6 +43,7 @@ __all__ = [
     "decode_event",
     "decode_event_raw",
     "decode_events",
+    "decoded",
     "event_digest",
 ]
 
@@ -130,6 +131,7 @@ class CanarySplit(msgspec.Struct, frozen=True):
 
 # msgspec raises UnicodeDecodeError for invalid UTF-8 and RecursionError for absurd nesting.
 _UNREADABLE = (msgspec.DecodeError, UnicodeDecodeError, RecursionError)
+_T = TypeVar("_T")
 
 
 # NOTE: msgspec quotes the value it refused for an enum ("Invalid enum value 'x' - at `$.channel`"):
@@ -147,6 +149,17 @@ def _unreadable(exc: BaseException) -> str:
     if isinstance(exc, RecursionError):
         return "JSON is nested too deeply"
     return str(exc)
+
+
+def decoded(decoder: msgspec.json.Decoder[_T], body: bytes) -> _T:
+    """`decoder.decode(body)`, msgspec's errors translated: `InvalidEvent` (the field, never the
+    value) for a shape refused, `MalformedJson` for bytes that are not JSON."""
+    try:
+        return decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        raise _invalid(exc) from None
+    except _UNREADABLE as exc:
+        raise MalformedJson(_unreadable(exc)) from None
 
 
 _event_decoder = msgspec.json.Decoder(PaymentEvent)
@@ -197,12 +210,7 @@ def decode_event_raw(raw: msgspec.Raw) -> PaymentEvent:
 
 def decode_batch(body: bytes, max_items: int) -> list[msgspec.Raw]:
     """The raw items of `{"events": [...]}`; each is validated on its own later."""
-    try:
-        batch = _batch_decoder.decode(body)
-    except msgspec.ValidationError as exc:
-        raise _invalid(exc) from None
-    except _UNREADABLE as exc:
-        raise MalformedJson(_unreadable(exc)) from None
+    batch = decoded(_batch_decoder, body)
     if not batch.events:
         raise InvalidEvent("events must hold at least one event")
     if len(batch.events) > max_items:

@@ -24,8 +24,8 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from shared.domain.events import _CONTROL, _UNREADABLE, Id, _invalid, _unreadable
-from shared.errors import EventExpired, InvalidEvent, MalformedJson, ScoringError, TooManyItems
+from shared.domain.events import _CONTROL, Id, decoded
+from shared.errors import EventExpired, InvalidEvent, ScoringError, TooManyItems
 
 __all__ = [
     "FUTURE_SKEW",
@@ -86,12 +86,7 @@ _canonical = msgspec.json.Encoder()
 
 def decode_outcomes(body: bytes, max_items: int, now: datetime) -> list[Outcome | ScoringError]:
     """Each item of `{"outcomes": [...]}`: an outcome, or the error it alone got, in its slot."""
-    try:
-        batch = _batch_decoder.decode(body)
-    except msgspec.ValidationError as exc:
-        raise _invalid(exc) from None
-    except _UNREADABLE as exc:
-        raise MalformedJson(_unreadable(exc)) from None
+    batch = decoded(_batch_decoder, body)
     if not batch.outcomes:
         raise InvalidEvent("outcomes must hold at least one outcome")
     if len(batch.outcomes) > max_items:
@@ -107,12 +102,7 @@ def decode_outcomes(body: bytes, max_items: int, now: datetime) -> list[Outcome 
 
 def decode_outcome(body: bytes, now: datetime) -> Outcome:
     """One outcome, checked, or `MalformedJson` / `InvalidEvent` / `EventExpired`."""
-    try:
-        outcome = _outcome_decoder.decode(body)
-    except msgspec.ValidationError as exc:
-        raise _invalid(exc) from None
-    except _UNREADABLE as exc:
-        raise MalformedJson(_unreadable(exc)) from None
+    outcome = decoded(_outcome_decoder, body)
     check(outcome, now)
     return outcome
 
