@@ -38,6 +38,11 @@ class OutcomeDesk:
         self._max_items = max_items
         self._clock = clock
 
+    @property
+    def max_items(self) -> int:
+        """The most outcomes one batch (a request, an envelope on the queue) may hold."""
+        return self._max_items
+
     def now(self) -> datetime:
         return self._clock()
 

@@ -34,8 +34,11 @@ __all__ = [
     "Outcome",
     "OutcomeBatch",
     "OutcomeLine",
+    "decode_outcome",
     "decode_outcomes",
+    "judged",
     "outcome_digest",
+    "outcome_items",
     "outcome_line",
 ]
 
@@ -84,20 +87,28 @@ _outcome_decoder = msgspec.json.Decoder(Outcome)
 _canonical = msgspec.json.Encoder()
 
 
-def decode_outcomes(body: bytes, max_items: int, now: datetime) -> list[Outcome | ScoringError]:
-    """Each item of `{"outcomes": [...]}`: an outcome, or the error it alone got, in its slot."""
+def outcome_items(body: bytes, max_items: int) -> list[bytes]:
+    """The raw items of `{"outcomes": [...]}`, each to be judged on its own; the envelope's own
+    faults (unreadable, empty, past `max_items`) raise, refusing it whole."""
     batch = decoded(_batch_decoder, body)
     if not batch.outcomes:
         raise InvalidEvent("outcomes must hold at least one outcome")
     if len(batch.outcomes) > max_items:
         raise TooManyItems(f"at most {max_items} outcomes per batch, got {len(batch.outcomes)}")
-    items: list[Outcome | ScoringError] = []
-    for raw in batch.outcomes:
-        try:
-            items.append(decode_outcome(bytes(raw), now))
-        except ScoringError as exc:
-            items.append(exc)
-    return items
+    return [bytes(raw) for raw in batch.outcomes]
+
+
+def decode_outcomes(body: bytes, max_items: int, now: datetime) -> list[Outcome | ScoringError]:
+    """Each item of `{"outcomes": [...]}`: an outcome, or the error it alone got, in its slot."""
+    return [judged(raw, now) for raw in outcome_items(body, max_items)]
+
+
+def judged(body: bytes, now: datetime) -> Outcome | ScoringError:
+    """One outcome, or the error it got (never raised: the item alone is refused)."""
+    try:
+        return decode_outcome(body, now)
+    except ScoringError as exc:
+        return exc
 
 
 def decode_outcome(body: bytes, now: datetime) -> Outcome:

@@ -1,9 +1,12 @@
-"""One invocation's batch of `risk-outcomes` messages: each message is one outcome, judged on its own.
+"""One invocation's batch of `risk-outcomes` messages: each outcome judged on its own.
 
-    decode      over MAX_MESSAGE_BYTES, unreadable, a schema violation, a source not declared, a
-                `learned_at` in the future or past the log's retention → rejected at once, that
-                message alone: its record (why, its message id, its body) goes to risk-rejected,
-                so nothing is lost
+    unpack      a message is one outcome, or an envelope `{"outcomes": [...]}` of up to
+                MAX_BATCH_ITEMS (the body of `POST /api/outcomes`): each of its outcomes gets a
+                verdict of its own under `<message id>#<index>`. The envelope's own faults (over
+                MAX_MESSAGE_BYTES, unreadable, empty, too many) reject the message whole
+    decode      unreadable, a schema violation, a source not declared, a `learned_at` in the
+                future or past the log's retention → rejected at once, that outcome alone: its
+                record (why, its message id, its body) goes to risk-rejected, so nothing is lost
     take        the rest in one call to the outcome desk: written, or a duplicate of one taken before
     outage      the store or its marks down: waited out inside the batch budget (backoff, full
                 jitter: the `payments` rule, shared/adapters/queue/handler.py), then the batch
@@ -16,14 +19,15 @@ alone (`unexpected`), never its neighbours.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
 from shared.adapters.queue.handler import BatchBudget, _held
-from shared.adapters.queue.messages import Incoming, Outbound, rejection_id, rejection_record
-from shared.domain.outcomes import Outcome, decode_outcome
+from shared.adapters.queue.messages import Incoming, Outbound, event_message_id, rejection_id, rejection_record
+from shared.domain.outcomes import Outcome, judged, outcome_items
 from shared.errors import PayloadTooLarge, ScoringError, Unexpected
 
 if TYPE_CHECKING:
@@ -35,6 +39,8 @@ __all__ = ["OUTCOMES_QUEUE", "OutcomeQueue", "Taken"]
 OUTCOMES_QUEUE = "risk-outcomes"
 REJECTED_QUEUE = "risk-rejected"
 Verdict = Literal["written", "duplicate", "rejected"]
+# NOTE: the first key decides (as for the payments' envelopes): a single outcome costs one anchored match
+_ENVELOPE = re.compile(rb'[ \t\n\r]*\{[ \t\n\r]*"outcomes"[ \t\n\r]*:')
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,18 +56,30 @@ class OutcomeQueue:
     """The `risk-outcomes` batch over the outcome desk and the rejected queue's publisher."""
 
     def __init__(
-        self, desk: OutcomeDesk, publisher: Publisher, *, max_message_bytes: int, budget: BatchBudget | None = None
+        self,
+        desk: OutcomeDesk,
+        publisher: Publisher,
+        *,
+        max_message_bytes: int,
+        budget: BatchBudget | None = None,
     ) -> None:
         self._desk = desk
         self._publisher = publisher
         self._cap = max_message_bytes
+        self._max_items = desk.max_items  # an envelope holds what `POST /api/outcomes` takes
         self._budget = budget or BatchBudget()
 
-    async def handle(self, messages: Sequence[Incoming]) -> list[Taken]:
-        """Every message's verdict, in order; raises (after the budget) when the store stays down."""
+    async def handle(self, batch: Sequence[Incoming]) -> list[Taken]:
+        """Every outcome's verdict (an envelope's under `<id>#<index>`), in order; raises (after
+        the budget) when the store stays down."""
         until = asyncio.get_running_loop().time() + self._budget.total_s - self._budget.publish_s
         now = self._desk.now()
-        decoded: list[Outcome | ScoringError] = [self._decode(m, now) for m in messages]
+        messages: list[Incoming] = []
+        decoded: list[Outcome | ScoringError] = []
+        for message in batch:
+            for item, verdict in self._unpack(message, now):
+                messages.append(item)
+                decoded.append(verdict)
         valid = [d for d in decoded if isinstance(d, Outcome)]
         fresh = await _held(until, lambda: self._desk.keep(valid, now), "keeping outcomes")
         written = iter(fresh)
@@ -79,12 +97,29 @@ class OutcomeQueue:
             await _held(until + self._budget.publish_s, lambda: self._publisher.publish(rejected), "publishing")
         return taken
 
-    def _decode(self, message: Incoming, now: datetime) -> Outcome | ScoringError:
+    def _unpack(self, message: Incoming, now: datetime) -> list[tuple[Incoming, Outcome | ScoringError]]:
+        """The message's outcomes, each judged: one, an envelope's each, or the message refused whole."""
         if len(message.body) > self._cap:
-            return PayloadTooLarge(f"the message is over {self._cap} bytes (MAX_MESSAGE_BYTES)")
+            return [(message, PayloadTooLarge(f"the message is over {self._cap} bytes (MAX_MESSAGE_BYTES)"))]
+        if not _ENVELOPE.match(message.body):
+            return [(message, _judge(message.body, now))]
         try:
-            return decode_outcome(message.body, now)
-        except ScoringError as exc:
-            return exc
-        except Exception as exc:  # a fault of ours: this message alone
-            return Unexpected(f"{type(exc).__name__} while decoding the outcome")
+            items = outcome_items(message.body, self._max_items)
+        except ScoringError as exc:  # the envelope's own fault: the message whole
+            return [(message, exc)]
+        return [(self._item(message, i, raw), _judge(raw, now)) for i, raw in enumerate(items)]
+
+    @staticmethod
+    def _item(message: Incoming, index: int, body: bytes) -> Incoming:
+        mid = event_message_id(message.message_id, index)
+        return Incoming(
+            mid, body, message.delivery_count, message.enqueued_time, message.correlation_id,
+            message.properties, message.body, index,
+        )  # fmt: skip
+
+
+def _judge(body: bytes, now: datetime) -> Outcome | ScoringError:
+    try:
+        return judged(body, now)
+    except Exception as exc:  # a fault of ours: this outcome alone
+        return Unexpected(f"{type(exc).__name__} while decoding the outcome")

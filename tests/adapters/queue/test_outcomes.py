@@ -83,3 +83,44 @@ async def test_without_the_prediction_log_the_batch_is_held_not_dropped(settings
     with pytest.raises(SettingsError):
         await handlers.outcomes([sb("m-1")])
     await handlers.aclose()
+
+
+def envelope(message_id: str, items: list[dict[str, Any]]) -> ServiceBusMessage:
+    raw = json.dumps({"outcomes": items}).encode()
+    return ServiceBusMessage(
+        body=raw, message_id=message_id, user_properties={}, delivery_count=1, application_properties={}
+    )
+
+
+def item(event_id: str, **changes: Any) -> dict[str, Any]:
+    return {"event_id": event_id, "outcome": "fraud", "source": "chargeback",
+            "learned_at": (NOW - timedelta(days=1)).isoformat()} | changes  # fmt: skip
+
+
+async def test_an_envelope_of_outcomes_is_judged_outcome_by_outcome(logged: Settings, tmp_path: Path) -> None:
+    publisher = MemoryPublisher()
+    handlers = FunctionHandlers(ServiceHolder(lambda: logged), publisher=publisher)
+    future = (NOW + timedelta(days=2)).isoformat()
+    batch = [
+        envelope("env-1", [item("evt-1"), item("evt-2", source="bank"), item("evt-3"), item("evt-1")]),
+        sb("m-2", event_id="evt-9", learned_at=future),
+    ]
+    await handlers.outcomes(batch)
+    assert len(lines(tmp_path)) == 2  # evt-1 (its restatement a duplicate) and evt-3
+    rejected = [json.loads(m.body) for m in publisher.delivered("risk-rejected")]
+    assert [(r["message_id"], r["error"]) for r in rejected] == [("env-1#1", "invalid_event"), ("m-2", "invalid_event")]
+    assert json.loads(rejected[0]["body"])["source"] == "bank"  # the record holds the outcome refused, not the envelope
+    await handlers.aclose()
+
+
+async def test_an_envelope_past_the_batch_cap_is_rejected_whole_and_nothing_of_it_written(
+    logged: Settings, tmp_path: Path
+) -> None:
+    publisher = MemoryPublisher()
+    handlers = FunctionHandlers(ServiceHolder(lambda: logged), publisher=publisher)
+    cap = logged.max_batch_items
+    await handlers.outcomes([envelope("big", [item(f"evt-{i}") for i in range(cap + 1)]), envelope("ok", [item("a")])])
+    assert len(lines(tmp_path)) == 1
+    rejected = [json.loads(m.body) for m in publisher.delivered("risk-rejected")]
+    assert [(r["message_id"], r["error"]) for r in rejected] == [("big", "too_many_items")]
+    await handlers.aclose()
