@@ -18,7 +18,9 @@ a raw id. DuckDB is imported here only (never on the Functions path: tests/test_
                 the version's thresholds (the decision it took), the review rate, PR-AUC (average
                 precision, as scikit-learn computes it) and `mature`: a day within `maturity_days` of
                 today is immature (chargebacks come up to 120 days later): its figures are not yet good
-    unmatched   outcomes (latest per event) that match no decision: kept, counted, matched on a later run
+    unmatched   outcomes (latest per event) that match no decision: kept, counted, matched on a later run,
+                until their window ends: one learned more than the log's retention ago
+                (RETENTION_DAYS) can no longer find its decision, and is counted `lapsed` instead
 """
 
 from __future__ import annotations
@@ -27,10 +29,12 @@ import argparse
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from itertools import groupby
 from pathlib import Path
 from typing import Any
+
+from shared.domain.outcomes import RETENTION_DAYS
 
 __all__ = ["MATURITY_DAYS", "Costs", "Report", "build", "calibration", "costs", "main", "render"]
 
@@ -56,7 +60,7 @@ SELECT event, model, version, role, CAST(timezone('UTC', "at") AS DATE) AS day, 
 
 OUTCOMES = """
 CREATE TEMP TABLE outcomes AS
-SELECT event, outcome, coalesce(amount_lost, 0.0) AS amount FROM (
+SELECT event, outcome, coalesce(amount_lost, 0.0) AS amount, learned FROM (
   SELECT *, row_number() OVER (PARTITION BY event ORDER BY learned DESC, received DESC) AS latest FROM (
     SELECT event, outcome, amount_lost, CAST(learned_at AS TIMESTAMPTZ) AS learned,
            CAST(received_at AS TIMESTAMPTZ) AS received,
@@ -68,7 +72,7 @@ SELECT event, outcome, coalesce(amount_lost, 0.0) AS amount FROM (
 ) WHERE latest = 1;
 """
 
-NO_OUTCOMES = "CREATE TEMP TABLE outcomes (event VARCHAR, outcome VARCHAR, amount DOUBLE);"
+NO_OUTCOMES = "CREATE TEMP TABLE outcomes (event VARCHAR, outcome VARCHAR, amount DOUBLE, learned TIMESTAMPTZ);"
 
 FIGURES = """
 WITH joined AS (
@@ -113,7 +117,12 @@ SELECT c.*, 1 - labelled / decisions AS awaiting,
  ORDER BY model, day, role = 'shadow', role = 'canary', version
 """
 
-UNMATCHED = "SELECT count(*) FROM outcomes o WHERE NOT EXISTS (SELECT 1 FROM decisions d WHERE d.event = o.event)"
+# outcomes no decision matches: still in their window (unmatched), or past it (lapsed: their decision,
+# if it ever was, is gone from the log)
+UNMATCHED = """
+SELECT count(*) FILTER (learned >= $window_start), count(*) FILTER (learned < $window_start)
+  FROM outcomes o WHERE NOT EXISTS (SELECT 1 FROM decisions d WHERE d.event = o.event)
+"""
 
 # the cost of each version's decisions as taken, and of every (review, decline) pair on a grid of
 # GRID steps, over its labelled decisions: a missed fraud costs `loss_share` of its amount lost, a
@@ -216,7 +225,8 @@ class Report:
 
     rows: list[dict[str, Any]]
     outcomes: int  # events with an outcome (the latest of each)
-    unmatched: int
+    unmatched: int  # of those, matching no decision yet, within their window
+    lapsed: int = 0  # matching no decision, their window ended (learned past the log's retention)
 
 
 def build(root: Path, *, today: date | None = None, maturity_days: int = MATURITY_DAYS) -> Report:
@@ -231,13 +241,14 @@ def build(root: Path, *, today: date | None = None, maturity_days: int = MATURIT
             return Report([], 0, 0)
         con.execute(DECISIONS.format(decisions=_literal(decisions)))
         con.execute(OUTCOMES.format(outcomes=_literal(outcomes)) if outcomes else NO_OUTCOMES)
-        until = (today or datetime.now(UTC).date()) - timedelta(days=maturity_days)
-        cursor = con.execute(FIGURES, {"mature_until": until})
+        day = today or datetime.now(UTC).date()
+        cursor = con.execute(FIGURES, {"mature_until": day - timedelta(days=maturity_days)})
         names = [d[0] for d in cursor.description]
         rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
         (count,) = con.execute("SELECT count(*) FROM outcomes").fetchone() or (0,)
-        (unmatched,) = con.execute(UNMATCHED).fetchone() or (0,)
-        return Report(rows, int(count), int(unmatched))
+        window_start = datetime.combine(day - timedelta(days=RETENTION_DAYS), time(), UTC)
+        unmatched, lapsed = con.execute(UNMATCHED, {"window_start": window_start}).fetchone() or (0, 0)
+        return Report(rows, int(count), int(unmatched), int(lapsed))
     finally:
         con.close()
 
@@ -266,7 +277,10 @@ def render(report: Report) -> str:
     body = [[_cell(row[key], fmt) for key, _, fmt in COLUMNS] for row in report.rows]
     widths = [max(len(x) for x in column) for column in zip(head, *body, strict=True)]
     lines = ["  ".join(x.rjust(w) for x, w in zip(line, widths, strict=True)) for line in [head, *body]]
-    lines.append(f"outcomes: {report.outcomes:,} events; unmatched (no decision found yet): {report.unmatched:,}")
+    lines.append(
+        f"outcomes: {report.outcomes:,} events; unmatched (no decision found yet): {report.unmatched:,}; "
+        f"lapsed (none found within the log's {RETENTION_DAYS}-day retention): {report.lapsed:,}"
+    )
     return "\n".join(lines) + "\n"
 
 

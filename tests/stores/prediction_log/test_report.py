@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from sklearn.metrics import average_precision_score, precision_score, recall_score
 
-from shared.domain.outcomes import Outcome
+from shared.domain.outcomes import RETENTION_DAYS, Outcome
 from shared.domain.records import Shadowed
 from shared.settings import PredictionLogPolicy
 from shared.stores.outcomes import MemoryMarks, OutcomeStore
@@ -92,6 +92,16 @@ async def test_an_unknown_event_is_kept_and_counted_unmatched_until_its_decision
     rep = report.build(tmp_path)
     assert rep.unmatched == 1
     assert row(rep, version="3")["missed"] == 1  # evt-77, approved, was fraud
+
+
+async def test_an_unknown_event_stops_counting_as_unmatched_once_its_window_ends(tmp_path: Path) -> None:
+    await log_decisions(tmp_path, {1: 0.9})
+    await keep(tmp_path, [fraud(1), fraud(77)])
+    inside = report.build(tmp_path, today=LEARNED.date() + timedelta(days=RETENTION_DAYS))
+    assert (inside.unmatched, inside.lapsed) == (1, 0)
+    past = report.build(tmp_path, today=LEARNED.date() + timedelta(days=RETENTION_DAYS + 1))
+    assert (past.unmatched, past.lapsed) == (0, 1)  # its decision, if it ever was, is gone from the log
+    assert past.outcomes == 2
 
 
 async def test_a_later_outcome_supersedes_by_when_it_was_learned_not_when_it_arrived(tmp_path: Path) -> None:
