@@ -584,7 +584,10 @@ class Settings:
         "`Authorization=AAD;ClientId=<identity>`: Entra ingestion with that managed identity",
     )
     grpc_port: int = setting(
-        "GRPC_PORT", 0, "port of the Open Inference Protocol (V2) gRPC server in the same process; `0` = none"
+        "GRPC_PORT",
+        0,
+        "port of the gRPC server in the same process: Open Inference Protocol (V2) inference and payment events "
+        "(`fraud.scoring.v1`); `0` = none",
     )
     grpc_keys: str | None = setting(
         "GRPC_KEYS",
@@ -595,6 +598,12 @@ class Settings:
     )
     grpc_max_concurrent: int = setting(
         "GRPC_MAX_CONCURRENT", 64, "gRPC calls in progress at once; past it a call is refused (RESOURCE_EXHAUSTED)"
+    )
+    grpc_stream_max_in_flight: int = setting(
+        "GRPC_STREAM_MAX_IN_FLIGHT",
+        16,
+        "events one `ScoreStream` call holds at once, scored or answered but not yet sent; past it the stream "
+        "is not read (HTTP/2 flow control holds the sender) until answers leave",
     )
     # -- the queue path (shared/queue) ---------------------------------------------------
     service_bus_namespace: str | None = setting(
@@ -647,6 +656,7 @@ class Settings:
         )
         _check(0 <= self.grpc_port <= 65535, "GRPC_PORT", "a TCP port within 1..65535, or 0 for no gRPC server")
         _check(1 <= self.grpc_max_concurrent <= 100_000, "GRPC_MAX_CONCURRENT", "an integer within 1..100000")
+        _check(1 <= self.grpc_stream_max_in_flight <= 4096, "GRPC_STREAM_MAX_IN_FLIGHT", "an integer within 1..4096")
         if self.grpc_keys is not None:
             keys = self.grpc_keys.split(",")
             _check(

@@ -5,7 +5,9 @@ so a gRPC request joins the same micro-batches as an HTTP one. Methods are regis
 path (`/inference.GRPCInferenceService/ModelInfer`...) over the messages generated from
 `proto/grpc_predict_v2.proto`. Tensors come as typed `contents` or as `raw_input_contents`;
 the answer uses the form the request used. An error is the status its class names
-(`ScoringError.grpc_status`: INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE...) with its detail.
+(`ScoringError.grpc_status`: INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE...) with its detail, and its
+code in the `x-error-code` trailing metadata. The same server carries payment events
+(`fraud.scoring.v1.Scoring`, shared/adapters/scoring_grpc) under the same keys and caps.
 
 The port is outside the Functions host (no host key guards it), so the server guards itself:
 every call carries one of GRPC_KEYS in its `x-api-key` metadata (compared in constant time),
@@ -43,12 +45,22 @@ from shared.errors import BadRequest, BodyTimeout, ScoringError, log_answered
 if TYPE_CHECKING:
     from shared.core.service import ScoringService
 
-__all__ = ["KEY_METADATA", "SERVICE", "KeyInterceptor", "handler", "serve_grpc", "streams_per_connection"]
+__all__ = [
+    "ERROR_CODE",
+    "KEY_METADATA",
+    "SERVICE",
+    "KeyInterceptor",
+    "guarded",
+    "handler",
+    "serve_grpc",
+    "streams_per_connection",
+]
 
 log = logging.getLogger(__name__)
 
 SERVICE = "inference.GRPCInferenceService"
 KEY_METADATA = "x-api-key"
+ERROR_CODE = "x-error-code"  # trailing metadata of an error: its code, as HTTP answers it (`invalid_event`...)
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 M = TypeVar("M", bound=Message)
 Behavior = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Message]]
@@ -89,11 +101,14 @@ async def serve_grpc(service: ScoringService, host: str, port: int, *, grace_s: 
         interceptors=[KeyInterceptor(keys)],
         maximum_concurrent_rpcs=settings.grpc_max_concurrent,
     )
-    server.add_generic_rpc_handlers((handler(DataPlane(service), settings.body_timeout_ms / 1000),))
+    from shared.adapters.scoring_grpc.service import handler as events_handler  # NOTE: it imports `guarded`
+
+    wait_s = settings.body_timeout_ms / 1000
+    server.add_generic_rpc_handlers((handler(DataPlane(service), wait_s), events_handler(service, wait_s)))
     if server.add_insecure_port(f"{host}:{port}") == 0:
         raise OSError(f"GRPC_PORT {port}: cannot bind {host}:{port}")
     await server.start()
-    log.info("V2 gRPC serving on %s:%d", host, port)
+    log.info("gRPC (V2 inference, fraud.scoring.v1 events) serving on %s:%d", host, port)
     try:
         await server.wait_for_termination()
     finally:
@@ -182,7 +197,7 @@ def handler(plane: DataPlane, request_wait_s: float = 5.0) -> grpc.GenericRpcHan
         {
             # NOTE: stream-unary on the server, unary on the wire: the handler awaits the message itself, bounded
             name: grpc.stream_unary_rpc_method_handler(
-                _guarded(name, behavior, request_wait_s),
+                guarded(name, behavior, request_wait_s),
                 request_deserializer=message.FromString,
                 response_serializer=lambda m: m.SerializeToString(),
             )
@@ -191,9 +206,10 @@ def handler(plane: DataPlane, request_wait_s: float = 5.0) -> grpc.GenericRpcHan
     )
 
 
-def _guarded(name: str, behavior: Behavior, request_wait_s: float) -> Callable[..., Awaitable[Message]]:
+def guarded(name: str, behavior: Behavior, request_wait_s: float) -> Callable[..., Awaitable[Message]]:
     """The call's one request message, awaited for at most `request_wait_s` (else `BodyTimeout`);
-    our errors become their gRPC status; anything else is INTERNAL, logged once."""
+    our errors become their gRPC status and detail, with their code (HTTP's) in the `x-error-code`
+    trailing metadata; anything else is INTERNAL, logged once."""
 
     async def call(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]) -> Message:
         try:
@@ -201,10 +217,10 @@ def _guarded(name: str, behavior: Behavior, request_wait_s: float) -> Callable[.
             return await behavior(request, context)
         except ScoringError as exc:
             log_answered(exc, "grpc", method=name)
-            await context.abort(grpc.StatusCode[exc.grpc_status], exc.detail)
+            await context.abort(grpc.StatusCode[exc.grpc_status], exc.detail, ((ERROR_CODE, exc.code),))
         except Exception:
             log.exception("gRPC %s failed", name)
-            await context.abort(grpc.StatusCode.INTERNAL, "internal error")
+            await context.abort(grpc.StatusCode.INTERNAL, "internal error", ((ERROR_CODE, "internal"),))
         raise AssertionError("unreachable: abort raises")
 
     return call

@@ -1,0 +1,144 @@
+"""One `ScoreStream` call: events in as they come, each answered once, as soon as it is scored.
+
+A gateway keeps one stream open and sends events as they arrive, one or several to a message.
+Each event is scored as its own task by the core's single-event entry (codec.py), so the events
+of a stream share micro-batches with each other and with every other door, and each answer goes
+out when it is ready: out of order, several to a response message when several are ready, each
+naming its event (`event_id`, the caller's `id`, and the message and place it came in).
+
+Back-pressure. The stream holds at most GRPC_STREAM_MAX_IN_FLIGHT events at once, counted from
+when an event is read until its answer has been written: being scored, or answered but waiting
+for the client to take the answer. At the cap the stream is not read, so HTTP/2 flow control
+holds the sender; a client that does not read its answers stops its own stream, and nothing
+buffers without bound on the server. Admission applies to each event as to an HTTP request
+(a refusal is that event's `overloaded` answer).
+
+Bad input is answered, and the stream stays open: an undecodable message, a message without
+events or with more than MAX_BATCH_ITEMS (answered once, `index` -1), an event over MAX_BODY_BYTES,
+an event that is not JSON or not valid (each answered with its code, as HTTP answers it). What
+ends a stream: the client half-closing it (then every pending answer is sent and the status is OK),
+a call without a key (the server's interceptor: UNAUTHENTICATED), or what the transport itself
+refuses (a message over the server's message cap, 16 x MAX_BODY_BYTES: RESOURCE_EXHAUSTED).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from shared.adapters.scoring_grpc import scoring_pb2 as pb
+from shared.adapters.scoring_grpc.codec import Limits, error_of, event_id_of, parsed, score_event
+from shared.domain.answers import encode
+from shared.errors import BadRequest, ScoringError, TooManyItems, log_answered
+
+if TYPE_CHECKING:
+    import grpc
+
+    from shared.core.service import ScoringService
+
+__all__ = ["EventStream"]
+
+log = logging.getLogger(__name__)
+
+# An answer ready to go: (message, index, id, event_id, the scored answer's JSON, or its error)
+Ready = tuple[int, int, str, str, bytes | None, pb.Error | None]
+
+
+class EventStream:
+    """The state of one stream: its room (slots), the answers ready, and the tasks scoring."""
+
+    def __init__(self, core: ScoringService, limits: Limits, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        self._core = core
+        self._limits = limits
+        self._context = context
+        self._room = asyncio.Semaphore(limits.in_flight)
+        self._held = 0  # events read and not yet answered on the wire
+        self._ready: list[Ready] = []
+        self._wake = asyncio.Event()
+        self._scoring: set[asyncio.Task[None]] = set()
+        self.messages = 0  # request messages read
+
+    async def run(self, requests: AsyncIterator[bytes]) -> None:
+        """Read, score and answer until the client half-closes and every answer is written."""
+        reader = asyncio.ensure_future(self._read(requests))
+        reader.add_done_callback(lambda _: self._wake.set())
+        try:
+            await self._write(reader)
+        finally:
+            reader.cancel()
+            for task in self._scoring:
+                task.cancel()
+
+    async def _read(self, requests: AsyncIterator[bytes]) -> None:
+        async for raw in requests:
+            started = time.perf_counter()
+            number = self.messages
+            self.messages += 1
+            try:
+                events = parsed(pb.ScoreStreamRequest, raw).events
+                if not events:
+                    raise BadRequest("a message without events")
+                if len(events) > self._limits.events_per_message:
+                    raise TooManyItems(
+                        f"at most {self._limits.events_per_message} events per message, got {len(events)}"
+                    )
+            except ScoringError as exc:
+                await self._take_room()
+                self._refused(number, -1, "", "", exc)
+                continue
+            for index, request in enumerate(events):
+                await self._take_room()
+                task = asyncio.create_task(self._score(number, index, request, started))
+                self._scoring.add(task)
+                task.add_done_callback(self._scoring.discard)
+
+    async def _take_room(self) -> None:
+        await self._room.acquire()  # NOTE: at the cap, the stream is not read: flow control holds the sender
+        self._held += 1
+
+    async def _score(self, number: int, index: int, request: pb.ScoreRequest, started: float) -> None:
+        try:
+            scored = await score_event(self._core, request, self._limits, started)
+        except ScoringError as exc:
+            self._refused(number, index, request.id, event_id_of(request.event, self._limits), exc)
+        except Exception:
+            log.exception("gRPC ScoreStream: an event failed")
+            self._refused(number, index, request.id, "", ScoringError("internal error"))
+        else:
+            self._ready.append((number, index, request.id, scored.event_id, encode(scored), None))
+            self._wake.set()
+
+    def _refused(self, number: int, index: int, id_: str, event_id: str, exc: ScoringError) -> None:
+        log_answered(exc, "grpc", method="ScoreStream")
+        self._ready.append((number, index, id_, event_id, None, error_of(exc)))
+        self._wake.set()
+
+    async def _write(self, reader: asyncio.Future[None]) -> None:
+        """Answers as they are ready, all those ready in one message; a written answer frees its room."""
+        while True:
+            if self._ready:
+                ready, self._ready = self._ready, []
+                await self._context.write(_response(ready))
+                self._held -= len(ready)
+                for _ in ready:
+                    self._room.release()
+            elif reader.done() and (not self._held or reader.cancelled() or reader.exception() is not None):
+                reader.result()  # NOTE: the read's own failure (the transport's) ends the call with it
+                return
+            else:
+                self._wake.clear()
+                await self._wake.wait()
+
+
+def _response(ready: list[Ready]) -> pb.ScoreStreamResponse:
+    response = pb.ScoreStreamResponse()
+    add = response.answers.add
+    for number, index, id_, event_id, scored, error in ready:
+        if error is None:
+            add(message=number, index=index, id=id_, event_id=event_id, scored=scored)
+        else:
+            add(message=number, index=index, id=id_, event_id=event_id, error=error)
+    return response

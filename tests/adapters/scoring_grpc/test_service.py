@@ -1,0 +1,232 @@
+"""`fraud.scoring.v1.Scoring` in process, over the real core and a real grpc.aio server and client:
+`Score` answers what the core's single-event entry answers (the HTTP route's), errors keep their
+codes, and `ScoreStream` holds up against hostile clients (bad messages interleaved, a client that
+does not read, half-closed streams, no key, a message over the transport's cap)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
+from typing import Any
+
+import grpc
+import msgspec
+import pytest
+
+from shared.adapters.oip.jobs import grpc_server
+from shared.adapters.scoring_grpc import scoring_pb2 as pb
+from shared.adapters.scoring_grpc.client import SCORE, SCORE_STREAM, answer_line, score_stream, scores
+from shared.core.holder import ServiceHolder
+from shared.core.service import ScoringService
+from shared.domain.answers import encode
+from shared.settings import Settings
+from tests.conftest import closed_port, event
+
+KEY = "k" * 24
+Served = Callable[..., Awaitable[tuple[ScoringService, grpc.aio.Channel]]]
+
+
+@pytest.fixture
+async def served(settings: Settings) -> AsyncIterator[Served]:
+    """`await served(**changes)`: the core with its gRPC server on loopback, and a channel to it."""
+    opened: list[tuple[ServiceHolder, grpc.aio.Channel]] = []
+
+    async def serve(**changes: Any) -> tuple[ScoringService, grpc.aio.Channel]:
+        port = closed_port()
+        holder = ServiceHolder(
+            lambda: replace(settings, grpc_port=port, **changes), on_built=[grpc_server("127.0.0.1")]
+        )
+        service = await holder.get()
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+        opened.append((holder, channel))
+        await asyncio.wait_for(channel.channel_ready(), 10)
+        return service, channel
+
+    yield serve
+    for holder, channel in opened:
+        await channel.close()
+        await holder.aclose()
+
+
+def body(**overrides: object) -> bytes:
+    return json.dumps(event(**overrides)).encode()
+
+
+def decided(answer: bytes) -> dict[str, Any]:
+    """An answer without what differs between two scorings of one event (timings, cache or model)."""
+    found = json.loads(answer)
+    return {k: v for k, v in found.items() if k not in ("timings_ms", "source")}
+
+
+def raw_stream(channel: grpc.aio.Channel, metadata: tuple[tuple[str, str], ...] = ()) -> Any:
+    """A stream whose messages the test writes as bytes (undecodable ones too)."""
+    method = channel.stream_stream(
+        SCORE_STREAM, request_serializer=lambda b: b, response_deserializer=pb.ScoreStreamResponse.FromString
+    )
+    return method(metadata=metadata)
+
+
+def message(*bodies: bytes, model: str = "") -> bytes:
+    request = pb.ScoreStreamRequest()
+    for i, b in enumerate(bodies):
+        request.events.add(event=b, id=f"e{i}", model=model)
+    return bytes(request.SerializeToString())
+
+
+async def answers_of(call: Any, count: int) -> list[pb.ScoreAnswer]:
+    found: list[pb.ScoreAnswer] = []
+    while len(found) < count:
+        response = await asyncio.wait_for(call.read(), 10)
+        assert response is not grpc.aio.EOF, f"the stream ended after {len(found)} of {count} answers"
+        found.extend(response.answers)
+    return found
+
+
+# -- Score ------------------------------------------------------------------------------
+
+
+async def test_score_answers_what_the_cores_single_event_entry_answers(served: Served) -> None:
+    service, channel = await served()
+    expected = encode(await service.score_json(body(event_id="same")))
+    [got] = [line async for line in scores(channel, [body(event_id="same")])]
+    assert decided(got.encode()) == decided(expected)
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status", "code"),
+    [
+        (pb.ScoreRequest(event=b"{not json").SerializeToString(), grpc.StatusCode.INVALID_ARGUMENT, "malformed_json"),
+        (pb.ScoreRequest(event=body(amount=-1)).SerializeToString(), grpc.StatusCode.INVALID_ARGUMENT, "invalid_event"),
+        (
+            pb.ScoreRequest(event=b" " * 70_000).SerializeToString(),
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "payload_too_large",
+        ),
+        (pb.ScoreRequest(event=body(), model="nope").SerializeToString(), grpc.StatusCode.NOT_FOUND, "model_not_found"),
+        (b"\xff\xff\xff", grpc.StatusCode.INVALID_ARGUMENT, "bad_request"),  # no ScoreRequest
+    ],
+    ids=["malformed", "invalid", "too-large", "no-model", "undecodable"],
+)
+async def test_score_refuses_with_the_status_its_error_names_and_https_code(
+    served: Served, request_bytes: bytes, status: grpc.StatusCode, code: str
+) -> None:
+    _, channel = await served()
+    call = channel.unary_unary(SCORE, request_serializer=lambda b: b, response_deserializer=pb.ScoreResponse.FromString)
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await call(request_bytes, timeout=10)
+    assert refused.value.code() == status
+    assert dict(refused.value.trailing_metadata() or ())["x-error-code"] == code
+
+
+# -- ScoreStream: bad input is answered, the stream stays open --------------------------
+
+
+async def test_bad_messages_interleaved_are_each_answered_and_the_stream_goes_on(served: Served) -> None:
+    _, channel = await served(max_batch_items=4)
+    call = raw_stream(channel)
+    sent = [
+        (message(body(event_id="g0")), None),
+        (b"\xff\xff\xff", "bad_request"),  # undecodable
+        (message(b"{not json"), "malformed_json"),
+        (message(body(event_id="g1"), body(event_id="bad", amount=-1)), "invalid_event"),
+        (message(b" " * 70_000), "payload_too_large"),  # an event over MAX_BODY_BYTES, the message under the cap
+        (message(*[body(event_id=f"m{i}") for i in range(5)]), "too_many_items"),  # over MAX_BATCH_ITEMS
+        (pb.ScoreStreamRequest().SerializeToString(), "bad_request"),  # no event
+        (message(body(event_id="g2"), model="nope"), "model_not_found"),
+        (message(body(event_id="g3")), None),
+    ]
+    for raw, _ in sent:
+        await call.write(raw)
+    answers = await answers_of(call, 10)
+    await call.done_writing()
+    assert await call.read() is grpc.aio.EOF and await call.code() == grpc.StatusCode.OK
+    errors = {(a.message, a.index): a.error.code for a in answers if a.WhichOneof("outcome") == "error"}
+    assert errors == {(1, -1): "bad_request", (2, 0): "malformed_json", (3, 1): "invalid_event",
+                      (4, 0): "payload_too_large", (5, -1): "too_many_items", (6, -1): "bad_request",
+                      (7, 0): "model_not_found"}  # fmt: skip
+    scored = {a.event_id for a in answers if a.WhichOneof("outcome") == "scored"}
+    assert scored == {"g0", "g1", "g3"}
+    invalid = next(a for a in answers if (a.message, a.index) == (3, 1))
+    assert (invalid.event_id, invalid.id, invalid.error.status, invalid.error.grpc_status) == (
+        "bad", "e1", 422, "INVALID_ARGUMENT"
+    )  # fmt: skip
+
+
+async def test_a_message_over_the_transports_cap_ends_the_stream(served: Served) -> None:
+    """The one bad message the service never sees: the transport refuses it (16 x MAX_BODY_BYTES)."""
+    service, channel = await served()
+    call = raw_stream(channel)
+    await call.write(message(*[b" " * 60_000] * 20))
+    with pytest.raises(grpc.aio.AioRpcError) as ended:
+        await call.read()
+    assert ended.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert service.settings.max_body_bytes * 16 < 60_000 * 20
+
+
+# -- ScoreStream: hostile clients -------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", [None, "w" * 24], ids=["no-key", "wrong-key"])
+async def test_a_stream_without_a_valid_key_is_refused_and_ends(served: Served, key: str | None) -> None:
+    _, channel = await served(grpc_keys=KEY)
+    call = raw_stream(channel, (("x-api-key", key),) if key else ())
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await call.write(message(body()))
+        await call.read()
+    assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    keyed = [a async for a in score_stream(channel, [body()], key=KEY)]
+    assert [a.WhichOneof("outcome") for a in keyed] == ["scored"]
+
+
+async def test_a_half_closed_stream_gets_every_pending_answer_then_ends_ok(served: Served) -> None:
+    _, channel = await served(grpc_stream_max_in_flight=4)
+    call = raw_stream(channel)
+    for m in range(10):
+        await call.write(message(*[body(event_id=f"h{m}-{i}") for i in range(5)]))
+    await call.done_writing()  # NOTE: before a single answer is read
+    answers = await answers_of(call, 50)
+    assert await call.read() is grpc.aio.EOF and await call.code() == grpc.StatusCode.OK
+    assert sorted(a.event_id for a in answers) == sorted(f"h{m}-{i}" for m in range(10) for i in range(5))
+    assert {(a.message, a.index) for a in answers} == {(m, i) for m in range(10) for i in range(5)}
+
+
+async def test_a_client_that_does_not_read_stops_its_own_stream_at_the_cap(served: Served) -> None:
+    """The server scores no more than the stream's cap ahead of what the client's transport took
+    (its flow-control window: 64 KiB here, BDP probing off): the rest waits unread, not scored."""
+    service, _ = await served(grpc_stream_max_in_flight=4)
+    port = service.settings.grpc_port
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.http2.bdp_probe", 0)]) as channel:
+        call = raw_stream(channel)
+        sent = 3000
+        writer = asyncio.create_task(_write_all(call, [message(body(event_id=f"s{i}")) for i in range(sent)]))
+        await asyncio.sleep(1.5)
+        held = service.admission.total_admitted
+        await asyncio.sleep(1.0)
+        assert service.admission.total_admitted == held, "the server kept scoring for a client that reads nothing"
+        assert held < 400, f"{held} events scored for a client that took 64 KiB of answers"
+        answers = await answers_of(call, sent)  # now read: every event is answered
+        await writer
+        assert await call.read() is grpc.aio.EOF and await call.code() == grpc.StatusCode.OK
+        assert len({a.event_id for a in answers}) == sent
+
+
+async def _write_all(call: Any, messages: list[bytes]) -> None:
+    for raw in messages:
+        await call.write(raw)
+    await call.done_writing()
+
+
+async def test_ten_thousand_messages_on_one_stream_are_all_answered(served: Served) -> None:
+    service, channel = await served()
+    before = service.admission.total_admitted
+    bodies = [body(event_id=f"t{i}", amount=float(i % 500)) for i in range(10_000)]
+    answers = [a async for a in score_stream(channel, bodies)]
+    assert len(answers) == 10_000
+    assert sorted(int(a.id) for a in answers) == list(range(10_000))
+    assert {a.event_id for a in answers} == {f"t{i}" for i in range(10_000)}
+    assert all(a.WhichOneof("outcome") == "scored" for a in answers), {answer_line(a) for a in answers[:3]}
+    assert service.admission.total_admitted - before == 10_000
+    decisions = {msgspec.json.decode(a.scored)["decision"] for a in answers}
+    assert decisions <= {"approve", "review", "decline"}
