@@ -84,7 +84,8 @@ def sandbox(settings: Settings) -> Sandbox:
 
 async def promote(settings: Settings, ref: ModelRef, reason: str, allow_never_decline: bool) -> str:
     """Write the pin record every replica follows, and audit who; what to print."""
-    from shared.fleet.rollout import PinRecord, decode_record, pin_key, record_pin, weigh_promote
+    from shared.fleet.keys import PinRecord, decode_record, pin_key
+    from shared.fleet.versions import record_pin, weigh_promote
     from shared.stores.control import Actor, ControlAudit, RedisControlStore
 
     if not settings.redis_url:

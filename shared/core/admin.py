@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from shared.domain.answers import ControlAction, ModelView, ReviewRecord, RolloutView
 from shared.errors import ReviewNotFound, RolloutConflict
-from shared.fleet.rollout import Rollout
+from shared.fleet.versions import Rollout
 from shared.models.registry import EventKind, Hook, ModelRegistry
 from shared.models.repository import ModelRef
 from shared.models.served import LoadedModel

@@ -24,9 +24,9 @@ if TYPE_CHECKING:
     from shared.domain.records import DecisionRecord
     from shared.features.store import ContextStore
     from shared.fleet.drift import DriftMonitor
-    from shared.fleet.rollout import Rollout
     from shared.fleet.shadow import ShadowScorer
     from shared.fleet.traffic import Traffic
+    from shared.fleet.versions import Rollout
     from shared.models.ensembles.catalog import Ensembles
     from shared.models.registry import ModelRegistry
     from shared.models.repository import ModelRepository
@@ -97,7 +97,7 @@ async def build_service(settings: Settings, *, vetting: VettingPolicy | None = N
         l2_ttl_s=policy.l2_ttl_s,
         l2_policy=policy.prediction_l2,
     )
-    from shared.fleet.rollout import Rollout
+    from shared.fleet.versions import Rollout
     from shared.models.sandbox import Sandbox
     from shared.models.vetting import DEFAULT_POLICY
 

@@ -77,7 +77,8 @@ import numpy.typing as npt
 from shared.domain.answers import DriftView
 from shared.domain.records import DecisionRecord
 from shared.errors import ControlStoreDown
-from shared.fleet.references import SharedReference, Unshareable, checked, reference_key, settle
+from shared.fleet.keys import SharedReference, reference_key
+from shared.fleet.references import Unshareable, checked, settle
 from shared.settings import DriftPolicy
 from shared.stores.control import ControlStore
 from shared.telemetry import metrics

@@ -1,9 +1,9 @@
 """One drift reference per fleet: a version's frozen reference as replicas share it in the control store.
 
 A reference is shared as its bins and its counts per bin (`SharedReference`, a few KB at the
-defaults, never rows) under `drift:reference:{model}:{version}:{fingerprint}`, written with a
-set-if-absent (SET NX): the first replica to publish a version's wins, and the key never
-changes after (control records carry no TTL; a rollback to an older version finds its
+defaults, never rows) under `drift:reference:{model}:{version}:{fingerprint}` (both drawn in
+shared/fleet/keys.py), written with a set-if-absent (SET NX): the first replica to publish a
+version's wins, and the key never changes after (control records carry no TTL; a rollback to an older version finds its
 reference still there). shared/fleet/drift.py decides when to ask and what to do with the answer.
 
     settle(store, key, own)    own published (first writer) → own · another's there → that one
@@ -23,29 +23,12 @@ import msgspec
 import numpy as np
 
 from shared.errors import Unshareable
+from shared.fleet.keys import SharedReference
 from shared.stores.control import ControlStore
 
-__all__ = ["MAX_SHARED_BYTES", "SharedReference", "Unshareable", "checked", "reference_key", "settle"]
+__all__ = ["MAX_SHARED_BYTES", "Unshareable", "checked", "settle"]
 
 MAX_SHARED_BYTES = 256 * 1024  # a reference larger than this is kept local (the defaults: ~5 KB)
-
-
-class SharedReference(msgspec.Struct, frozen=True):
-    """A version's frozen reference as the fleet shares it: bins and counts, never rows."""
-
-    columns: list[str]  # the version's columns, then `score`
-    bins: int  # DRIFT_BINS of the replica that built it
-    records: int  # the records it was built from
-    cuts: list[list[float]]  # per column, its cut points ([] for a discrete column)
-    values: list[list[float] | None]  # per column, its distinct values (None for a continuous one)
-    counts: list[list[int]]  # per column, reference records per bin (bins + 1 of them)
-    replica: str = ""  # who built it
-    at: float = 0.0  # when (epoch seconds)
-
-
-def reference_key(model: str, version: str, fingerprint: str) -> str:
-    """The control store's key of a version's shared reference (the fingerprint: the bytes it scores with)."""
-    return f"drift:reference:{model}:{version}:{fingerprint}"
 
 
 async def settle(store: ControlStore, key: str, own: SharedReference | None) -> SharedReference | None:

@@ -33,15 +33,16 @@ import time
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from hashlib import blake2b
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import msgspec
 
 from shared.domain.answers import AbortView, ArmView, CanaryView, ShadowView
 from shared.domain.records import Arm
 from shared.errors import BadRequest, ControlStoreDown, ModelInvalid, ModelNotFound, RolloutConflict, ScoringError
-from shared.fleet.rollout import WATCH_S, Rollout, WrittenBack, decode_record, watch
+from shared.fleet.keys import Aborted, CanaryRecord, LastAbort, ShadowRecord, canary_key, decode_record, shadow_key
 from shared.fleet.shadow import ShadowScorer
+from shared.fleet.versions import WATCH_S, Rollout, WrittenBack, watch
 from shared.models.registry import ModelRegistry, RegistryEvent
 from shared.models.repository import ModelRef, check_ref, version_key
 from shared.models.served import LoadedModel
@@ -49,15 +50,7 @@ from shared.settings import RolloutPolicy
 from shared.stores.control import Actor, ControlStore
 from shared.telemetry import metrics
 
-__all__ = [
-    "AbortReason",
-    "CanaryRecord",
-    "ShadowRecord",
-    "Traffic",
-    "bucket",
-    "canary_key",
-    "shadow_key",
-]
+__all__ = ["AbortReason", "Traffic", "bucket"]
 
 log = logging.getLogger(__name__)
 
@@ -68,14 +61,6 @@ _DECLINE, _ERROR = 1, 2  # a decision's code in an arm's window (0: approve or r
 _CODES = {"decline": _DECLINE, "error": _ERROR}
 
 
-def shadow_key(name: str) -> str:
-    return f"models:shadow:{name}"
-
-
-def canary_key(name: str) -> str:
-    return f"models:canary:{name}"
-
-
 def _hash(name: str, user_id: str) -> int:
     # "/" never occurs in a model name (shared/models/repository.py NAME): the pair is unambiguous
     return int.from_bytes(blake2b(f"{name}/{user_id}".encode(), digest_size=8).digest(), "big")
@@ -84,48 +69,6 @@ def _hash(name: str, user_id: str) -> int:
 def bucket(name: str, user_id: str) -> float:
     """Where `user_id` falls in [0, 1) for `name`'s split: the same on every replica, in every process."""
     return _hash(name, user_id) / _SPAN
-
-
-# -- the records ------------------------------------------------------------------------------
-
-
-class Aborted(msgspec.Struct, frozen=True):
-    """Why and when a canary was stopped."""
-
-    reason: str
-    at: float
-
-
-class LastAbort(msgspec.Struct, frozen=True):
-    """The last canary of a model that was aborted (kept when a new one is set)."""
-
-    version: str
-    reason: str
-    at: float
-
-
-class ShadowRecord(msgspec.Struct, frozen=True):
-    """`models:shadow:{name}`: the version that shadows the model, or None (released)."""
-
-    version: str | None
-    at: float = 0.0
-    sha256: str = ""  # the version's file; empty in a record written before records named digests
-
-
-class CanaryRecord(msgspec.Struct, frozen=True):
-    """`models:canary:{name}`: the candidate and its weight; `aborted` once stopped; None: cleared."""
-
-    version: str | None
-    weight: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.0
-    at: float = 0.0
-    aborted: Aborted | None = None
-    last_abort: LastAbort | None = None
-    sha256: str = ""
-
-    @property
-    def running(self) -> bool:
-        """Whether it names a candidate that was not aborted (weight 0 included)."""
-        return self.version is not None and self.aborted is None
 
 
 # -- a canary split on this replica -------------------------------------------------------------

@@ -14,7 +14,7 @@ import httpx
 import orjson
 from redis.asyncio import Redis
 
-from shared.fleet.rollout import pin_key
+from shared.fleet.keys import pin_key
 from shared.settings import Settings
 from tests.faults.conftest import over_redis, seeded
 from tests.faults.proxy import Proxy

@@ -17,7 +17,7 @@ import pytest
 from redis.asyncio import Redis
 
 from shared.fleet.drift import DriftMonitor
-from shared.fleet.references import SharedReference, reference_key
+from shared.fleet.keys import SharedReference, reference_key
 from shared.stores.control import RedisControlStore
 from tests.conftest import closed_port
 from tests.fleet.test_drift import COLUMNS, POLICY, RNG_SEED, only_view, population

@@ -11,7 +11,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from shared.fleet.rollout import PinRecord, Rollout, pin_key
+from shared.fleet.keys import PinRecord, pin_key
+from shared.fleet.versions import Rollout
 from shared.models.registry import ModelRegistry
 from shared.models.repository import DirectoryRepository, ModelRef, Release, publish_version
 from shared.settings import BatchPolicy, OrtOptions
@@ -124,7 +125,7 @@ async def test_without_the_rewrite_a_new_replica_would_serve_the_swapped_file(
 
     original_vouch = ModelRegistry.vouch
     monkeypatch.setattr(Rollout, "_digested", as_read)
-    monkeypatch.setattr("shared.fleet.rollout.legacy", lambda record: False)
+    monkeypatch.setattr("shared.fleet.versions.legacy", lambda record: False)
     monkeypatch.setattr(ModelRegistry, "vouch", vouch_as_before)
     publish_version(DirectoryRepository(models_dir), ModelRef("fraud", "2"), ORIGINAL)
     first, _ = await start()

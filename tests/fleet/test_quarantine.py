@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from shared.errors import RunOverBudget
-from shared.fleet.rollout import QuarantineRecord, Rollout, quarantine_key
+from shared.fleet.keys import QuarantineRecord, quarantine_key
+from shared.fleet.versions import Rollout
 from shared.models.registry import ModelRegistry
 from shared.models.repository import DirectoryRepository, ModelRef
 from shared.models.vetting import VettingPolicy

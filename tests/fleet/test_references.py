@@ -7,7 +7,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from shared.fleet.references import MAX_SHARED_BYTES, SharedReference, Unshareable, checked, settle
+from shared.fleet.keys import SharedReference
+from shared.fleet.references import MAX_SHARED_BYTES, Unshareable, checked, settle
 from shared.stores.control import MemoryControlStore
 
 NAMES = ("amount", "is_foreign", "score")

@@ -19,8 +19,9 @@ import msgspec
 import pytest
 
 from shared.errors import BadRequest, ControlStoreDown, ModelNotFound, RolloutConflict
-from shared.fleet.rollout import Rollout
-from shared.fleet.traffic import CanaryRecord, ShadowRecord, Traffic, bucket, canary_key, shadow_key
+from shared.fleet.keys import CanaryRecord, ShadowRecord, canary_key, shadow_key
+from shared.fleet.traffic import Traffic, bucket
+from shared.fleet.versions import Rollout
 from shared.models.registry import ModelRegistry
 from shared.models.repository import DirectoryRepository, ModelRef
 from shared.settings import BatchPolicy, OrtOptions, RolloutPolicy

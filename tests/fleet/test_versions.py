@@ -19,7 +19,7 @@ from shared.core.service import ScoringService
 from shared.domain.events import decode_event
 from shared.domain.spec import FeatureDef
 from shared.errors import ModelInvalid, ModelNotFound
-from shared.fleet.rollout import latest_key, pin_key
+from shared.fleet.keys import latest_key, pin_key
 from shared.models.repository import BlobRepository, DirectoryRepository, ModelRef, Release
 from shared.settings import Settings
 from tests.conftest import event

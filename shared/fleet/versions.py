@@ -1,8 +1,8 @@
-"""Rollout: every replica serves the same model versions within seconds of an upload.
+"""Versions: every replica serves the same model versions within seconds of an upload (`Rollout`).
 
-    models:latest:{name}   {"name", "version": "3", "fingerprint", "sha256", "at": epoch s}
-    models:pin:{name}      {"version": "2" | null, "sha256", "at": epoch s}
-    models:quarantine:{name}  {"versions": {"3": "why"}}: versions no replica runs again
+It follows three records of the control store (their shapes and keys: shared/fleet/keys.py):
+`models:latest:{name}` (the newest version installed), `models:pin:{name}` (the version pinned
+fleet-wide) and `models:quarantine:{name}` (versions no replica runs again).
 
 A version whose run trips a bound on one replica (shared/models/bounds.py) is quarantined there
 at once (shared/models/registry.py); this replica then adds it to `models:quarantine:{name}`,
@@ -47,33 +47,28 @@ import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
 
 import msgspec
 
 from shared.domain.spec import Thresholds
 from shared.errors import ControlStoreDown, ModelInvalid, ModelNotFound, RolloutConflict, ScoringError
+from shared.fleet.keys import (
+    LatestRecord,
+    PinRecord,
+    QuarantineRecord,
+    decode_record,
+    encode,
+    latest_key,
+    legacy,
+    pin_key,
+    quarantine_key,
+)
 from shared.models.registry import ModelRegistry, RegistryEvent
 from shared.models.repository import ModelRef, ModelRepository, check_ref, version_key
 from shared.models.served import LoadedModel
 from shared.stores.control import Actor, ControlAudit, ControlStore
 
-__all__ = [
-    "WATCH_S",
-    "LatestRecord",
-    "PinRecord",
-    "QuarantineRecord",
-    "Rollout",
-    "WrittenBack",
-    "decode_record",
-    "latest_key",
-    "legacy",
-    "pin_key",
-    "quarantine_key",
-    "record_pin",
-    "watch",
-    "weigh_promote",
-]
+__all__ = ["WATCH_S", "Rollout", "WrittenBack", "record_pin", "watch", "weigh_promote"]
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +80,7 @@ async def watch(
     registry: ModelRegistry, reconcile: Callable[[str], Awaitable[None]], every_s: float, what: str
 ) -> None:
     """Every `every_s`, `reconcile(name)` for each model served here, until cancelled: the one watch of
-    the fleet's records (pins and newest versions here, shadows and canaries in shared/fleet/traffic.py)."""
+    the fleet's records (pins and newest versions here, shadows and canaries in shared/fleet/sync.py)."""
     while True:
         await asyncio.sleep(every_s)
         for name in registry.names():
@@ -95,60 +90,6 @@ async def watch(
                 break  # readiness says so (`problem`); the next tick retries every name
             except ScoringError as exc:  # a bad record or file is logged; the next read retries
                 log.warning("%s of %s not applied: %s", what, name, exc.detail)
-
-
-def latest_key(name: str) -> str:
-    return f"models:latest:{name}"
-
-
-def pin_key(name: str) -> str:
-    return f"models:pin:{name}"
-
-
-def quarantine_key(name: str) -> str:
-    return f"models:quarantine:{name}"
-
-
-class LatestRecord(msgspec.Struct, frozen=True):
-    """`models:latest:{name}`: the newest version a replica installed, and its file's digest."""
-
-    name: str
-    version: str
-    fingerprint: str = ""
-    sha256: str = ""  # empty in a record written before records named digests: unchecked
-    at: float = 0.0
-
-
-class PinRecord(msgspec.Struct, frozen=True):
-    """`models:pin:{name}`: the version pinned on every replica and its file's digest; None: released."""
-
-    version: str | None
-    sha256: str = ""
-    at: float = 0.0
-
-
-class QuarantineRecord(msgspec.Struct, frozen=True):
-    """`models:quarantine:{name}`: the versions of `name` no replica runs again, and why."""
-
-    versions: dict[str, str]
-
-
-R = TypeVar("R", bound=msgspec.Struct)
-
-
-def decode_record(name: str, payload: bytes | None, kind: type[R]) -> R | None:
-    """The record, or None where there is none or it is corrupt (a corrupt record reads as absent)."""
-    if not payload:
-        return None
-    try:
-        record = msgspec.json.decode(payload, type=kind)
-        version = getattr(record, "version", None)
-        if version is not None:
-            check_ref(name, version)
-    except (msgspec.DecodeError, msgspec.ValidationError, ModelInvalid):
-        log.warning("a corrupt %s of %r reads as absent: %r", kind.__name__, name, payload[:200])
-        return None
-    return record
 
 
 def weigh_promote(
@@ -179,12 +120,7 @@ def weigh_promote(
 
 async def record_pin(control: ControlStore, name: str, version: str | None, sha256: str = "") -> None:
     """Write `models:pin:{name}`: every replica's watch serves `version` (None: releases) within WATCH_S."""
-    await control.write(pin_key(name), _encode(PinRecord(version, sha256, time.time())))
-
-
-def legacy(record: LatestRecord | PinRecord) -> bool:
-    """A record from before records named digests: a version it names without the file's SHA-256."""
-    return getattr(record, "version", None) is not None and not record.sha256
+    await control.write(pin_key(name), encode(PinRecord(version, sha256, time.time())))
 
 
 class WrittenBack:
@@ -303,7 +239,7 @@ class Rollout:
                 try:
                     loaded = await self._pin_here(name, version, sha256)
                 except ScoringError:
-                    await self._control.write(pin_key(name), _encode(before or PinRecord(None, at=time.time())))
+                    await self._control.write(pin_key(name), encode(before or PinRecord(None, at=time.time())))
                     raise
         if by is not None:
             await self.audit.record(by, "pin", name, version=version)
@@ -314,7 +250,7 @@ class Rollout:
         self._registry.active(name)  # NOTE: ModelNotFound before any record is written
         async with self._lock(name):
             if self._control is not None:
-                await self._control.write(pin_key(name), _encode(PinRecord(None, at=time.time())))
+                await self._control.write(pin_key(name), encode(PinRecord(None, at=time.time())))
             loaded = await self._registry.unpin(name)
         await self.audit.record(by, "unpin", name)
         return loaded
@@ -357,7 +293,7 @@ class Rollout:
                 self._changed(name)
         here = self._registry.quarantined(name)
         if not here.keys() <= fleet.keys():
-            await self._control.write(quarantine_key(name), _encode(QuarantineRecord({**here, **fleet})))
+            await self._control.write(quarantine_key(name), encode(QuarantineRecord({**here, **fleet})))
 
     # -- the background job -------------------------------------------------------------
 
@@ -422,7 +358,7 @@ class Rollout:
         await self._write_back_latest(name, latest)
         held = self._registry.pinned(name)
         if pin is None:
-            if held is not None and await self._control.write_if_absent(pin_key(name), _encode(self._held_pin(name))):
+            if held is not None and await self._control.write_if_absent(pin_key(name), encode(self._held_pin(name))):
                 self._written_back.note(f"the pin of {name!r} (version {held}) was missing from Redis; written back")
         elif pin.version is None:
             if held is not None:
@@ -445,7 +381,7 @@ class Rollout:
             digest = self._loaded_digest(name, latest.version)
             latest = None if digest is None else msgspec.structs.replace(latest, sha256=digest)
             if latest is not None:
-                await self._control.write(latest_key(name), _encode(latest))
+                await self._control.write(latest_key(name), encode(latest))
                 log.warning("the newest-version record of %s/%s named no digest; rewritten", name, latest.version)
         if pin is not None and legacy(pin):
             digest = self._loaded_digest(name, str(pin.version))
@@ -455,7 +391,7 @@ class Rollout:
                     "does not serve that version: not followed until a replica that does rewrites it"
                 )
             pin = msgspec.structs.replace(pin, sha256=digest)
-            await self._control.write(pin_key(name), _encode(pin))
+            await self._control.write(pin_key(name), encode(pin))
             self._written_back.note(f"the pin of {name!r} (version {pin.version}) named no digest; rewritten")
         return latest, pin
 
@@ -575,9 +511,5 @@ class Rollout:
         ]
 
 
-def _encode(record: msgspec.Struct) -> bytes:
-    return msgspec.json.encode(record)
-
-
 def _latest(loaded: LoadedModel) -> bytes:
-    return _encode(LatestRecord(loaded.name, loaded.version, loaded.fingerprint, loaded.digest, time.time()))
+    return encode(LatestRecord(loaded.name, loaded.version, loaded.fingerprint, loaded.digest, time.time()))
