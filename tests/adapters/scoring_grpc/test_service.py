@@ -6,7 +6,6 @@ does not read, half-closed streams, no key, a message over the transport's cap).
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from typing import Any
@@ -17,12 +16,13 @@ import pytest
 
 from shared.adapters.oip.jobs import grpc_server
 from shared.adapters.scoring_grpc import scoring_pb2 as pb
-from shared.adapters.scoring_grpc.client import SCORE, SCORE_STREAM, answer_line, score_stream, scores
+from shared.adapters.scoring_grpc.client import answer_line, score_stream, scores
 from shared.core.holder import ServiceHolder
 from shared.core.service import ScoringService
 from shared.domain.answers import encode
 from shared.settings import Settings
-from tests.conftest import closed_port, event
+from tests.adapters.scoring_grpc.streams import answers_of, body, decided, message, raw_score, raw_stream, write_all
+from tests.conftest import closed_port
 
 KEY = "k" * 24
 Served = Callable[..., Awaitable[tuple[ScoringService, grpc.aio.Channel]]]
@@ -48,40 +48,6 @@ async def served(settings: Settings) -> AsyncIterator[Served]:
     for holder, channel in opened:
         await channel.close()
         await holder.aclose()
-
-
-def body(**overrides: object) -> bytes:
-    return json.dumps(event(**overrides)).encode()
-
-
-def decided(answer: bytes) -> dict[str, Any]:
-    """An answer without what differs between two scorings of one event (timings, cache or model)."""
-    found = json.loads(answer)
-    return {k: v for k, v in found.items() if k not in ("timings_ms", "source")}
-
-
-def raw_stream(channel: grpc.aio.Channel, metadata: tuple[tuple[str, str], ...] = ()) -> Any:
-    """A stream whose messages the test writes as bytes (undecodable ones too)."""
-    method = channel.stream_stream(
-        SCORE_STREAM, request_serializer=lambda b: b, response_deserializer=pb.ScoreStreamResponse.FromString
-    )
-    return method(metadata=metadata)
-
-
-def message(*bodies: bytes, model: str = "") -> bytes:
-    request = pb.ScoreStreamRequest()
-    for i, b in enumerate(bodies):
-        request.events.add(event=b, id=f"e{i}", model=model)
-    return bytes(request.SerializeToString())
-
-
-async def answers_of(call: Any, count: int) -> list[pb.ScoreAnswer]:
-    found: list[pb.ScoreAnswer] = []
-    while len(found) < count:
-        response = await asyncio.wait_for(call.read(), 10)
-        assert response is not grpc.aio.EOF, f"the stream ended after {len(found)} of {count} answers"
-        found.extend(response.answers)
-    return found
 
 
 # -- Score ------------------------------------------------------------------------------
@@ -113,7 +79,7 @@ async def test_score_refuses_with_the_status_its_error_names_and_https_code(
     served: Served, request_bytes: bytes, status: grpc.StatusCode, code: str
 ) -> None:
     _, channel = await served()
-    call = channel.unary_unary(SCORE, request_serializer=lambda b: b, response_deserializer=pb.ScoreResponse.FromString)
+    call = raw_score(channel)
     with pytest.raises(grpc.aio.AioRpcError) as refused:
         await call(request_bytes, timeout=10)
     assert refused.value.code() == status
@@ -200,7 +166,7 @@ async def test_a_client_that_does_not_read_stops_its_own_stream_at_the_cap(serve
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.http2.bdp_probe", 0)]) as channel:
         call = raw_stream(channel)
         sent = 3000
-        writer = asyncio.create_task(_write_all(call, [message(body(event_id=f"s{i}")) for i in range(sent)]))
+        writer = asyncio.create_task(write_all(call, [message(body(event_id=f"s{i}")) for i in range(sent)]))
         await asyncio.sleep(1.5)
         held = service.admission.total_admitted
         await asyncio.sleep(1.0)
@@ -210,12 +176,6 @@ async def test_a_client_that_does_not_read_stops_its_own_stream_at_the_cap(serve
         await writer
         assert await call.read() is grpc.aio.EOF and await call.code() == grpc.StatusCode.OK
         assert len({a.event_id for a in answers}) == sent
-
-
-async def _write_all(call: Any, messages: list[bytes]) -> None:
-    for raw in messages:
-        await call.write(raw)
-    await call.done_writing()
 
 
 async def test_ten_thousand_messages_on_one_stream_are_all_answered(served: Served) -> None:
