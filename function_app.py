@@ -4,6 +4,8 @@
                  path, methods and auth level; tests/adapters/test_function_app.py holds the two equal)
     payments     Service Bus `payments` (batches) -> `risk-completed` | `risk-rejected` (SDK publisher)
     risk_outcomes  Service Bus `risk-outcomes` (batches): outcomes learned later -> the prediction log's store
+    outcomes_report  timer (%OUTCOMES_REPORT_SCHEDULE%, daily): decisions joined to outcomes -> the log's
+                 store and the `scoring.outcomes.*` gauges (shared/stores/prediction_log/daily.py)
     model_blob   Blob `%MODELS_CONTAINER%/{name}/{version}/model.onnx` (Event Grid source)
 
 Auth levels are the route table's (`auth`): "function" accepts any host or function key (what
@@ -210,6 +212,16 @@ async def payments(msgs: List[func.ServiceBusMessage]) -> None:  # noqa: UP006 (
 )
 async def risk_outcomes(msgs: List[func.ServiceBusMessage]) -> None:  # noqa: UP006 (see the NOTE on payments)
     await handlers.outcomes(msgs)
+
+
+# NOTE: the schedule is an app setting (infra/modules/app.bicep); the host runs a timer on one replica of
+# the app (a storage lock) and does not retry a failed run: the next day's run covers it (docs/outcomes.md)
+@app.function_name("outcomes_report")
+@app.timer_trigger(arg_name="timer", schedule="%OUTCOMES_REPORT_SCHEDULE%", run_on_startup=False, use_monitor=True)
+async def outcomes_report(timer: func.TimerRequest) -> None:
+    from shared.stores.prediction_log.daily import run  # NOTE: DuckDB loads at the daily run, never at indexing
+
+    await run(handlers.holder.settings)
 
 
 @app.function_name("model_blob")

@@ -249,6 +249,37 @@ CATALOGUE: tuple[Spec, ...] = (
         "share of a version's last DRIFT_WINDOW records with the feature on its model default",
         ("scoring.model", "scoring.model.version", "scoring.feature"),
     ),
+    # -- outcomes: the daily report's headline (shared/stores/prediction_log/daily.py) -----------
+    # per version and role, over mature days only: `scoring.window` current (the newest CURRENT_DAYS
+    # mature days) or baseline (the BASELINE_DAYS mature days before them); set once a day
+    Spec(
+        "scoring.outcomes.recall",
+        "gauge",
+        "1",
+        "share of the fraud a version declined, over its mature days (labels past the maturity window)",
+        ("scoring.model", "scoring.model.version", "scoring.role", "scoring.window"),
+    ),
+    Spec(
+        "scoring.outcomes.precision",
+        "gauge",
+        "1",
+        "share of a version's labelled declines that were fraud, over its mature days",
+        ("scoring.model", "scoring.model.version", "scoring.role", "scoring.window"),
+    ),
+    Spec(
+        "scoring.outcomes.missed.amount",
+        "gauge",
+        "{amount}",
+        "amount lost to fraud a version approved, over its mature days (in the outcomes' currency)",
+        ("scoring.model", "scoring.model.version", "scoring.role", "scoring.window"),
+    ),
+    Spec(
+        "scoring.outcomes.immature.ratio",
+        "gauge",
+        "1",
+        "share of a version's logged decisions on days still inside the maturity window (their labels not yet good)",
+        ("scoring.model", "scoring.model.version", "scoring.role"),
+    ),
     # -- the LLM review of the uncertain tail (recorded by shared/review) -------------------
     Spec(
         "scoring.llm.calls",

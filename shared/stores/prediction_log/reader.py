@@ -4,6 +4,8 @@
     to_pandas(source, ...)                             the decisions as a pandas DataFrame (features.*, outcome.*)
     joined(records)                                    the decisions, a pending review's later outcome on each
     summarize(records) → Summary, render(summary)      what a look at a range wants, without pandas
+    mirror(container, dest)                            the container's decisions and outcomes copied under
+                                                       `dest` by the same names, for DuckDB (the report)
 
 `source` is the log's directory or a (sync) blob ContainerClient: the names are the same
 (shared/stores/prediction_log/sinks.py). `since` is inclusive and `until` exclusive, on each
@@ -17,11 +19,12 @@ pandas is not a runtime dependency: `to_pandas` imports it when called.
 from __future__ import annotations
 
 import logging
+import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -41,6 +44,7 @@ __all__ = [
     "blob_container",
     "joined",
     "load",
+    "mirror",
     "parse_time",
     "render",
     "summarize",
@@ -362,3 +366,29 @@ def blob_container(settings: Settings) -> ContainerClient:
 
         return ContainerClient(settings.model_storage_blob_uri, name, credential=DefaultAzureCredential())
     raise ValueError("--blob needs ModelStorage or ModelStorage__blobServiceUri")
+
+
+# NOTE: DuckDB's own `azure` extension would read `az://` globs in place, but DuckDB installs an
+# extension by downloading it from extensions.duckdb.org at first use, which neither this machine nor a
+# locked-down replica reaches (docs/outcomes.md, "Reading from Blob"): the SDK the app already holds
+# reads the container, object by object in chunks (never a whole log in memory), and DuckDB reads files.
+MIRRORED = ("model=", "outcomes/")
+OUTCOME_NAME = re.compile(r"outcomes/date=\d{4}-\d{2}-\d{2}/hour=\d{2}/[^/]+\.jsonl")
+
+
+def mirror(container: ContainerClient, dest: Path) -> tuple[int, int]:
+    """Every decision and outcome object of the container under `dest` by the same relative name;
+    (objects, bytes). A name outside the log's layout (a report written beside it, a stray upload,
+    a `..`) is left where it is."""
+    objects = size = 0
+    for prefix in MIRRORED:
+        for blob in container.list_blobs(name_starts_with=prefix):
+            if not (NAME.fullmatch(blob.name) or OUTCOME_NAME.fullmatch(blob.name)):
+                continue
+            target = dest.joinpath(*PurePosixPath(blob.name).parts)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with target.open("wb") as out:
+                for chunk in container.download_blob(blob.name).chunks():
+                    out.write(chunk)
+            objects, size = objects + 1, size + (blob.size or 0)
+    return objects, size

@@ -1,6 +1,7 @@
 """Decisions joined to the outcomes learned later: how each model version did, per day of decision.
 
-    python -m shared.stores.prediction_log.report --dir .run/predictions [--maturity-days 120] [--csv]
+    python -m shared.stores.prediction_log.report --dir .run/predictions [--maturity-days 120]
+    python -m shared.stores.prediction_log.report --blob      # PREDICTION_LOG_CONTAINER of ModelStorage
 
 DuckDB reads the log's hive-partitioned JSONL as it lies (the decisions under
 `model=/version=/date=/hour=/`, the outcomes under `outcomes/date=/hour=/`, shared/stores/prediction_log/sinks.py)
@@ -229,11 +230,14 @@ class Report:
     lapsed: int = 0  # matching no decision, their window ended (learned past the log's retention)
 
 
-def build(root: Path, *, today: date | None = None, maturity_days: int = MATURITY_DAYS) -> Report:
-    """The report over the log at `root` (a directory; `az://container/...` with DuckDB's azure extension)."""
+def build(
+    root: Path, *, today: date | None = None, maturity_days: int = MATURITY_DAYS, config: dict[str, Any] | None = None
+) -> Report:
+    """The report over the log at `root` (a directory: `reader.mirror` copies a container to one);
+    `config`: DuckDB's (a serving replica caps its threads and memory)."""
     import duckdb  # NOTE: here only: an analytical engine has no place on the Functions import path
 
-    con = duckdb.connect()
+    con = duckdb.connect(config=config or {})
     try:
         decisions = _glob(root, "model=*/version=*/date=*/hour=*/*.jsonl")
         outcomes = _glob(root, "outcomes/date=*/hour=*/*.jsonl")
@@ -296,7 +300,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m shared.stores.prediction_log.report", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("--dir", type=Path, required=True, help="the log's directory (PREDICTION_LOG_DIR)")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--dir", type=Path, help="the log's directory (PREDICTION_LOG_DIR)")
+    where.add_argument(
+        "--blob", action="store_true", help="the log's container (PREDICTION_LOG_CONTAINER of ModelStorage)"
+    )
     parser.add_argument("--maturity-days", type=int, default=MATURITY_DAYS, help="days before a day's labels count")
     parser.add_argument(
         "--loss-share", type=float, default=Costs.loss_share, help="a missed fraud's loss, of its amount"
@@ -304,11 +312,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--review-cost", type=float, default=Costs.review_cost, help="what a review costs")
     parser.add_argument("--decline-cost", type=float, default=Costs.decline_cost, help="what a false decline costs")
     args = parser.parse_args(argv)
-    sys.stdout.write(render(build(args.dir, maturity_days=args.maturity_days)))
-    for key, group in groupby(calibration(args.dir), lambda b: (b["model"], b["version"], b["role"])):
+    if args.dir is not None:
+        return _print(args.dir, args)
+    import tempfile
+
+    from shared.settings import Settings
+    from shared.stores.prediction_log.reader import blob_container, mirror
+
+    container = blob_container(Settings.from_env())
+    with tempfile.TemporaryDirectory(prefix="outcomes-") as scratch:
+        objects, size = mirror(container, Path(scratch))
+        container.close()
+        sys.stdout.write(f"read {objects:,} objects ({size:,} bytes) from the container {container.container_name}\n")
+        return _print(Path(scratch), args)
+
+
+def _print(root: Path, args: argparse.Namespace) -> int:
+    sys.stdout.write(render(build(root, maturity_days=args.maturity_days)))
+    for key, group in groupby(calibration(root), lambda b: (b["model"], b["version"], b["role"])):
         cells = " ".join(f"{b['mean_score']:.2f}->{b['fraud_rate']:.2f}" for b in group)
         sys.stdout.write(f"{key[0]}/{key[1]} ({key[2]}) reliability, mean score -> fraud rate per bin: {cells}\n")
-    for row in costs(args.dir, Costs(args.loss_share, args.review_cost, args.decline_cost)):
+    for row in costs(root, Costs(args.loss_share, args.review_cost, args.decline_cost)):
         sys.stdout.write(
             f"{row['model']}/{row['version']} ({row['role']}): {row['labelled']:,} labelled; cost as decided "
             f"{row['live_cost']:,.0f}; optimal review {row['optimal_review']:.2f}, decline {row['optimal_decline']:.2f}: "
