@@ -7,7 +7,8 @@
 // (the partition-exhaustion symptom), throttling, message age, replicas pinned at
 // maxReplicas, and drift: a version's features or scores shifting from its first records
 // (the app's `scoring.drift.psi` gauge, one series per replica, version and feature); and the
-// review tail: refused lower verdicts (steering attempts) and a shift of the escalated share.
+// review tail: refused lower verdicts (steering attempts) and a shift of the escalated share; and
+// outcomes: the live version's recall or precision dropping against its own trailing baseline.
 
 @description('Resource tags.')
 param tags object
@@ -69,6 +70,12 @@ param reviewRefusedThreshold int = 5
 @description('Change of the escalated share of reviews, last hour against the day before, that alerts (0..1).')
 param escalationShiftThreshold string = '0.15'
 
+@description('Drop of the live version\'s recall (0..1, absolute) against its own 28-day baseline, mature labels only, that alerts.')
+param recallDropThreshold string = '0.1'
+
+@description('Drop of the live version\'s precision (0..1, absolute) against its own 28-day baseline, mature labels only, that alerts.')
+param precisionDropThreshold string = '0.1'
+
 @description('Custom metric the app emits per completed queue message: enqueued time to completion, in seconds (shared/telemetry/catalogue.py).')
 param queueAgeMetricName string = 'scoring.queue.message.age'
 
@@ -93,6 +100,12 @@ var queueDimension = [
 // threshold = held throughout it, as Prometheus's `for: 30m` (ops/prometheus/alerts.yml).
 var driftSeries = 'customMetrics | where name == \'scoring.drift.psi\' | extend model = tostring(customDimensions[\'scoring.model\']), version = tostring(customDimensions[\'scoring.model.version\']), feature = tostring(customDimensions[\'scoring.feature\'])'
 var driftHeld = 'summarize held = min(valueSum / valueCount) by model, version, feature, cloud_RoleInstance | summarize psi = max(held)'
+// NOTE: the daily report (function outcomes_report, shared/stores/prediction_log/daily.py) sets the
+// `scoring.outcomes.*` gauges per version, role and window, over mature days only: `current` the newest 7
+// mature days, `baseline` the 28 before them. The gauge is exported all day (P44: valueSum / valueCount),
+// so a day's window holds the last run's figures; a version with no mature day, or no baseline yet, has
+// no pair and cannot fire.
+var outcomesDrop = 'extend model = tostring(customDimensions[\'scoring.model\']), version = tostring(customDimensions[\'scoring.model.version\']), role = tostring(customDimensions[\'scoring.role\']), window = tostring(customDimensions[\'scoring.window\']) | where role == \'live\' | summarize value = avg(valueSum / valueCount) by model, version, window | summarize current = avgif(value, window == \'current\'), baseline = avgif(value, window == \'baseline\'), windows = dcount(window) by model, version | where windows == 2 | summarize drop = max(baseline - current)'
 var scoringRequests = 'requests | where isnotempty(url) and url has \'/api/\' and url !has \'/api/health/\''
 
 resource actionGroup 'Microsoft.Insights/actionGroups@2023-01-01' = if (!empty(alertEmail)) {
@@ -587,5 +600,75 @@ resource replicasAtMax 'Microsoft.Insights/metricAlerts@2018-03-01' = {
       ]
     }
     actions: metricActions
+  }
+}
+
+resource recallDrop 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = {
+  name: '${prefix}-outcomes-recall-drop'
+  location: location
+  tags: tags
+  properties: {
+    description: 'The live version declined a smaller share of the fraud in its newest mature week than over the 28 mature days before (outcomes past the maturity window only): fraud is getting through (docs/outcomes.md; make outcomes shows which days and segments).'
+    severity: 2
+    enabled: true
+    autoMitigate: true
+    scopes: [
+      appInsightsId
+    ]
+    evaluationFrequency: 'PT1H'
+    windowSize: 'P1D'
+    criteria: {
+      allOf: [
+        {
+          query: 'customMetrics | where name == \'scoring.outcomes.recall\' | ${outcomesDrop}'
+          timeAggregation: 'Maximum'
+          metricMeasureColumn: 'drop'
+          operator: 'GreaterThan'
+          threshold: json(recallDropThreshold)
+          failingPeriods: {
+            numberOfEvaluationPeriods: 1
+            minFailingPeriodsToAlert: 1
+          }
+        }
+      ]
+    }
+    actions: {
+      actionGroups: actionGroups
+    }
+  }
+}
+
+resource precisionDrop 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = {
+  name: '${prefix}-outcomes-precision-drop'
+  location: location
+  tags: tags
+  properties: {
+    description: 'A smaller share of the live version\'s declines were fraud in its newest mature week than over the 28 mature days before (outcomes past the maturity window only): good customers are being declined (docs/outcomes.md).'
+    severity: 3
+    enabled: true
+    autoMitigate: true
+    scopes: [
+      appInsightsId
+    ]
+    evaluationFrequency: 'PT1H'
+    windowSize: 'P1D'
+    criteria: {
+      allOf: [
+        {
+          query: 'customMetrics | where name == \'scoring.outcomes.precision\' | ${outcomesDrop}'
+          timeAggregation: 'Maximum'
+          metricMeasureColumn: 'drop'
+          operator: 'GreaterThan'
+          threshold: json(precisionDropThreshold)
+          failingPeriods: {
+            numberOfEvaluationPeriods: 1
+            minFailingPeriodsToAlert: 1
+          }
+        }
+      ]
+    }
+    actions: {
+      actionGroups: actionGroups
+    }
   }
 }

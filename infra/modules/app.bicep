@@ -19,6 +19,9 @@ param tags object
 @description('Container App name.')
 param name string
 
+@description('When the daily outcomes report runs (function outcomes_report): NCRONTAB, six fields with seconds, UTC.')
+param outcomesReportSchedule string = '0 30 2 * * *'
+
 @description('azd service name (azure.yaml) this app deploys.')
 param serviceName string = 'scoring'
 
@@ -183,6 +186,7 @@ var hostSettings = [
   { name: 'ServiceBusConnection__credential', value: 'managedidentity' }
   { name: 'ServiceBusConnection__clientId', value: appClientId }
   { name: 'ModelStorage__blobServiceUri', value: blobEndpoint }
+  { name: 'OUTCOMES_REPORT_SCHEDULE', value: outcomesReportSchedule } // the outcomes_report timer's NCRONTAB (the host reads it, not the app)
   { name: 'ModelStorage__queueServiceUri', value: queueEndpoint }
   { name: 'ModelStorage__credential', value: 'managedidentity' }
   { name: 'ModelStorage__clientId', value: appClientId }
@@ -269,6 +273,7 @@ var serviceSettings = [
   // Container App secret (docs/deploy.md, "Keys"): a key is a secret, and this template holds none.
   { name: 'GRPC_KEYS', value: '' }
   { name: 'GRPC_MAX_CONCURRENT', value: '64' } // calls at once; the next are RESOURCE_EXHAUSTED
+  { name: 'GRPC_STREAM_MAX_IN_FLIGHT', value: '16' } // events one ScoreStream call holds at once (issue 56's default)
   // The record of every decision: hourly append blobs in the WORM `predictions` container (storage.bicep).
   { name: 'PREDICTION_LOG', value: 'blob' }
   { name: 'PREDICTION_LOG_DIR', value: '' } // PREDICTION_LOG=dir only
