@@ -20,7 +20,7 @@ from shared.adapters.scoring_grpc.client import answer_line, score_stream, score
 from shared.core.holder import ServiceHolder
 from shared.core.service import ScoringService
 from shared.domain.answers import encode
-from shared.settings import Settings
+from shared.settings import AdmissionPolicy, Settings
 from tests.adapters.scoring_grpc.streams import answers_of, body, decided, message, raw_score, raw_stream, write_all
 from tests.conftest import closed_port
 
@@ -147,15 +147,19 @@ async def test_a_stream_without_a_valid_key_is_refused_and_ends(served: Served, 
 
 
 async def test_a_half_closed_stream_gets_every_pending_answer_then_ends_ok(served: Served) -> None:
-    _, channel = await served(grpc_stream_max_in_flight=4)
+    """Room for every event, and admission one at a time: the read ends while most wait to be scored."""
+    one_at_a_time = AdmissionPolicy(max_inflight=1, max_queued=256, max_queue_wait_ms=10_000, queue_target_ms=10_000)
+    service, channel = await served(grpc_stream_max_in_flight=256, admission=one_at_a_time)
+    admission = service.admission
     call = raw_stream(channel)
     for m in range(10):
-        await call.write(message(*[body(event_id=f"h{m}-{i}") for i in range(5)]))
+        await call.write(message(*[body(event_id=f"h{m}-{i}") for i in range(20)]))
     await call.done_writing()  # NOTE: before a single answer is read
-    answers = await answers_of(call, 50)
+    answers = await answers_of(call, 200)
     assert await call.read() is grpc.aio.EOF and await call.code() == grpc.StatusCode.OK
-    assert sorted(a.event_id for a in answers) == sorted(f"h{m}-{i}" for m in range(10) for i in range(5))
-    assert {(a.message, a.index) for a in answers} == {(m, i) for m in range(10) for i in range(5)}
+    assert sorted(a.event_id for a in answers) == sorted(f"h{m}-{i}" for m in range(10) for i in range(20))
+    assert {(a.message, a.index) for a in answers} == {(m, i) for m in range(10) for i in range(20)}
+    assert admission.waited > 100, "the events did not wait: the read did not end before their answers"
 
 
 async def test_a_client_that_does_not_read_stops_its_own_stream_at_the_cap(served: Served) -> None:
