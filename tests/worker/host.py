@@ -6,17 +6,26 @@ WorkerInitRequest (the worker indexes the app), FunctionsMetadataRequest, one
 FunctionLoadRequest per function, then InvocationRequests built as the host builds them (an
 HTTP trigger's RpcHttp; a Service Bus batch as collection data plus `...Array` trigger
 metadata; a blob's bytes with its `BlobTrigger` path and `Properties`).
+
+HTTP streams (HttpV2): a worker that answers init with an `HttpUri` capability runs its own web
+server, and the host forwards each HTTP trigger's request to it (`Host.forward_async`, `Forwarder`),
+as Azure/azure-functions-host does at commit 89dc438d476542786f2fc4070f553423213a6223 (cited
+per step below, paths under src/WebJobs.Script.Grpc/). `Host.call` takes that door by itself when
+the worker advertised it.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import http.client
 import json
 import os
 import queue
 import subprocess
 import threading
+import time
+import urllib.parse
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -27,10 +36,13 @@ import grpc
 
 from tests.worker import rpc
 
-__all__ = ["Answer", "Host", "running_worker"]
+__all__ = ["Answer", "Forwarded", "Forwarder", "Host", "running_worker"]
 
 REPO = rpc.REPO
 STOP = object()
+HTTP_URI = "HttpUri"  # RpcWorkerConstants.HttpUri: the worker's web server, in its init capabilities
+REQUIRES_ROUTE_PARAMETERS = "RequiresRouteParameters"
+INVOCATION_ID_HEADER = "x-ms-invocation-id"  # ScriptConstants.HttpProxyCorrelationHeader, what the worker pairs on
 
 
 @dataclass
@@ -57,6 +69,8 @@ class Host:
     started: threading.Event = field(default_factory=threading.Event)
     functions: dict[str, Any] = field(default_factory=dict)  # name -> RpcFunctionMetadata
     lock: threading.Lock = field(default_factory=threading.Lock)
+    forwarder: Forwarder | None = None  # HTTP streams: set by `start` when the worker advertises `HttpUri`
+    route_parameters: bool = False  # the worker asked for route parameters in the InvocationRequest
 
     # -- the gRPC service ----------------------------------------------------------------
 
@@ -99,6 +113,11 @@ class Host:
         )
         if init.result.status != p.StatusResult.Success:
             return init
+        # NOTE: GrpcWorkerChannel.cs:576-585 (UpdateCapabilities): an `HttpUri` capability makes the
+        # channel an HTTP-proxying one; every HTTP trigger's request then goes to that address.
+        if init.capabilities.get(HTTP_URI):
+            self.forwarder = Forwarder(init.capabilities[HTTP_URI])
+            self.route_parameters = bool(init.capabilities.get(REQUIRES_ROUTE_PARAMETERS))
         metadata = self.ask(
             timeout, functions_metadata_request=p.FunctionsMetadataRequest(function_app_directory=str(app_dir))
         )
@@ -156,8 +175,67 @@ class Host:
         return [p.ParameterBinding(name="req", data=p.TypedData(http=request))]
 
     def call(self, function: str, method: str, path: str, body: bytes = b"", **kw: Any) -> Answer:
+        if self.forwarder is not None:  # HTTP streams: the answer comes from the worker's server
+            return self.forward(function, method, path, body, **kw)
         response = self.invoke(function, self.http(function, method, path, body, **kw))
         return self.answer(response)
+
+    # -- HTTP streams (HttpV2) ------------------------------------------------------------
+
+    def forward_async(self, function: str, method: str, path: str, body: bytes = b"", *,
+                      params: dict[str, str] | None = None,
+                      headers: dict[str, str] | None = None) -> concurrent.futures.Future[Forwarded]:  # fmt: skip
+        """One HTTP trigger invocation of an HTTP-proxying worker: the request to its server and
+        the InvocationRequest over the stream; done when both have answered (`Forwarded`).
+
+        `params`: the route parameters (the path already carries them)."""
+        if self.forwarder is None:
+            raise RuntimeError("the worker advertised no HttpUri: use `call` / `invoke`")
+        p = self.protos
+        invocation_id = str(uuid.uuid4())
+        invoked: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        with self.lock:
+            self.pending[invocation_id] = invoked
+        # NOTE: GrpcMessageConversionExtensions.cs:103-126 (ToRpcHttp): when proxying, the RpcHttp is
+        # empty but for the route parameters (if the worker requires them): no method, url, headers or body.
+        rpc_http = p.RpcHttp(params=(params or {}) if self.route_parameters else {})
+        # NOTE: ScriptInvocationContextExtensions.cs:24-145: the binding keeps its parameter's name;
+        # the HttpRequest's binding data is left out (the worker declares RpcHttpTriggerMetadataRemoved).
+        binding = p.ParameterBinding(name=self._trigger_name(function), data=p.TypedData(http=rpc_http))
+        request = p.InvocationRequest(
+            invocation_id=invocation_id, function_id=self.functions[function].function_id, input_data=[binding]
+        )
+        # NOTE: GrpcWorkerChannel.cs:894-900: forwarding starts before the InvocationRequest is sent.
+        head = {"content-type": "application/json", "x-functions-key": "k", **(headers or {})}
+        answered = self.forwarder.send(invocation_id, method, path, head, body)
+        self.outbox.put(p.StreamingMessage(request_id=str(uuid.uuid4()), invocation_request=request))
+        paired: concurrent.futures.Future[Forwarded] = concurrent.futures.Future()
+
+        # NOTE: GrpcWorkerChannel.cs:1114-1117 (InvokeResponse): the forwarding is awaited first
+        # (EnsureSuccessfulForwardingAsync: a forwarding error fails the invocation), then the result.
+        def pair(http: concurrent.futures.Future[Answer], response: concurrent.futures.Future[Any]) -> None:
+            if (error := http.exception()) is not None:
+                paired.set_exception(error)
+            else:
+                paired.set_result(Forwarded(response.result(), http.result()))
+
+        answered.add_done_callback(lambda http: invoked.add_done_callback(lambda response: pair(http, response)))
+        return paired
+
+    def forward(self, function: str, method: str, path: str, body: bytes = b"", timeout: float = 60,
+                **kw: Any) -> Answer:  # fmt: skip
+        """`forward_async`'s HTTP answer, after checking the invocation succeeded."""
+        forwarded = self.forward_async(function, method, path, body, **kw).result(timeout)
+        if forwarded.result.status != self.protos.StatusResult.Success:
+            raise AssertionError(f"the invocation failed: {forwarded.result.exception.message}")
+        return forwarded.answer
+
+    def _trigger_name(self, function: str) -> str:
+        """The HTTP trigger's parameter name, from the function's metadata (the host's binding name)."""
+        for name, binding in self.functions[function].bindings.items():
+            if binding.type == "httpTrigger":
+                return str(name)
+        raise ValueError(f"{function} has no HTTP trigger")
 
     def answer(self, response: Any) -> Answer:
         if response.result.status != self.protos.StatusResult.Success:
@@ -205,6 +283,77 @@ class Host:
 
     def stop(self) -> None:
         self.outbox.put(STOP)
+        if self.forwarder is not None:
+            self.forwarder.close()
+
+
+@dataclass
+class Forwarded:
+    """An HTTP streams invocation: the worker's InvocationResponse and the answer its server sent."""
+
+    response: Any  # InvocationResponse (its return value is empty: the answer went over HTTP)
+    answer: Answer
+
+    @property
+    def result(self) -> Any:
+        """The invocation's StatusResult, as on an InvocationResponse."""
+        return self.response.result
+
+
+class Forwarder:
+    """The host's HTTP proxy to one worker's server (Server/DefaultHttpProxyService.cs:24-92).
+
+    The host forwards the whole request with YARP's IHttpForwarder: the method, the request's
+    path and query after the worker's `HttpUri`, its headers, its body, and one header added,
+    `x-ms-invocation-id` (StartForwarding, :69-92). Its SocketsHttpHandler keeps connections
+    open between requests (HTTP/1.1 here: the URI is plain http); Server/RetryProxyHandler.cs
+    retries a request that could not be sent, up to 10 times, 50 ms doubling to 250 ms.
+    Here: a thread per request in flight, each with its own kept-open connection.
+    """
+
+    RETRIES, FIRST_DELAY_S, MAX_DELAY_S = 10, 0.05, 0.25
+
+    def __init__(self, uri: str, in_flight: int = 32) -> None:
+        parts = urllib.parse.urlsplit(uri)
+        if parts.scheme != "http" or parts.hostname is None or parts.port is None:
+            raise ValueError(f"not an http://host:port address: {uri!r}")
+        self.address = (parts.hostname, parts.port)
+        self.prefix = parts.path.rstrip("/")
+        self.pool = concurrent.futures.ThreadPoolExecutor(in_flight, thread_name_prefix="forward")
+        self.local = threading.local()
+
+    def send(self, invocation_id: str, method: str, path: str, headers: dict[str, str],
+             body: bytes) -> concurrent.futures.Future[Answer]:  # fmt: skip
+        head = {**headers, INVOCATION_ID_HEADER: invocation_id}
+        return self.pool.submit(self._send, method, self.prefix + path, head, body)
+
+    def _send(self, method: str, path: str, headers: dict[str, str], body: bytes) -> Answer:
+        delay = self.FIRST_DELAY_S
+        for attempt in range(1, self.RETRIES + 1):
+            connection = self._connection()
+            try:
+                connection.request(method, path, body, headers)
+                response = connection.getresponse()
+                data = response.read()
+                return Answer(response.status, {k.lower(): v for k, v in response.getheaders()}, data)
+            except (ConnectionError, http.client.HTTPException, TimeoutError):
+                connection.close()
+                self.local.connection = None
+                if attempt == self.RETRIES:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, self.MAX_DELAY_S)
+        raise AssertionError("unreachable")
+
+    def _connection(self) -> http.client.HTTPConnection:
+        connection = getattr(self.local, "connection", None)
+        if connection is None:
+            connection = http.client.HTTPConnection(*self.address, timeout=60)
+            self.local.connection = connection
+        return connection
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
 
 
 @contextlib.contextmanager
