@@ -171,13 +171,11 @@ BINS = 10
 
 def calibration(root: Path, bins: int = BINS) -> list[dict[str, Any]]:
     """Reliability bins per model, version and role (bins without a labelled decision are absent)."""
-    import duckdb
-
     decisions = _glob(root, "model=*/version=*/date=*/hour=*/*.jsonl")
     outcomes = _glob(root, "outcomes/date=*/hour=*/*.jsonl")
     if not decisions or not outcomes:
         return []
-    con = duckdb.connect()
+    con = _connect()
     try:
         con.execute(DECISIONS.format(decisions=_literal(decisions)))
         con.execute(OUTCOMES.format(outcomes=_literal(outcomes)))
@@ -201,13 +199,12 @@ def costs(root: Path, prices: Costs, steps: int = GRID) -> list[dict[str, Any]]:
     """Per model, version and role: the cost of its decisions as taken (`live_cost`) and the
     cost-optimal (review, decline) thresholds on a grid. A recommendation, never applied: a change
     goes through the admin-keyed, audited promote path."""
-    import duckdb
 
     decisions = _glob(root, "model=*/version=*/date=*/hour=*/*.jsonl")
     outcomes = _glob(root, "outcomes/date=*/hour=*/*.jsonl")
     if not decisions or not outcomes:
         return []
-    con = duckdb.connect()
+    con = _connect()
     try:
         con.execute(DECISIONS.format(decisions=_literal(decisions)))
         con.execute(OUTCOMES.format(outcomes=_literal(outcomes)))
@@ -235,9 +232,7 @@ def build(
 ) -> Report:
     """The report over the log at `root` (a directory: `reader.mirror` copies a container to one);
     `config`: DuckDB's (a serving replica caps its threads and memory)."""
-    import duckdb  # NOTE: here only: an analytical engine has no place on the Functions import path
-
-    con = duckdb.connect(config=config or {})
+    con = _connect(config)
     try:
         decisions = _glob(root, "model=*/version=*/date=*/hour=*/*.jsonl")
         outcomes = _glob(root, "outcomes/date=*/hour=*/*.jsonl")
@@ -255,6 +250,15 @@ def build(
         return Report(rows, int(count), int(unmatched), int(lapsed))
     finally:
         con.close()
+
+
+def _connect(config: dict[str, Any] | None = None) -> Any:
+    """A DuckDB connection, without its progress bar (the table is the output)."""
+    import duckdb  # NOTE: here only: an analytical engine has no place on the Functions import path
+
+    con = duckdb.connect(config=config or {})
+    con.execute("SET enable_progress_bar = false")
+    return con
 
 
 def _glob(root: Path, pattern: str) -> str | None:
