@@ -19,7 +19,8 @@ from msgspec import to_builtins
 from shared.adapters.http.app import create_app
 from shared.adapters.http.routes import framed
 from shared.adapters.oip.jobs import grpc_server
-from shared.adapters.queue.handler import BatchBudget, QueueHandler
+from shared.adapters.queue.budget import BatchBudget
+from shared.adapters.queue.handler import QueueHandler
 from shared.adapters.queue.idempotency import ResultStore
 from shared.adapters.queue.messages import Incoming, trace_properties
 from shared.adapters.queue.publisher import Publisher

@@ -29,9 +29,10 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from shared.adapters.queue.handler import Handled, QueueHandler
+from shared.adapters.queue.handler import QueueHandler
 from shared.adapters.queue.messages import Incoming
 from shared.adapters.queue.publisher import MemoryPublisher
+from shared.adapters.queue.verdicts import Handled
 from shared.settings import Settings
 
 if TYPE_CHECKING:

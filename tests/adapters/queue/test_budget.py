@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from shared.adapters.queue.handler import BatchBudget, QueueHandler
+from shared.adapters.queue.budget import BatchBudget
+from shared.adapters.queue.handler import QueueHandler
 from shared.adapters.queue.idempotency import MemoryResultStore
 from shared.adapters.queue.messages import Incoming, Outbound
 from shared.adapters.queue.publisher import MemoryPublisher

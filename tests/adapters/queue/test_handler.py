@@ -12,7 +12,8 @@ from datetime import UTC, datetime
 import orjson
 import pytest
 
-from shared.adapters.queue.handler import COMPLETED_QUEUE, REJECTED_QUEUE, BatchBudget, QueueHandler
+from shared.adapters.queue.budget import BatchBudget
+from shared.adapters.queue.handler import COMPLETED_QUEUE, REJECTED_QUEUE, QueueHandler
 from shared.adapters.queue.idempotency import MemoryResultStore
 from shared.adapters.queue.messages import Incoming, Outbound, rejection_id
 from shared.adapters.queue.publisher import MemoryPublisher
