@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from shared.adapters.queue.budget import BatchBudget
+from shared.adapters.queue.budget import BatchBudget, by
 from shared.adapters.queue.handler import QueueHandler
 from shared.adapters.queue.idempotency import MemoryResultStore
 from shared.adapters.queue.messages import Incoming, Outbound
@@ -21,7 +21,7 @@ from shared.adapters.queue.publisher import MemoryPublisher
 from shared.adapters.queue.replay import replay
 from shared.core.service import ScoringService
 from shared.domain.events import PaymentEvent
-from shared.errors import Overloaded
+from shared.errors import DeadlineExceeded, Overloaded
 from shared.settings import ReviewPolicy, Settings, SettingsError
 from tests.conftest import event
 
@@ -148,3 +148,12 @@ async def test_replay_runs_one_batch_at_a_time_as_the_host_does() -> None:
     batch = CountingBatch()
     await replay(batch, messages(64 * 4), [])  # type: ignore[arg-type]
     assert batch.most == 1
+
+
+async def test_work_past_its_share_of_the_budget_ends_then_naming_the_step() -> None:
+    loop = asyncio.get_running_loop()
+    assert await by(loop.time() + 1.0, asyncio.sleep(0, "done"), "keeping results") == "done"
+    started = loop.time()
+    with pytest.raises(DeadlineExceeded, match="keeping results outlasted the queue batch budget"):
+        await by(started + 0.1, asyncio.sleep(60), "keeping results")
+    assert loop.time() - started < 0.5
