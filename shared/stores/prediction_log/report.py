@@ -37,7 +37,7 @@ from typing import Any
 
 from shared.domain.outcomes import RETENTION_DAYS
 
-__all__ = ["MATURITY_DAYS", "Costs", "Report", "build", "calibration", "costs", "main", "render"]
+__all__ = ["MATURITY_DAYS", "Costs", "Report", "build", "calibration", "costs", "labelled", "main", "render"]
 
 MATURITY_DAYS = 120  # a chargeback's usual latest arrival
 
@@ -186,6 +186,27 @@ def calibration(root: Path, bins: int = BINS) -> list[dict[str, Any]]:
         con.close()
 
 
+LABELLED = """
+SELECT d.model, d.version, d.role, d.score, d.decision, o.outcome = 'fraud' AS fraud, o.amount
+  FROM decisions d JOIN outcomes o USING (event) ORDER BY d.model, d.version, d.role
+"""
+
+
+def labelled(root: Path) -> list[tuple[str, str, str, float, str, bool, float]]:
+    """Every labelled decision: (model, version, role, score, decision, fraud, amount lost), for curves."""
+    decisions = _glob(root, "model=*/version=*/date=*/hour=*/*.jsonl")
+    outcomes = _glob(root, "outcomes/date=*/hour=*/*.jsonl")
+    if not decisions or not outcomes:
+        return []
+    con = _connect()
+    try:
+        con.execute(DECISIONS.format(decisions=_literal(decisions)))
+        con.execute(OUTCOMES.format(outcomes=_literal(outcomes)))
+        return list(con.execute(LABELLED).fetchall())
+    finally:
+        con.close()
+
+
 @dataclass(frozen=True)
 class Costs:
     """What a missed fraud, a review and a false decline cost (`loss_share`: of the amount lost)."""
@@ -315,6 +336,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--review-cost", type=float, default=Costs.review_cost, help="what a review costs")
     parser.add_argument("--decline-cost", type=float, default=Costs.decline_cost, help="what a false decline costs")
+    parser.add_argument(
+        "--png", type=Path, default=Path(".run/outcomes.png"), help="where the PR and cost curves go ('' for none)"
+    )
     args = parser.parse_args(argv)
     if args.dir is not None:
         return _print(args.dir, args)
@@ -342,6 +366,10 @@ def _print(root: Path, args: argparse.Namespace) -> int:
             f"{row['live_cost']:,.0f}; optimal review {row['optimal_review']:.2f}, decline {row['optimal_decline']:.2f}: "
             f"{row['optimal_cost']:,.0f} (a recommendation: thresholds change with a version, through the promote path)\n"
         )
+    if str(args.png) not in ("", "."):
+        from shared.stores.prediction_log.curves import write_png
+
+        sys.stdout.write(write_png(root, args.png, Costs(args.loss_share, args.review_cost, args.decline_cost)) + "\n")
     return 0
 
 
