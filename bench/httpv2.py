@@ -72,16 +72,17 @@ def judge_forwarded(forwarded: Any) -> list[str]:
     return [http_verdict(forwarded.answer.status, forwarded.answer.body)]
 
 
-def forwarded_singles(host: Host, pid: int, count: int, tag: str, app: bool) -> dict[str, Any]:
-    """bench/worker.py `singles`, through HTTP streams: each invocation forwarded (`Host.forward_async`)."""
+def forwarded_singles(host: Host, pid: int, count: int, tag: str, app: bool, in_flight: int = 8) -> dict[str, Any]:
+    """bench/worker.py `singles`, through HTTP streams: each invocation forwarded (`Host.forward_async`);
+    `in_flight` as `singles` (8) unless a run probes how the figure moves with the rate."""
 
     def send(n: int) -> Any:
         body = event_body(n, timestamp=stamp()).replace(b'"event_id":"', f'"event_id":"{tag}-'.encode(), 1)
         return host.forward_async("score", "POST", "/api/score", body)
 
-    drive(200, 8, lambda n: send(WARM + n))  # NOTE: warm on other events: a measured one is never a repeat
+    drive(200, in_flight, lambda n: send(WARM + n))  # NOTE: warm on other events: a measured one is never a repeat
     before, loop_before = cpu_s(pid), loop_cpu_s(pid)
-    seconds, verdicts = drive(count, 8, send, judge_forwarded if app else None)
+    seconds, verdicts = drive(count, in_flight, send, judge_forwarded if app else None)
     used, loop_used = cpu_s(pid) - before, loop_cpu_s(pid) - loop_before
     return {
         "verdicts": checked(verdicts, "score", app),
@@ -111,7 +112,7 @@ def ready_worker(app_dir: Path, app: bool, env: dict[str, str]) -> Iterator[tupl
 def one_side(name: str, args: argparse.Namespace, tag: str, env: dict[str, str], spy: Path | None) -> dict[str, Any]:
     app_dir, app = SIDES[name]
     run: Callable[[Host, int], dict[str, Any]] = (
-        (lambda h, pid: forwarded_singles(h, pid, args.singles, tag, app))
+        (lambda h, pid: forwarded_singles(h, pid, args.singles, tag, app, args.httpv2_in_flight))
         if name.startswith("httpv2")
         else (lambda h, pid: singles(h, pid, args.singles, tag, app))
     )
@@ -163,6 +164,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--singles", type=int, default=3000)
     parser.add_argument("--profile", action="store_true", help="py-spy each side of round 1 (bench-out/httpv2-*.txt)")
+    parser.add_argument(
+        "--httpv2-in-flight", type=int, default=8, help="HttpV2 invocations in flight (classic: 8, as bench.worker)"
+    )
     parser.add_argument("--out", type=Path, default=REPO / "bench-out")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -179,7 +183,8 @@ def main() -> None:
     summary = medians(rounds)
     summary["verdict"] = verdict(summary)
     summary["machine"] = {"cores": os.cpu_count(), "load_avg_1m_before": load_before,
-                          "load_avg_1m_after": os.getloadavg()[0], "singles": args.singles}  # fmt: skip
+                          "load_avg_1m_after": os.getloadavg()[0], "singles": args.singles,
+                          "httpv2_in_flight": args.httpv2_in_flight}  # fmt: skip
     (args.out / "httpv2.json").write_text(json.dumps(summary, indent=2))
     print(json.dumps(summary, indent=2))
 
