@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from shared.stores.prediction_log.report import GRID, Costs, costs, labelled
+from shared.stores.prediction_log.report import GRID, MATURITY_DAYS, Costs, costs, labelled
 
 __all__ = ["cost_curve", "pr_curve", "write_png"]
 
@@ -57,11 +57,11 @@ def cost_curve(rows: Sequence[Row], prices: Costs, review: float, steps: int = G
     return grid, np.array(totals)
 
 
-def write_png(root: Path, path: Path, prices: Costs) -> str:
-    """The two panels into `path`; a line saying what was written."""
-    rows = labelled(root)
+def write_png(root: Path, path: Path, prices: Costs, *, maturity_days: int = MATURITY_DAYS) -> str:
+    """The two panels into `path`, over mature days (as the costs); a line saying what was written."""
+    rows = labelled(root, maturity_days=maturity_days)
     if not rows:
-        return f"no PNG: no labelled decision under {root}"
+        return f"no PNG: no labelled decision of a mature day under {root}"
     try:
         import matplotlib
 
@@ -69,7 +69,7 @@ def write_png(root: Path, path: Path, prices: Costs) -> str:
         import matplotlib.pyplot as plt
     except ImportError:
         return "no PNG: matplotlib is not installed (pip install -r requirements-dev.txt)"
-    optimal = {(c["model"], c["version"], c["role"]): c for c in costs(root, prices)}
+    optimal = {(c["model"], c["version"], c["role"]): c for c in costs(root, prices, maturity_days=maturity_days)}
     figure, (left, right) = plt.subplots(1, 2, figsize=(12, 5))
     for key, group in groupby(rows, lambda r: (r[0], r[1], r[2])):
         mine = list(group)

@@ -169,16 +169,15 @@ SELECT model, version, role, least(floor(score * $bins), $bins - 1)::INTEGER AS 
 BINS = 10
 
 
-def calibration(root: Path, bins: int = BINS) -> list[dict[str, Any]]:
-    """Reliability bins per model, version and role (bins without a labelled decision are absent)."""
-    decisions = _glob(root, "model=*/version=*/date=*/hour=*/*.jsonl")
-    outcomes = _glob(root, "outcomes/date=*/hour=*/*.jsonl")
-    if not decisions or not outcomes:
+def calibration(
+    root: Path, bins: int = BINS, *, today: date | None = None, maturity_days: int = MATURITY_DAYS
+) -> list[dict[str, Any]]:
+    """Reliability bins per model, version and role, over mature days (bins without a labelled
+    decision are absent)."""
+    con = _mature(root, today, maturity_days)
+    if con is None:
         return []
-    con = _connect()
     try:
-        con.execute(DECISIONS.format(decisions=_literal(decisions)))
-        con.execute(OUTCOMES.format(outcomes=_literal(outcomes)))
         cursor = con.execute(CALIBRATION, {"bins": bins})
         names = [d[0] for d in cursor.description]
         return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
@@ -192,16 +191,15 @@ SELECT d.model, d.version, d.role, d.score, d.decision, o.outcome = 'fraud' AS f
 """
 
 
-def labelled(root: Path) -> list[tuple[str, str, str, float, str, bool, float]]:
-    """Every labelled decision: (model, version, role, score, decision, fraud, amount lost), for curves."""
-    decisions = _glob(root, "model=*/version=*/date=*/hour=*/*.jsonl")
-    outcomes = _glob(root, "outcomes/date=*/hour=*/*.jsonl")
-    if not decisions or not outcomes:
+def labelled(
+    root: Path, *, today: date | None = None, maturity_days: int = MATURITY_DAYS
+) -> list[tuple[str, str, str, float, str, bool, float]]:
+    """Every labelled decision of a mature day: (model, version, role, score, decision, fraud, amount
+    lost), for curves."""
+    con = _mature(root, today, maturity_days)
+    if con is None:
         return []
-    con = _connect()
     try:
-        con.execute(DECISIONS.format(decisions=_literal(decisions)))
-        con.execute(OUTCOMES.format(outcomes=_literal(outcomes)))
         return list(con.execute(LABELLED).fetchall())
     finally:
         con.close()
@@ -216,19 +214,16 @@ class Costs:
     decline_cost: float = 20.0
 
 
-def costs(root: Path, prices: Costs, steps: int = GRID) -> list[dict[str, Any]]:
-    """Per model, version and role: the cost of its decisions as taken (`live_cost`) and the
-    cost-optimal (review, decline) thresholds on a grid. A recommendation, never applied: a change
-    goes through the admin-keyed, audited promote path."""
-
-    decisions = _glob(root, "model=*/version=*/date=*/hour=*/*.jsonl")
-    outcomes = _glob(root, "outcomes/date=*/hour=*/*.jsonl")
-    if not decisions or not outcomes:
+def costs(
+    root: Path, prices: Costs, steps: int = GRID, *, today: date | None = None, maturity_days: int = MATURITY_DAYS
+) -> list[dict[str, Any]]:
+    """Per model, version and role, over mature days: the cost of its decisions as taken (`live_cost`)
+    and the cost-optimal (review, decline) thresholds on a grid. A recommendation, never applied: a
+    change goes through the admin-keyed, audited promote path."""
+    con = _mature(root, today, maturity_days)
+    if con is None:
         return []
-    con = _connect()
     try:
-        con.execute(DECISIONS.format(decisions=_literal(decisions)))
-        con.execute(OUTCOMES.format(outcomes=_literal(outcomes)))
         params = {"steps": float(steps), "loss_share": prices.loss_share,
                   "review_cost": prices.review_cost, "decline_cost": prices.decline_cost}  # fmt: skip
         cursor = con.execute(COSTS, params)
@@ -271,6 +266,24 @@ def build(
         return Report(rows, int(count), int(unmatched), int(lapsed))
     finally:
         con.close()
+
+
+def _mature(root: Path, today: date | None, maturity_days: int) -> Any:
+    """A connection holding the decisions of mature days and the outcomes (None: nothing labelled).
+
+    NOTE: across days, an immature day's labels are the early ones only (customers' reports,
+    reviews; chargebacks still to come): pooled with mature days they would bend calibration, costs
+    and curves towards fraud. The per-day table shows them, marked IMMATURE."""
+    decisions = _glob(root, "model=*/version=*/date=*/hour=*/*.jsonl")
+    outcomes = _glob(root, "outcomes/date=*/hour=*/*.jsonl")
+    if not decisions or not outcomes:
+        return None
+    con = _connect()
+    con.execute(DECISIONS.format(decisions=_literal(decisions)))
+    con.execute(OUTCOMES.format(outcomes=_literal(outcomes)))
+    until = (today or datetime.now(UTC).date()) - timedelta(days=maturity_days)
+    con.execute("DELETE FROM decisions WHERE day > $until", {"until": until})
+    return con
 
 
 def _connect(config: dict[str, Any] | None = None) -> Any:
@@ -357,10 +370,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _print(root: Path, args: argparse.Namespace) -> int:
     sys.stdout.write(render(build(root, maturity_days=args.maturity_days)))
-    for key, group in groupby(calibration(root), lambda b: (b["model"], b["version"], b["role"])):
+    for key, group in groupby(
+        calibration(root, maturity_days=args.maturity_days), lambda b: (b["model"], b["version"], b["role"])
+    ):
         cells = " ".join(f"{b['mean_score']:.2f}->{b['fraud_rate']:.2f}" for b in group)
         sys.stdout.write(f"{key[0]}/{key[1]} ({key[2]}) reliability, mean score -> fraud rate per bin: {cells}\n")
-    for row in costs(root, Costs(args.loss_share, args.review_cost, args.decline_cost)):
+    for row in costs(
+        root, Costs(args.loss_share, args.review_cost, args.decline_cost), maturity_days=args.maturity_days
+    ):
         sys.stdout.write(
             f"{row['model']}/{row['version']} ({row['role']}): {row['labelled']:,} labelled; cost as decided "
             f"{row['live_cost']:,.0f}; optimal review {row['optimal_review']:.2f}, decline {row['optimal_decline']:.2f}: "
@@ -369,7 +386,8 @@ def _print(root: Path, args: argparse.Namespace) -> int:
     if str(args.png) not in ("", "."):
         from shared.stores.prediction_log.curves import write_png
 
-        sys.stdout.write(write_png(root, args.png, Costs(args.loss_share, args.review_cost, args.decline_cost)) + "\n")
+        prices = Costs(args.loss_share, args.review_cost, args.decline_cost)
+        sys.stdout.write(write_png(root, args.png, prices, maturity_days=args.maturity_days) + "\n")
     return 0
 
 

@@ -33,15 +33,16 @@ async def test_the_cost_curve_bottoms_out_at_the_reports_optimum_and_the_png_is_
     await log_decisions(tmp_path, scores)
     await keep(tmp_path, [fraud(i, kind="fraud" if rng.random() < 0.1 + 0.6 * scores[i] else "legit") for i in scores])
     prices = report.Costs(loss_share=0.1, review_cost=5.0, decline_cost=20.0)  # losses small: some fraud approved
-    (best,) = report.costs(tmp_path, prices)
+    (best,) = report.costs(tmp_path, prices, today=DAY + timedelta(days=200))
     assert best["optimal_review"] > 0.2  # the approved side holds fraud: its loss is on the curve
-    rows = report.labelled(tmp_path)
+    rows = report.labelled(tmp_path, today=DAY + timedelta(days=200))
     grid, cost = curves.cost_curve(rows, prices, best["optimal_review"])
     assert cost.min() == pytest.approx(best["optimal_cost"])
     assert cost[np.isclose(grid, best["optimal_decline"])][0] == pytest.approx(cost.min())  # ties: the report's pick
 
     png = tmp_path / "out" / "outcomes.png"
-    said = curves.write_png(tmp_path, png, prices)
+    assert curves.write_png(tmp_path, png, prices).startswith("no PNG")  # DAY is days ago: its labels immature
+    said = curves.write_png(tmp_path, png, prices, maturity_days=0)
     assert said.startswith("wrote") and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     assert curves.write_png(tmp_path / "empty", png, prices).startswith("no PNG")
     assert report.build(tmp_path, today=DAY + timedelta(days=1)).rows  # the same log the report reads

@@ -24,6 +24,7 @@ KEY = "join-key"
 POLICY = PredictionLogPolicy(sink="dir", flush_s=0.05, hash_key=KEY)
 DAY = datetime.fromtimestamp(HOUR_10, UTC).date()  # 2026-12-01
 LEARNED = datetime(2026, 12, 20, 9, tzinfo=UTC)
+MATURE = DAY + timedelta(days=report.MATURITY_DAYS)  # the first day DAY counts as mature
 
 
 async def log_decisions(root: Path, scores: dict[int, float], *, version: str = "3", shadow: bool = False) -> None:
@@ -171,7 +172,7 @@ async def test_the_cost_of_the_decisions_and_the_optimal_thresholds_match_a_brut
             total += (0 if y else 15.0) if s >= decline else 6.0 if s >= review else 0.1 * 80.0 if y else 0.0
         return total
 
-    (row,) = report.costs(tmp_path, prices)
+    (row,) = report.costs(tmp_path, prices, today=MATURE)
     assert row["live_cost"] == pytest.approx(cost(0.5, 0.8))  # the tiny model's thresholds
     grid = [(r / 20, k / 20) for r in range(21) for k in range(21) if r <= k]
     best = min(cost(r, k) for r, k in grid)
@@ -189,9 +190,20 @@ async def test_the_reliability_bins_are_scikit_learns_calibration_curve(tmp_path
     truth = {i: rng.random() < scores[i] ** 2 for i in scores}
     await log_decisions(tmp_path, scores)
     await keep(tmp_path, [fraud(i, kind="fraud" if y else "legit") for i, y in truth.items()])
-    bins = report.calibration(tmp_path)
+    bins = report.calibration(tmp_path, today=MATURE)
     rounded = [round(scores[i], 6) for i in truth]  # the log keeps a score to 6 places
     rate, mean = calibration_curve([truth[i] for i in truth], rounded, n_bins=10, strategy="uniform")
     assert [b["fraud_rate"] for b in bins] == pytest.approx(list(rate))
     assert [b["mean_score"] for b in bins] == pytest.approx(list(mean))
     assert sum(b["n"] for b in bins) == 300
+
+
+async def test_an_immature_days_early_labels_stay_out_of_the_costs_calibration_and_curves(tmp_path: Path) -> None:
+    await log_decisions(tmp_path, {1: 0.1, 2: 0.1, 3: 0.9})
+    await keep(tmp_path, [fraud(1), fraud(2), fraud(3, kind="legit")])
+    prices = report.Costs()
+    assert report.costs(tmp_path, prices, today=MATURE - timedelta(days=1)) == []  # chargebacks still coming
+    assert report.calibration(tmp_path, today=MATURE - timedelta(days=1)) == []
+    assert report.labelled(tmp_path, today=MATURE - timedelta(days=1)) == []
+    assert len(report.labelled(tmp_path, today=MATURE)) == 3
+    assert [b["n"] for b in report.calibration(tmp_path, today=MATURE)] == [2, 1]
