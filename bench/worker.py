@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import shutil
 import statistics
 import subprocess
@@ -51,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.loadgen import event_body, now_stamp
+from bench.servers import free_port
 from bench.verdicts import Verdicts, WorkNotDone, batch_verdicts, http_verdict, published_verdicts
 from tests.worker.host import REPO, Host, running_worker
 
@@ -201,6 +203,39 @@ def batches(host: Host, pid: int, count: int, tag: str, size: int = 64, per_mess
     }
 
 
+def grpc_doors(target: str, key: str, pid: int, count: int, tag: str) -> dict[str, Any]:
+    """The event gRPC doors on the app's own port (never through the host): `Score` calls, 8 in
+    flight; one `ScoreStream`, 16 events in flight, one event a message; the same stream, 16 events
+    a message. Worker CPU per event (the whole process: no host stands in front of this door)."""
+    from bench import doors  # NOTE: the gRPC client and the generated stubs: only when measuring these doors
+
+    def bodies(phase: str, n: int) -> list[bytes]:
+        return [
+            event_body(n + i, timestamp=stamp()).replace(b'"event_id":"', f'"event_id":"{tag}-{phase}-'.encode(), 1)
+            for i in range(count)
+        ]
+
+    runs: list[tuple[str, Callable[[list[bytes]], tuple[float, Verdicts]]]] = [
+        ("grpc_unary", lambda b: doors.unary(target, key, b, 8)),
+        ("grpc_stream_1", lambda b: doors.stream(target, key, b, 16, 1)),
+        ("grpc_stream_16", lambda b: doors.stream(target, key, b, 16, 16)),
+    ]
+    result: dict[str, Any] = {}
+    for k, (phase, run) in enumerate(runs):
+        run(bodies(f"w{phase}", WARM + k * 10 * count)[:200])
+        measured = bodies(phase, 2_000_000 + k * 10 * count)
+        before, loop_before = cpu_s(pid), loop_cpu_s(pid)
+        seconds, verdicts = run(measured)
+        used, loop_used = cpu_s(pid) - before, loop_cpu_s(pid) - loop_before
+        result[phase] = {
+            "verdicts": checked(verdicts, phase, True),
+            "events_per_s": count / seconds,
+            "cpu_us_per_event": used / count * 1e6,
+            "loop_cpu_us_per_event": loop_used / count * 1e6,
+        }
+    return result
+
+
 def profile(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes] | None:
     if shutil.which("py-spy") is None and not (REPO / ".venv" / "bin" / "py-spy").exists():
         return None
@@ -253,6 +288,8 @@ def one_side(
             result[phase] = run()
             if spy is not None:
                 spy.wait()
+        if app and args.doors:
+            result.update(grpc_doors(f"127.0.0.1:{env['GRPC_PORT']}", env["GRPC_KEYS"], worker.pid, args.singles, tag))
     if app:
         result["payments_64"]["verdicts"] = queue_verdicts(report, result["payments_64"].pop("events_sent"))
     else:
@@ -318,6 +355,9 @@ def main() -> None:
     parser.add_argument("--per-message", type=int, default=1, help="events in each queued message (an envelope past 1)")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument(
+        "--doors", action="store_true", help="also the event gRPC doors (unary, stream) on the app's own port"
+    )
+    parser.add_argument(
         "--event-age-s", type=float, default=0.0, help="date the events this far in the past (a stale producer)"
     )
     parser.add_argument("--out", type=Path, default=REPO / "bench-out")
@@ -327,7 +367,8 @@ def main() -> None:
     models = Path(tempfile.mkdtemp()) / "models"
     shutil.copytree(REPO / "models", models)
     base = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}  # NOTE: in-process features on every side
-    env = {"MODELS_DIR": str(models), "FUNCTIONS_WORKER_RUNTIME": "python"}
+    env = {"MODELS_DIR": str(models), "FUNCTIONS_WORKER_RUNTIME": "python", "GRPC_PORT": str(free_port())}
+    env["GRPC_KEYS"] = secrets.token_urlsafe(16)  # the port binds every address: a key is required
     os.environ.clear()
     os.environ.update(base)
     rounds = []

@@ -90,10 +90,16 @@ def _profile(args: argparse.Namespace) -> None:
     """`make capacity`: the sale profile from the measured figures, against main.bicep's; the azd lines."""
     rules = read_scale_rules(profile=args.profile)
     times = service_times(load_measured())
-    found = capacity.size_profile(args.peak, args.burst, rules, times, _provisional(args), p99_ms=args.p99_ms)
+    doors = tuple(args.doors.split(",")) if args.doors else PATHS
+    unknown = set(doors) - set(PATHS)
+    if unknown:
+        raise SystemExit(f"--doors: {', '.join(sorted(unknown))} is no path; the paths are {', '.join(PATHS)}")
+    found = capacity.size_profile(
+        args.peak, args.burst, rules, times, _provisional(args), p99_ms=args.p99_ms, doors=doors
+    )
     declared = read_profiles()[args.profile]
     print(f"profile {args.profile}: {args.peak:,.0f}/s, {args.burst:g}x within a minute; p99 <= {args.p99_ms:g} ms "
-          f"(HTTP), <= {capacity.QUEUE_P99_MS:g} ms (queue, enqueue to published)\n")  # fmt: skip
+          f"(HTTP, gRPC), <= {capacity.QUEUE_P99_MS:g} ms (queue, enqueue to published); held on {', '.join(doors)}\n")  # fmt: skip
     print("| figure | main.bicep | computed |\n|---|---:|---:|")
     for name, value in asdict(found).items():
         mark = "" if declared.get(name) == value else " **(differs)**"
@@ -190,6 +196,9 @@ def main() -> None:
     sub.choices["capacity"].add_argument("--path", default="http-single", choices=PATHS)
     sub.choices["capacity"].add_argument("--max-refused", type=float, default=0.001)
     sub.choices["capacity"].add_argument("--write", action="store_true", help="write the profile into main.bicep")
+    sub.choices["capacity"].add_argument(
+        "--doors", help="with --profile: the paths the traffic takes (default: all); e.g. grpc-stream,servicebus"
+    )
     sub.choices["run"].add_argument("--fleet", default="scheduled", choices=FLEETS)
     sub.choices["cost"].add_argument("--paths", default="http-single,servicebus")
     args = parser.parse_args()

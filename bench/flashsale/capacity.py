@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bench.flashsale.arrivals import Scenario, step
-from bench.flashsale.fleet import BATCH, PATHS, ReplicaWindows, Run, admission_rule, simulate
+from bench.flashsale.fleet import BATCH, HOSTLESS, PATHS, ReplicaWindows, Run, admission_rule, simulate
 from bench.flashsale.infra import ScaleRules
 from bench.flashsale.inputs import Provisional, ServiceTimes
 
@@ -93,7 +93,9 @@ def size(
         return Sizing(path, 0.0, rules, None, current, False, scenario)
     ceiling = max(rules.min_replicas, math.ceil(burst * peak / per_replica) + 1)  # NOTE: +1: a replica lost at the peak
     calls = per_replica / (BATCH if path == "http-batch" else 1)
-    base = rules.with_(max_replicas=ceiling, http_concurrent_requests=max(1, math.floor(calls * UTILIZATION)))
+    base = rules.with_(max_replicas=ceiling)
+    if path not in HOSTLESS:  # NOTE: the HTTP rule never counts a hostless door's events: it keeps its threshold
+        base = base.with_(http_concurrent_requests=max(1, math.floor(calls * UTILIZATION)))
     return _floor_search(path, per_replica, base, p99_ms, max_refused, scenario, current, run)
 
 
@@ -202,9 +204,12 @@ def size_profile(
     queue_p99_ms: float = QUEUE_P99_MS,
     max_refused: float = 0.001,
     preroll_s: float = 900.0,
+    doors: tuple[str, ...] = PATHS,
 ) -> Profile:
     """The sale profile: thresholds from one replica's knee, a sale window that holds the step on
-    every path, and the smallest floor that holds the rest (steady, ramp) by reacting.
+    every path of `doors` (the ways traffic comes in: every path, or a fleet whose clients take the
+    gRPC stream, `("grpc-stream", "servicebus")`), and the smallest floor that holds the rest
+    (steady, ramp) by reacting.
 
     - `httpConcurrentRequests` = 0.7 x the single-event knee (the rule reads requests/s);
     - `queueMessagesPerReplica` = what a replica holds in service at 0.7 of its drain rate: a drained
@@ -220,16 +225,17 @@ def size_profile(
 
     windows = ReplicaWindows(times, admission_rule(rules), seed=11)
     single = knee("http-single", windows, p99_ms, max_refused)
+    front = min(knee(door, windows, p99_ms, max_refused) for door in doors if door != "servicebus")
     drain = queue_capacity(times, rules)
     base = rules.with_(
         http_concurrent_requests=max(1, math.floor(single * UTILIZATION)),
         queue_messages_per_replica=max(1, math.floor(in_service(times, rules, drain * UTILIZATION))),
-        max_replicas=max(rules.min_replicas, math.ceil(burst * peak / min(single, drain * UTILIZATION)) + 1),
+        max_replicas=max(rules.min_replicas, math.ceil(burst * peak / min(front, drain * UTILIZATION)) + 1),
         sale_lead_s=lead_minutes(provisional) * 60.0,
     )
 
     def holds(r: ScaleRules, scenario: Scenario, fleet: str) -> bool:
-        for path in PATHS:
+        for path in doors:
             target = queue_p99_ms if path == "servicebus" else p99_ms
             refused = 1.0 if path == "servicebus" else max_refused
             run = simulate(scenario, path, r, times, provisional, windows=windows, preroll_s=preroll_s, fleet=fleet)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -25,9 +25,12 @@ from bench.flashsale.inputs import Provisional, ServiceTimes
 from bench.flashsale.replica import AdmissionRule, ReplicaWindow, simulate_replica
 from bench.flashsale.scaling import Controller, Signals
 
-__all__ = ["BATCH", "FLEETS", "PATHS", "Minute", "ReplicaWindows", "Run", "admission_rule", "simulate"]
+__all__ = ["BATCH", "FLEETS", "HOSTLESS", "PATHS", "Minute", "ReplicaWindows", "Run", "admission_rule", "simulate"]
 
-PATHS = ("http-single", "http-batch", "servicebus")
+PATHS = ("http-single", "http-batch", "grpc-stream", "servicebus")
+# The doors that never pass the Functions host (the app's own gRPC port, docs/api.md): no host throttle
+# and no host CPU; the HTTP scale rule does not count their events (a stream is one long request).
+HOSTLESS = frozenset({"grpc-stream"})
 # How a fleet meets a sale known in advance (docs/capacity.md, "A sale known in advance"):
 # "scheduled": the profile's floor, and the calendar's cron window (the profile's saleReplicas from
 # saleLeadMinutes before the burst to 5 minutes after it); "floor": a floor of saleReplicas all day;
@@ -126,9 +129,9 @@ class ReplicaWindows:
         if key not in self.cache:
             rate_b = 1.02**bucket
             rng = np.random.default_rng((self.seed, bucket, len(path)))
-            cpu = self.times.batch_cpu if path == "http-batch" else self.times.single_cpu
+            rule = replace(self.rule, host_max_outstanding=0) if path in HOSTLESS else self.rule
             window = simulate_replica(
-                rate_b, max(2.0, min(20.0, 4000 / rate_b)), cpu, self.times.io, self.rule, rng=rng
+                rate_b, max(2.0, min(20.0, 4000 / rate_b)), self.times.cpu(path), self.times.io, rule, rng=rng
             )
             network = self.times.network[rng.integers(0, len(self.times.network), len(window.latencies_s))]
             self.cache[key] = (window, (window.latencies_s + network) * 1000)
@@ -209,7 +212,7 @@ def simulate(
     windows: ReplicaWindows | None = None,
     fleet: str = "scheduled",
 ) -> Run:
-    """Run `scenario` on `path` ("http-single", "http-batch" or "servicebus") under `rules`, the
+    """Run `scenario` on `path` (one of PATHS) under `rules`, the
     sale met as `fleet` says (FLEETS).
 
     The fleet first runs `preroll_s` at the scenario's opening rate (not reported), so a run starts
@@ -247,8 +250,9 @@ def simulate(
             answered = offered * step_s * len(window.latencies_s) / max(window.arrived, 1)
             refused = max(0.0, offered * step_s - answered)
             in_service = 0.0
-            utilization = min(1.0, window.busy * (1 + provisional.host_cpu_ratio) / rules.replica_vcpu)
-            http_window.append((now, calls * step_s))
+            host = 0.0 if path in HOSTLESS else provisional.host_cpu_ratio
+            utilization = min(1.0, window.busy * (1 + host) / rules.replica_vcpu)
+            http_window.append((now, 0.0 if path in HOSTLESS else calls * step_s))
         cpu_window.append(utilization)
         if now >= next_poll:
             polled, next_poll = backlog + in_service, now + rules.polling_interval_s

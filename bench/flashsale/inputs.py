@@ -21,9 +21,19 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MEASURED", "PROVISIONAL", "Provisional", "ServiceTimes", "Spread", "load_measured", "service_times"]
+__all__ = [
+    "MEASURED",
+    "PROVISIONAL",
+    "STREAM_PHASE",
+    "Provisional",
+    "ServiceTimes",
+    "Spread",
+    "load_measured",
+    "service_times",
+]
 
 MEASURED = Path(__file__).with_name("measured.json")
+STREAM_PHASE = "grpc_stream_16"  # bench.worker's phase for the gRPC stream door: 16 events a message
 Z99 = 2.3263  # the standard normal's 99th percentile
 
 
@@ -83,12 +93,25 @@ class ServiceTimes:
 
     single_cpu: np.ndarray  # one `score` invocation on the worker's event loop
     batch_cpu: np.ndarray  # one `score_batch` invocation of 64 events
+    stream_cpu: np.ndarray | None  # one event on a `ScoreStream` (16 a message), None where not measured
     io: np.ndarray  # what holds the slot but not the CPU (Redis, the review)
     network: np.ndarray  # outside the replica
     queue_fixed: np.ndarray  # a queue batch's time that does not grow with its size
     queue_per_message_s: float  # and what each message adds
     queue_cpu_per_message_s: float  # the worker's CPU per queued message (the CPU rule)
     sigma: float = 0.0
+
+    def cpu(self, path: str) -> np.ndarray:
+        """The worker CPU of one request on `path` (a 64-event call on "http-batch")."""
+        if path == "http-batch":
+            return self.batch_cpu
+        if path == "grpc-stream":
+            if self.stream_cpu is None:
+                raise ValueError(
+                    f"measured.json has no {STREAM_PHASE!r}: run python -m bench.flashsale.measure --doors"
+                )
+            return self.stream_cpu
+        return self.single_cpu
 
 
 def load_measured(path: Path = MEASURED) -> dict[str, Any]:
@@ -117,9 +140,13 @@ def service_times(
     reviewed = rng.random(n) < provisional.review_share
     io[reviewed] += np.minimum(provisional.review_ms.sample(rng, int(reviewed.sum())), 150.0) / 1000
     payments = worker["payments_64"]
+    stream = worker.get(STREAM_PHASE)  # NOTE: measured with `bench.worker --doors`; older files lack it
     return ServiceTimes(
         single_cpu=_lognormal_with_mean(single, sigma, rng, n),
         batch_cpu=_lognormal_with_mean(batch, sigma, rng, n),
+        stream_cpu=None
+        if stream is None
+        else _lognormal_with_mean(stream["cpu_us_per_event"] * 1e-6 * provisional.real_worker_factor, sigma, rng, n),
         io=io,
         network=provisional.network_ms.sample(rng, n) / 1000,
         queue_fixed=provisional.queue_overhead_ms.sample(rng, n) / 1000,

@@ -46,15 +46,16 @@ QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 0.999)
 TIGHT_ADMISSION = {"MAX_INFLIGHT": "2", "MAX_QUEUED": "4", "MAX_QUEUE_WAIT_MS": "5", "QUEUE_TARGET_MS": "2"}
 
 
-def worker_figures(path: Path | None, event_age_s: float = 0.0) -> dict[str, Any] | None:
-    """bench.worker's medians for the app (one round), or None where the 3.13 runtime is not built."""
+def worker_figures(path: Path | None, event_age_s: float = 0.0, rounds: int = 1) -> dict[str, Any] | None:
+    """bench.worker's medians for the app (`rounds` rounds; the gRPC doors too), or None where the 3.13
+    runtime is not built."""
     if path is None:
         if not (REPO / ".venv-worker" / ".installed").exists():
             print("no .venv-worker (make worker-venvs): the worker figures are not measured", flush=True)
             return None
         out = Path(tempfile.mkdtemp())
-        cmd = [sys.executable, "-m", "bench.worker", "--rounds", "1", "--singles", "1500", "--batches", "10",
-               "--event-age-s", str(event_age_s)]  # fmt: skip
+        cmd = [sys.executable, "-m", "bench.worker", "--rounds", str(rounds), "--singles", "1500", "--batches", "10",
+               "--event-age-s", str(event_age_s), "--doors"]  # fmt: skip
         subprocess.run([*cmd, "--out", str(out)], check=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
         path = out / "worker.json"
     figures: dict[str, Any] = json.loads(path.read_text())
@@ -137,7 +138,24 @@ def main() -> None:
     parser.add_argument("--worker-json", type=Path, help="a bench.worker output to reuse instead of a new run")
     parser.add_argument("--out", type=Path, default=MEASURED)
     parser.add_argument("--event-age-s", type=float, default=0.0, help="date bench.worker's events this far back")
+    parser.add_argument(
+        "--worker-only",
+        type=int,
+        metavar="ROUNDS",
+        help="re-measure only the worker's figures (bench.worker, ROUNDS rounds) and keep the open-loop points",
+    )
     args = parser.parse_args()
+    if args.worker_only:
+        kept: dict[str, Any] = json.loads(args.out.read_text())
+        kept["worker"] = worker_figures(args.worker_json, args.event_age_s, args.worker_only)
+        kept["worker_measured"] = {
+            "command": f"python -m bench.flashsale.measure --worker-only {args.worker_only}",
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "load_avg_1m": os.getloadavg()[0],
+        }
+        args.out.write_text(json.dumps(kept, indent=2) + "\n")
+        print(json.dumps(kept["worker"], indent=2))
+        return
     measured: dict[str, Any] = {
         "command": f"python -m bench.flashsale.measure --rates {args.rates} --seconds {args.seconds:g}",
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

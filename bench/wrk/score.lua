@@ -1,8 +1,9 @@
 -- POST /api/score with events. MODE=miss: every request a unique feature row (cache misses).
--- MODE=hit: a fixed set of HIT_KEYS events, so after warm-up every request is a cache hit.
+-- MODE=hit: a fixed set of HIT_KEYS events from HIT_OFFSET, so after warm-up every request is a cache hit.
 -- MODE=batch: /api/score/batch with BATCH events of unique rows.
 local mode = os.getenv("MODE") or "miss"
 local hit_keys = tonumber(os.getenv("HIT_KEYS") or "200")
+local hit_offset = tonumber(os.getenv("HIT_OFFSET") or "0") -- MODE=hit: the first event number of the set
 local batch = tonumber(os.getenv("BATCH") or "8")
 local users = tonumber(os.getenv("USERS") or "2000")
 local channels = {"web", "app", "pos"}
@@ -36,7 +37,7 @@ function request()
   counter = counter + 1
   local n = counter * 16 + tid
   if mode == "hit" then
-    n = counter % hit_keys
+    n = hit_offset + counter % hit_keys
   end
   if mode == "batch" then
     local items = {}
