@@ -7,6 +7,7 @@
                                   [--max-refused 0.001] [--out bench-out/flashsale]
     python -m bench.flashsale capacity --profile sale [--write]     (make capacity: the profile, azd lines)
     python -m bench.flashsale cost [--profile sale]                 (replica-hours a day, three fleets)
+    python -m bench.flashsale doors                                 (each door's CPU, host share, knee, p99 there)
 
 `--profile`: which of infra/'s profiles (main.bicep `var profiles`; default: the one azd deploys,
 main.parameters.json's SCORING_PROFILE default). `--fleet` (run): how a sale known in advance is
@@ -28,9 +29,11 @@ import re
 from dataclasses import asdict, replace
 from pathlib import Path
 
+import numpy as np
+
 from bench.flashsale import capacity, report
 from bench.flashsale.arrivals import SCENARIOS, sale_day
-from bench.flashsale.fleet import FLEETS, PATHS, Run, simulate
+from bench.flashsale.fleet import FLEETS, HOSTLESS, PATHS, ReplicaWindows, Run, admission_rule, simulate
 from bench.flashsale.infra import read_profiles, read_scale_rules
 from bench.flashsale.inputs import PROVISIONAL, Provisional, Spread, load_measured, service_times
 
@@ -146,6 +149,42 @@ def _cost(args: argparse.Namespace) -> None:
     print(report.cost_table(runs, provisional.node_hour_usd, rules.replicas_per_node, args.p99_ms))
 
 
+DOORS = (  # (path, bench.worker's phase, what it is)
+    ("http-single", "score", "classic HTTP `score` through the Functions host"),
+    ("grpc-unary", "grpc_unary", "event gRPC `Score`, unary (the app's own port)"),
+    ("grpc-stream", "grpc_stream_16", "event gRPC `ScoreStream`, 16 events a message"),
+)
+
+
+def _doors(args: argparse.Namespace) -> None:
+    """Each door a single event can take: the worker's CPU per event (measured), the host's share
+    (PROVISIONAL where the door passes the host), one replica's knee and the p99 at it (simulated)."""
+    rules = read_scale_rules(profile=args.profile)
+    measured = load_measured()
+    times = service_times(measured)
+    provisional = _provisional(args)
+    windows = ReplicaWindows(times, admission_rule(rules), seed=11)
+    worker = measured["worker"]
+    print(f"worker figures: {measured.get('worker_measured', {}).get('command', measured['command'])}, "
+          f"{measured.get('worker_measured', {}).get('date', measured['date'])}; target p99 <= {args.p99_ms:g} ms, "
+          f"refused <= {args.max_refused:.2%}\n")  # fmt: skip
+    print("| door | worker CPU per event | host's CPU per event | knee of one replica (events/s) | p99 at the knee |")
+    print("|---|---:|---:|---:|---:|")
+    for path, phase, what in DOORS:
+        if phase not in worker:
+            print(f"| {what} | not measured (`python -m bench.flashsale.measure --worker-only 3`) | | | |")
+            continue
+        figures = worker[phase]
+        cpu = figures.get("cpu_us_per_invocation", figures.get("cpu_us_per_event", 0.0))
+        host = (
+            "none (never passes it)" if path in HOSTLESS else f"~{cpu * provisional.host_cpu_ratio:,.0f} µs PROVISIONAL"
+        )
+        knee = capacity.knee(path, windows, args.p99_ms, args.max_refused)
+        _, latencies = windows.at(path, knee)
+        p99 = float(np.quantile(latencies, 0.99)) if latencies.size else float("nan")
+        print(f"| {what} | {cpu:,.0f} µs | {host} | {knee:,.0f} | {p99:.1f} ms |")
+
+
 def _capacity(args: argparse.Namespace) -> None:
     if args.profile is not None:
         _profile(args)
@@ -180,7 +219,7 @@ def _capacity(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in ("run", "capacity", "cost"):
+    for name in ("run", "capacity", "cost", "doors"):
         one = sub.add_parser(name)
         one.add_argument("--profile", default=None, help="an infra/ profile (default: the one azd deploys)")
         one.add_argument("--peak", type=float, default=10_000, help="events/s before the burst")
@@ -193,8 +232,9 @@ def main() -> None:
     sub.choices["run"].add_argument("--path", default="all", choices=["all", *PATHS])
     for name in OVERRIDES:  # NOTE: what-ifs: a value instead of infra/'s
         sub.choices["run"].add_argument("--" + name.replace("_", "-"), type=int)
-    sub.choices["capacity"].add_argument("--path", default="http-single", choices=PATHS)
-    sub.choices["capacity"].add_argument("--max-refused", type=float, default=0.001)
+    sub.choices["capacity"].add_argument("--path", default="http-single", choices=[*PATHS, "grpc-unary"])
+    for name in ("capacity", "doors"):
+        sub.choices[name].add_argument("--max-refused", type=float, default=0.001)
     sub.choices["capacity"].add_argument("--write", action="store_true", help="write the profile into main.bicep")
     sub.choices["capacity"].add_argument(
         "--doors", help="with --profile: the paths the traffic takes (default: all); e.g. grpc-stream,servicebus"
@@ -202,7 +242,7 @@ def main() -> None:
     sub.choices["run"].add_argument("--fleet", default="scheduled", choices=FLEETS)
     sub.choices["cost"].add_argument("--paths", default="http-single,servicebus")
     args = parser.parse_args()
-    {"run": _run, "capacity": _capacity, "cost": _cost}[args.command](args)
+    {"run": _run, "capacity": _capacity, "cost": _cost, "doors": _doors}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ __all__ = ["BATCH", "FLEETS", "HOSTLESS", "PATHS", "Minute", "ReplicaWindows", "
 PATHS = ("http-single", "http-batch", "grpc-stream", "servicebus")
 # The doors that never pass the Functions host (the app's own gRPC port, docs/api.md): no host throttle
 # and no host CPU; the HTTP scale rule does not count their events (a stream is one long request).
-HOSTLESS = frozenset({"grpc-stream"})
+HOSTLESS = frozenset({"grpc-unary", "grpc-stream"})
 # How a fleet meets a sale known in advance (docs/capacity.md, "A sale known in advance"):
 # "scheduled": the profile's floor, and the calendar's cron window (the profile's saleReplicas from
 # saleLeadMinutes before the burst to 5 minutes after it); "floor": a floor of saleReplicas all day;
@@ -217,8 +217,8 @@ def simulate(
 
     The fleet first runs `preroll_s` at the scenario's opening rate (not reported), so a run starts
     from the replicas the rules settle on, not from a cold `minReplicas`."""
-    if path not in PATHS:
-        raise ValueError(f"path must be one of {PATHS}, got {path!r}")
+    if path not in (*PATHS, *HOSTLESS):
+        raise ValueError(f"path must be one of {PATHS} or {sorted(HOSTLESS)}, got {path!r}")
     if fleet not in FLEETS:
         raise ValueError(f"fleet must be one of {FLEETS}, got {fleet!r}")
     if fleet == "floor":

@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "DOOR_PHASES",
     "MEASURED",
     "PROVISIONAL",
-    "STREAM_PHASE",
     "Provisional",
     "ServiceTimes",
     "Spread",
@@ -33,7 +33,8 @@ __all__ = [
 ]
 
 MEASURED = Path(__file__).with_name("measured.json")
-STREAM_PHASE = "grpc_stream_16"  # bench.worker's phase for the gRPC stream door: 16 events a message
+# bench.worker's phase for each door that never passes the host (the app's own gRPC port)
+DOOR_PHASES = {"grpc-unary": "grpc_unary", "grpc-stream": "grpc_stream_16"}
 Z99 = 2.3263  # the standard normal's 99th percentile
 
 
@@ -93,7 +94,9 @@ class ServiceTimes:
 
     single_cpu: np.ndarray  # one `score` invocation on the worker's event loop
     batch_cpu: np.ndarray  # one `score_batch` invocation of 64 events
-    stream_cpu: np.ndarray | None  # one event on a `ScoreStream` (16 a message), None where not measured
+    # the hostless doors' CPU per event, by path ("grpc-unary": a `Score` call; "grpc-stream": an event on
+    # a `ScoreStream`, 16 a message), where measured (`bench.worker --doors`)
+    doors: dict[str, np.ndarray]
     io: np.ndarray  # what holds the slot but not the CPU (Redis, the review)
     network: np.ndarray  # outside the replica
     queue_fixed: np.ndarray  # a queue batch's time that does not grow with its size
@@ -105,12 +108,12 @@ class ServiceTimes:
         """The worker CPU of one request on `path` (a 64-event call on "http-batch")."""
         if path == "http-batch":
             return self.batch_cpu
-        if path == "grpc-stream":
-            if self.stream_cpu is None:
+        if path in DOOR_PHASES:
+            if path not in self.doors:
                 raise ValueError(
-                    f"measured.json has no {STREAM_PHASE!r}: run python -m bench.flashsale.measure --doors"
+                    f"measured.json has no {DOOR_PHASES[path]!r}: run python -m bench.flashsale.measure --worker-only 3"
                 )
-            return self.stream_cpu
+            return self.doors[path]
         return self.single_cpu
 
 
@@ -140,13 +143,17 @@ def service_times(
     reviewed = rng.random(n) < provisional.review_share
     io[reviewed] += np.minimum(provisional.review_ms.sample(rng, int(reviewed.sum())), 150.0) / 1000
     payments = worker["payments_64"]
-    stream = worker.get(STREAM_PHASE)  # NOTE: measured with `bench.worker --doors`; older files lack it
+    doors = {
+        path: _lognormal_with_mean(
+            worker[phase]["cpu_us_per_event"] * 1e-6 * provisional.real_worker_factor, sigma, rng, n
+        )
+        for path, phase in DOOR_PHASES.items()
+        if phase in worker  # NOTE: measured with `bench.worker --doors`; older files lack them
+    }
     return ServiceTimes(
         single_cpu=_lognormal_with_mean(single, sigma, rng, n),
         batch_cpu=_lognormal_with_mean(batch, sigma, rng, n),
-        stream_cpu=None
-        if stream is None
-        else _lognormal_with_mean(stream["cpu_us_per_event"] * 1e-6 * provisional.real_worker_factor, sigma, rng, n),
+        doors=doors,
         io=io,
         network=provisional.network_ms.sample(rng, n) / 1000,
         queue_fixed=provisional.queue_overhead_ms.sample(rng, n) / 1000,
