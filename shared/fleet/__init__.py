@@ -10,4 +10,6 @@
     shadow      ShadowScorer: shadow scoring after the answer is sent
     drift       DriftMonitor: each version's latest records against its first ones (PSI)
     references  one drift reference per fleet: first writer wins
+
+A record is written first, then applied here; every replica reads them back every WATCH_S.
 """
