@@ -20,7 +20,10 @@ refused, not reported). The figures are the medians of the rounds, ratios taken 
 
 The verdict: HttpV2 is adopted if it cuts the worker's CPU per `score` invocation by >= 25 %
 (issue 56). Keys, the throttle, the host's telemetry and the HTTP scale rule stay the host's
-in both doors: the host forwards only an invocation it has authorised and admitted.
+in both doors: the host forwards only an invocation it has admitted and authorised
+(Azure/azure-functions-host 89dc438, src/WebJobs.Script.WebHost/: WebJobsApplicationBuilderExtension.cs:90-96
+puts HttpThrottleMiddleware before FunctionInvocationMiddleware, whose :117-146 checks the key before
+ExecuteAsync, and the worker channel starts forwarding from there: tests/worker/host.py `Forwarder`).
 
 NOT MEASURED (provisional): the real host's CPU. Classic, the host marshals the request into the
 InvocationRequest; HttpV2, it forwards the request over HTTP/1.1 with YARP, copies the answer
