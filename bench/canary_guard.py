@@ -3,10 +3,10 @@
     python -m bench.canary_guard [--runs 200] [--decisions 5000]
 
 Simulated decisions (declines drawn at a share per arm; 10% of users on the candidate) go
-through the real rule: shared/fleet/traffic.py's arm windows and `Traffic._verdict`, checked
-after every decision as `observe` does, at the settings' defaults. Prints, per (live, candidate)
+through the real rule: shared/fleet/canary.py's arm windows and `verdict`, checked
+after every decision as `Routes.observe` does, at the settings' defaults. Prints, per (live, candidate)
 decline share, the share of runs that tripped within `--decisions` candidate decisions and the
-median candidate decision at which they did. The figures in `Traffic.observe`'s docstring.
+median candidate decision at which they did. The figures in `verdict`'s docstring.
 """
 
 from __future__ import annotations
@@ -14,25 +14,22 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
-from types import SimpleNamespace
 
-from shared.fleet.traffic import _DECLINE, Traffic, _Window
+from shared.fleet.canary import DECLINE, Window, verdict
 from shared.settings import RolloutPolicy
 
 
 def first_trip(policy: RolloutPolicy, live: float, candidate: float, decisions: int, seed: int) -> int | None:
     """The candidate decision at which the rule aborts, or None."""
     draw = random.Random(seed)  # noqa: S311 a simulation's draws, reproducible by seed
-    arms = {"live": _Window(policy.canary_window), "canary": _Window(policy.canary_window)}
-    judge = SimpleNamespace(_policy=policy)
+    arms = {"live": Window(policy.canary_window), "canary": Window(policy.canary_window)}
     seen = 0
     while seen < decisions:
         arm = "canary" if draw.random() < 0.1 else "live"
         seen += arm == "canary"
         share = candidate if arm == "canary" else live
-        arms[arm].add(_DECLINE if draw.random() < share else 0)
-        full = min(a.events for a in arms.values()) >= policy.canary_min_events
-        if full and Traffic._verdict(judge, arms["live"], arms["canary"]) is not None:  # type: ignore[arg-type]
+        arms[arm].add(DECLINE if draw.random() < share else 0)
+        if verdict(policy, arms["live"], arms["canary"]) is not None:  # the minimum of events included
             return seen
     return None
 

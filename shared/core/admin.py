@@ -64,7 +64,7 @@ class AdminPlane:
         """Serve `version` of `name` on every replica until `unpin`: the promote (and the rollback).
 
         A version that could never decline is refused unless `allow_never_decline`; a change of
-        thresholds is stated in the audit (shared/fleet/rollout.py)."""
+        thresholds is stated in the audit (shared/fleet/versions.py)."""
         if self._rollout is not None:
             await self._rollout.pin(name, version, by=by, allow_never_decline=allow_never_decline)  # audited
         else:

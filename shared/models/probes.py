@@ -5,7 +5,7 @@ proves little. `adversarial` gives the trial (shared/models/sandbox.py) each fea
 large and very small magnitudes of both signs, zeros, NaN and the infinities, the golden rows,
 and a full batch of the largest values; `attack` scores them under the serving bounds. Its
 `max_score` is the highest score those rows produce, which a promote compares with the version's
-decline threshold (shared/fleet/rollout.py): a version whose decline is above every score it
+decline threshold (shared/fleet/versions.py): a version whose decline is above every score it
 gave could never decline.
 """
 

@@ -13,14 +13,14 @@ recorded at publish (`release.json`), or one that is not the digest the fleet's 
 
 Which version serves: the pinned one, else the newest promoted one, else (nothing promoted
 yet) the oldest loaded. A new version is a candidate until it is promoted: by the control
-plane's pin (shared/fleet/rollout.py; a canary's promote pins), or on arrival when
+plane's pin (shared/fleet/versions.py; a canary's promote pins), or on arrival when
 `auto_promote` (AUTO_PROMOTE, local development only) is on. Nothing in the model source
 makes a version live: a release record's `promoted` (an older format) is ignored.
 
 A version whose run trips a bound at score time (its deadline or the memory cap:
 shared/models/bounds.py) is quarantined at once: taken out, its session released, the last good
 version active again, and never loaded again by this process; the `quarantined` hook lets the
-fleet's records (shared/fleet/rollout.py) quarantine it on every replica. Its events are rescored
+fleet's records (shared/fleet/versions.py) quarantine it on every replica. Its events are rescored
 by the version active after (`RunOverBudget` is a `BatcherClosed`: callers resubmit).
 
 Other parts follow the lifecycle through hooks (`on("activated", callback)`), not by
@@ -116,7 +116,7 @@ class ModelRegistry:
         self._lock: asyncio.Lock | None = None
         self.ready = False
         self._pins: dict[str, str] = {}  # name -> the version pinned to serve
-        # name -> versions a shadow or canary names (shared/fleet/traffic.py): kept loaded beyond
+        # name -> versions a shadow or canary names (shared/fleet/routes.py): kept loaded beyond
         # keep_versions while named; being held never makes a version the active one
         self._held: dict[str, set[str]] = {}
         self._last_error: dict[str, LoadError] = {}  # name -> the last version rejected

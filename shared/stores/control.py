@@ -8,7 +8,7 @@ changes nothing it could not announce.
 
 Control records carry no TTL: under volatile-lru only keys with a TTL are evicted, so a
 flood of cache writes never evicts a pin (reviews' outcomes carry their REVIEW_TTL_S). A FLUSHDB (or a failover to an empty replica) can still
-remove them; shared/fleet/rollout.py restores what it finds missing.
+remove them; shared/fleet/versions.py restores what it finds missing.
 
 `RedisControlStore` is the real store; `MemoryControlStore` is the fake for tests of other
 code (`down=True` fails every call, as an outage would). Redis itself is tested against a
@@ -181,7 +181,7 @@ def _honour_cancel() -> None:
     the same loop turn as a cancel, and drops the cancel (gh-86296; fixed in 3.12); redis-py sends
     each command through it when a socket timeout is set. The fleet's watches (pins, shadows,
     canaries) read here in a loop: one cancelled mid-read ran on after shutdown stopped waiting for
-    it (reproduced: about 1 cancel in 10 landing on a read; tests/fleet/test_traffic.py).
+    it (reproduced: about 1 cancel in 10 landing on a read; tests/fleet/test_sync.py).
     """
     task = asyncio.current_task()
     if task is not None and task.cancelling():

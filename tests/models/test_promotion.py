@@ -66,7 +66,7 @@ async def test_a_pin_is_an_explicit_promote_and_a_release_falls_back_to_the_newe
     candidates: ModelRegistry,
 ) -> None:
     await candidates.install("fraud", "2", make_model(bias=1.0))
-    await candidates.pin("fraud", "2")  # what a canary's promote does too (shared/fleet/traffic.py)
+    await candidates.pin("fraud", "2")  # what a canary's promote does too (shared/fleet/commands.py)
     await candidates.install("fraud", "3", make_model(bias=3.0))
     await candidates.unpin("fraud")
     assert candidates.active("fraud").version == "2" and candidates.candidates("fraud") == ["3"]
