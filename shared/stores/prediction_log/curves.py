@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from shared.stores.prediction_log.report import GRID, MATURITY_DAYS, Costs, costs, labelled
+from shared.stores.prediction_log.report import GRID, MATURITY_DAYS, Costs, Loaded, costs, labelled
 
 __all__ = ["cost_curve", "pr_curve", "write_png"]
 
@@ -57,7 +57,7 @@ def cost_curve(rows: Sequence[Row], prices: Costs, review: float, steps: int = G
     return grid, np.array(totals)
 
 
-def write_png(root: Path, path: Path, prices: Costs, *, maturity_days: int = MATURITY_DAYS) -> str:
+def write_png(root: Path | Loaded, path: Path, prices: Costs, *, maturity_days: int = MATURITY_DAYS) -> str:
     """The two panels into `path`, over mature days (as the costs); a line saying what was written."""
     rows = labelled(root, maturity_days=maturity_days)
     if not rows:

@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from itertools import groupby
@@ -37,7 +38,7 @@ from typing import Any
 
 from shared.domain.outcomes import RETENTION_DAYS
 
-__all__ = ["MATURITY_DAYS", "Costs", "Report", "build", "calibration", "costs", "labelled", "main", "render"]
+__all__ = ["MATURITY_DAYS", "Costs", "Loaded", "Report", "build", "calibration", "costs", "labelled", "main", "render"]
 
 MATURITY_DAYS = 120  # a chargeback's usual latest arrival
 
@@ -73,6 +74,13 @@ SELECT event, outcome, coalesce(amount_lost, 0.0) AS amount, learned FROM (
 ) WHERE latest = 1;
 """
 
+# the decisions of mature days: those on or before `horizon.until` (Loaded.mature sets it)
+MATURE = """
+CREATE TEMP TABLE horizon AS SELECT DATE '0001-01-01' AS until;
+CREATE TEMP VIEW mature AS SELECT d.* FROM decisions d, horizon h WHERE d.day <= h.until;
+"""
+NO_DECISIONS = """CREATE TEMP TABLE decisions (event VARCHAR, model VARCHAR, version VARCHAR, role VARCHAR, day DATE,
+    score DOUBLE, decision VARCHAR);"""
 NO_OUTCOMES = "CREATE TEMP TABLE outcomes (event VARCHAR, outcome VARCHAR, amount DOUBLE, learned TIMESTAMPTZ);"
 
 FIGURES = """
@@ -131,7 +139,7 @@ SELECT count(*) FILTER (learned >= $window_start), count(*) FILTER (learned < $w
 COSTS = """
 WITH labelled AS (
   SELECT d.model, d.version, d.role, d.score, d.decision, o.outcome = 'fraud' AS fraud, o.amount
-    FROM decisions d JOIN outcomes o USING (event)
+    FROM mature d JOIN outcomes o USING (event)
 ), grid AS (
   SELECT r / $steps AS review, k / $steps AS decline
     FROM range(0, CAST($steps AS BIGINT) + 1) AS a(r), range(0, CAST($steps AS BIGINT) + 1) AS b(k) WHERE r <= k
@@ -163,46 +171,36 @@ GRID = 20  # thresholds in steps of 0.05
 CALIBRATION = """
 SELECT model, version, role, least(floor(score * $bins), $bins - 1)::INTEGER AS bin, count(*) AS n,
        avg(score) AS mean_score, avg(CASE WHEN o.outcome = 'fraud' THEN 1.0 ELSE 0.0 END) AS fraud_rate
-  FROM decisions d JOIN outcomes o USING (event)
+  FROM mature d JOIN outcomes o USING (event)
  GROUP BY model, version, role, bin ORDER BY model, version, role, bin
 """
 BINS = 10
 
 
 def calibration(
-    root: Path, bins: int = BINS, *, today: date | None = None, maturity_days: int = MATURITY_DAYS
+    source: Path | Loaded, bins: int = BINS, *, today: date | None = None, maturity_days: int = MATURITY_DAYS
 ) -> list[dict[str, Any]]:
     """Reliability bins per model, version and role, over mature days (bins without a labelled
     decision are absent)."""
-    con = _mature(root, today, maturity_days)
-    if con is None:
-        return []
-    try:
-        cursor = con.execute(CALIBRATION, {"bins": bins})
+    with _opened(source) as log:
+        cursor = log.mature(today, maturity_days).execute(CALIBRATION, {"bins": bins})
         names = [d[0] for d in cursor.description]
         return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-    finally:
-        con.close()
 
 
 LABELLED = """
 SELECT d.model, d.version, d.role, d.score, d.decision, o.outcome = 'fraud' AS fraud, o.amount
-  FROM decisions d JOIN outcomes o USING (event) ORDER BY d.model, d.version, d.role
+  FROM mature d JOIN outcomes o USING (event) ORDER BY d.model, d.version, d.role
 """
 
 
 def labelled(
-    root: Path, *, today: date | None = None, maturity_days: int = MATURITY_DAYS
+    source: Path | Loaded, *, today: date | None = None, maturity_days: int = MATURITY_DAYS
 ) -> list[tuple[str, str, str, float, str, bool, float]]:
     """Every labelled decision of a mature day: (model, version, role, score, decision, fraud, amount
     lost), for curves."""
-    con = _mature(root, today, maturity_days)
-    if con is None:
-        return []
-    try:
-        return list(con.execute(LABELLED).fetchall())
-    finally:
-        con.close()
+    with _opened(source) as log:
+        return list(log.mature(today, maturity_days).execute(LABELLED).fetchall())
 
 
 @dataclass(frozen=True)
@@ -215,22 +213,22 @@ class Costs:
 
 
 def costs(
-    root: Path, prices: Costs, steps: int = GRID, *, today: date | None = None, maturity_days: int = MATURITY_DAYS
+    source: Path | Loaded,
+    prices: Costs,
+    steps: int = GRID,
+    *,
+    today: date | None = None,
+    maturity_days: int = MATURITY_DAYS,
 ) -> list[dict[str, Any]]:
     """Per model, version and role, over mature days: the cost of its decisions as taken (`live_cost`)
     and the cost-optimal (review, decline) thresholds on a grid. A recommendation, never applied: a
     change goes through the admin-keyed, audited promote path."""
-    con = _mature(root, today, maturity_days)
-    if con is None:
-        return []
-    try:
-        params = {"steps": float(steps), "loss_share": prices.loss_share,
-                  "review_cost": prices.review_cost, "decline_cost": prices.decline_cost}  # fmt: skip
-        cursor = con.execute(COSTS, params)
+    params = {"steps": float(steps), "loss_share": prices.loss_share,
+              "review_cost": prices.review_cost, "decline_cost": prices.decline_cost}  # fmt: skip
+    with _opened(source) as log:
+        cursor = log.mature(today, maturity_days).execute(COSTS, params)
         names = [d[0] for d in cursor.description]
         return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-    finally:
-        con.close()
 
 
 @dataclass(frozen=True)
@@ -244,18 +242,16 @@ class Report:
 
 
 def build(
-    root: Path, *, today: date | None = None, maturity_days: int = MATURITY_DAYS, config: dict[str, Any] | None = None
+    source: Path | Loaded,
+    *,
+    today: date | None = None,
+    maturity_days: int = MATURITY_DAYS,
+    config: dict[str, Any] | None = None,
 ) -> Report:
-    """The report over the log at `root` (a directory: `reader.mirror` copies a container to one);
-    `config`: DuckDB's (a serving replica caps its threads and memory)."""
-    con = _connect(config)
-    try:
-        decisions = _glob(root, "model=*/version=*/date=*/hour=*/*.jsonl")
-        outcomes = _glob(root, "outcomes/date=*/hour=*/*.jsonl")
-        if not decisions:
-            return Report([], 0, 0)
-        con.execute(DECISIONS.format(decisions=_literal(decisions)))
-        con.execute(OUTCOMES.format(outcomes=_literal(outcomes)) if outcomes else NO_OUTCOMES)
+    """The report over the log at `source` (a directory: `reader.mirror` copies a container to one; or
+    the log already loaded); `config`: DuckDB's (a serving replica caps its threads and memory)."""
+    with _opened(source, config) as log:
+        con = log.con
         day = today or datetime.now(UTC).date()
         cursor = con.execute(FIGURES, {"mature_until": day - timedelta(days=maturity_days)})
         names = [d[0] for d in cursor.description]
@@ -264,26 +260,45 @@ def build(
         window_start = datetime.combine(day - timedelta(days=RETENTION_DAYS), time(), UTC)
         unmatched, lapsed = con.execute(UNMATCHED, {"window_start": window_start}).fetchone() or (0, 0)
         return Report(rows, int(count), int(unmatched), int(lapsed))
+
+
+class Loaded:
+    """The log read once into DuckDB (its decisions and outcomes, each a table): every figure reads
+    these, not the files again (`make outcomes` asks for four)."""
+
+    def __init__(self, root: Path, config: dict[str, Any] | None = None) -> None:
+        self.con = _connect(config)
+        decisions = _glob(root, "model=*/version=*/date=*/hour=*/*.jsonl")
+        outcomes = _glob(root, "outcomes/date=*/hour=*/*.jsonl")
+        self.con.execute(DECISIONS.format(decisions=_literal(decisions)) if decisions else NO_DECISIONS)
+        self.con.execute(OUTCOMES.format(outcomes=_literal(outcomes)) if outcomes else NO_OUTCOMES)
+        self.con.execute(MATURE)
+
+    def mature(self, today: date | None, maturity_days: int) -> Any:
+        """The connection, its view `mature` holding the decisions of mature days only.
+
+        NOTE: across days, an immature day's labels are the early ones only (customers' reports,
+        reviews; chargebacks still to come): pooled with mature days they would bend calibration,
+        costs and curves towards fraud. The per-day table shows them, marked IMMATURE."""
+        until = (today or datetime.now(UTC).date()) - timedelta(days=maturity_days)
+        self.con.execute("UPDATE horizon SET until = $until", {"until": until})
+        return self.con
+
+    def close(self) -> None:
+        self.con.close()
+
+
+@contextmanager
+def _opened(source: Path | Loaded, config: dict[str, Any] | None = None) -> Iterator[Loaded]:
+    """`source` itself when loaded already (its owner closes it), else the log at that path, closed after."""
+    if isinstance(source, Loaded):
+        yield source
+        return
+    log = Loaded(source, config)
+    try:
+        yield log
     finally:
-        con.close()
-
-
-def _mature(root: Path, today: date | None, maturity_days: int) -> Any:
-    """A connection holding the decisions of mature days and the outcomes (None: nothing labelled).
-
-    NOTE: across days, an immature day's labels are the early ones only (customers' reports,
-    reviews; chargebacks still to come): pooled with mature days they would bend calibration, costs
-    and curves towards fraud. The per-day table shows them, marked IMMATURE."""
-    decisions = _glob(root, "model=*/version=*/date=*/hour=*/*.jsonl")
-    outcomes = _glob(root, "outcomes/date=*/hour=*/*.jsonl")
-    if not decisions or not outcomes:
-        return None
-    con = _connect()
-    con.execute(DECISIONS.format(decisions=_literal(decisions)))
-    con.execute(OUTCOMES.format(outcomes=_literal(outcomes)))
-    until = (today or datetime.now(UTC).date()) - timedelta(days=maturity_days)
-    con.execute("DELETE FROM decisions WHERE day > $until", {"until": until})
-    return con
+        log.close()
 
 
 def _connect(config: dict[str, Any] | None = None) -> Any:
@@ -369,6 +384,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _print(root: Path, args: argparse.Namespace) -> int:
+    with _opened(root) as log:
+        return _print_loaded(log, args)
+
+
+def _print_loaded(root: Loaded, args: argparse.Namespace) -> int:
     sys.stdout.write(render(build(root, maturity_days=args.maturity_days)))
     for key, group in groupby(
         calibration(root, maturity_days=args.maturity_days), lambda b: (b["model"], b["version"], b["role"])
@@ -392,4 +412,7 @@ def _print(root: Path, args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # NOTE: through the module's own name: run as __main__, its classes would not be curves.py's
+    from shared.stores.prediction_log.report import main as _main
+
+    sys.exit(_main())
