@@ -280,6 +280,12 @@ CATALOGUE: tuple[Spec, ...] = (
         "share of a version's logged decisions on days still inside the maturity window (their labels not yet good)",
         ("scoring.model", "scoring.model.version", "scoring.role"),
     ),
+    Spec(
+        "scoring.outcomes.unmatched",
+        "gauge",
+        "{outcome}",
+        "outcomes no logged decision matches yet, learned within the log's retention (kept; matched on a later run)",
+    ),
     # -- the LLM review of the uncertain tail (recorded by shared/review) -------------------
     Spec(
         "scoring.llm.calls",

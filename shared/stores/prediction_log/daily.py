@@ -9,7 +9,8 @@ headline as gauges.
                              the fraud amount missed of the newest CURRENT_DAYS mature days
                              (`current`) and of the BASELINE_DAYS mature days before them
                              (`baseline`); and the share of its decisions on immature days
-    publish(...)             the gauges `scoring.outcomes.*` (shared/telemetry/catalogue.py), replaced
+    publish(...)             the gauges `scoring.outcomes.*` (shared/telemetry/catalogue.py; and the
+                             outcomes no decision matches yet, `unmatched`), replaced
                              whole each run (a retired version's series end); the alerts in
                              infra/modules/alerts.bicep compare `current` with `baseline`
 
@@ -118,14 +119,15 @@ def immature_shares(report: Report) -> dict[Key, float]:
 
 NAMES = ("scoring.outcomes.recall", "scoring.outcomes.precision", "scoring.outcomes.missed.amount")
 IMMATURE = "scoring.outcomes.immature.ratio"
+UNMATCHED = "scoring.outcomes.unmatched"
 
 
-def publish(found: Iterable[Headline], immature: dict[Key, float]) -> None:
+def publish(found: Iterable[Headline], immature: dict[Key, float], unmatched: int | None = None) -> None:
     """The gauges, replaced whole: what this run computed, nothing of an earlier run's."""
     gauges = {
         i.spec.name: i
         for i in metrics.instruments()
-        if isinstance(i, metrics.Gauge) and i.spec.name in (*NAMES, IMMATURE)
+        if isinstance(i, metrics.Gauge) and i.spec.name in (*NAMES, IMMATURE, UNMATCHED)
     }
     for gauge in gauges.values():
         gauge.values.clear()
@@ -136,12 +138,14 @@ def publish(found: Iterable[Headline], immature: dict[Key, float]) -> None:
                 gauges[name].set(key, value)
     for (model, version, role), share in immature.items():
         gauges[IMMATURE].set((model, version, role), share)
+    if unmatched is not None:
+        gauges[UNMATCHED].set((), unmatched)
 
 
 async def run(settings: Settings, today: date | None = None, *, maturity_days: int = MATURITY_DAYS) -> Daily:
     """Compute, write and publish the day's report (in a worker thread); `ValueError` when the log is off."""
     daily = await asyncio.to_thread(_compute, settings, today or datetime.now(UTC).date(), maturity_days)
-    publish(daily.headlines, daily.immature)
+    publish(daily.headlines, daily.immature, daily.report.unmatched)
     log.info("outcomes report written to %s: %d headline figures", daily.written_to, len(daily.headlines))
     return daily
 

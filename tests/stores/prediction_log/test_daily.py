@@ -95,12 +95,13 @@ def test_the_gauges_are_replaced_whole_each_run() -> None:
     old = daily.Headline("fraud", "2", "live", "current", 7, 10, 0.5, 0.5, 10.0)
     new = daily.Headline("fraud", "3", "live", "current", 7, 10, None, 0.9, 20.0)
     daily.publish([old], {("fraud", "2", "live"): 0.3})
-    daily.publish([new], {("fraud", "3", "live"): 0.4})
+    daily.publish([new], {("fraud", "3", "live"): 0.4}, 3)
     gauges = {i.spec.name: dict(i.values) for i in metrics.instruments() if i.spec.name.startswith("scoring.outcomes.")}
     assert gauges["scoring.outcomes.recall"] == {}  # no fraud, no recall: absent, never 0 or 1
     assert gauges["scoring.outcomes.precision"] == {("fraud", "3", "live", "current"): 0.9}
     assert gauges["scoring.outcomes.missed.amount"] == {("fraud", "3", "live", "current"): 20.0}
     assert gauges["scoring.outcomes.immature.ratio"] == {("fraud", "3", "live"): 0.4}
+    assert gauges["scoring.outcomes.unmatched"] == {(): 3}
     daily.publish([], {})
 
 
@@ -162,6 +163,7 @@ async def test_the_timer_function_writes_the_report_into_the_container_and_sets_
     assert recall == {("fraud", "3", "live", "current"): pytest.approx(5 / 12),
                       ("fraud", "3", "live", "baseline"): pytest.approx(17 / 20)}  # fmt: skip
     assert [k for k, _ in gauges["scoring.outcomes.immature.ratio"]] == [["fraud", "3", "live"]]
+    assert gauges["scoring.outcomes.unmatched"] == [[[], 0]]  # every outcome found its decision
     reports = [b.name for b in container.list_blobs(name_starts_with="reports/outcomes/")]
     assert len(reports) == 1 and reports[0].startswith(f"reports/outcomes/date={datetime.now(UTC).date()}/")
     written = json.loads(container.download_blob(reports[0]).readall())
