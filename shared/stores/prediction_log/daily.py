@@ -152,7 +152,12 @@ async def run(settings: Settings, today: date | None = None, *, maturity_days: i
 
 def _compute(settings: Settings, today: date, maturity_days: int) -> Daily:
     policy = settings.prediction_log
-    config = {"threads": 1, "memory_limit": DUCKDB_MEMORY}
+    # NOTE: spills under the system's temporary directory, not DuckDB's default `.tmp` beside the app's code
+    config = {
+        "threads": 1,
+        "memory_limit": DUCKDB_MEMORY,
+        "temp_directory": str(Path(tempfile.gettempdir()) / "duckdb"),
+    }
     if policy.sink == "dir":
         root = Path(policy.directory)
         report = build(root, today=today, maturity_days=maturity_days, config=config)
