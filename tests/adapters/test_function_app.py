@@ -142,6 +142,7 @@ def test_function_names() -> None:
         "models",
         "openapi",
         "outcomes",
+        "outcomes_report",
         "payments",
         "reviews",
         "risk_outcomes",
