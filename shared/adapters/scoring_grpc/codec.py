@@ -79,5 +79,5 @@ def event_id_of(body: bytes, limits: Limits) -> str:
         return ""
     try:
         return _named.decode(body).event_id
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):  # NOTE: what msgspec raises on any bytes
         return ""

@@ -101,15 +101,20 @@ class EventStream:
 
     async def _score(self, number: int, index: int, request: pb.ScoreRequest, started: float) -> None:
         try:
+            ready = await self._answer(number, index, request, started)
+        except Exception:  # NOTE: a fault of ours still answers the event: else its room is never freed
+            log.exception("gRPC ScoreStream: an event failed")
+            ready = (number, index, request.id, "", None, error_of(ScoringError("internal error")))
+        self._ready.append(ready)
+        self._wake.set()
+
+    async def _answer(self, number: int, index: int, request: pb.ScoreRequest, started: float) -> Ready:
+        try:
             scored = await score_event(self._core, request, self._limits, started)
         except ScoringError as exc:
-            self._refused(number, index, request.id, event_id_of(request.event, self._limits), exc)
-        except Exception:
-            log.exception("gRPC ScoreStream: an event failed")
-            self._refused(number, index, request.id, "", ScoringError("internal error"))
-        else:
-            self._ready.append((number, index, request.id, scored.event_id, encode(scored), None))
-            self._wake.set()
+            log_answered(exc, "grpc", method="ScoreStream")
+            return (number, index, request.id, event_id_of(request.event, self._limits), None, error_of(exc))
+        return (number, index, request.id, scored.event_id, encode(scored), None)
 
     def _refused(self, number: int, index: int, id_: str, event_id: str, exc: ScoringError) -> None:
         log_answered(exc, "grpc", method="ScoreStream")

@@ -101,17 +101,19 @@ async def test_bad_messages_interleaved_are_each_answered_and_the_stream_goes_on
         (message(*[body(event_id=f"m{i}") for i in range(5)]), "too_many_items"),  # over MAX_BATCH_ITEMS
         (pb.ScoreStreamRequest().SerializeToString(), "bad_request"),  # no event
         (message(body(event_id="g2"), model="nope"), "model_not_found"),
+        (message(b'{"event_id": "\\u00dd\xa2", "x'), "malformed_json"),  # no UTF-8 inside a string
+        (message(b'{"a":' * 12_000), "malformed_json"),  # nested past the parser's depth
         (message(body(event_id="g3")), None),
     ]
     for raw, _ in sent:
         await call.write(raw)
-    answers = await answers_of(call, 10)
+    answers = await answers_of(call, 12)
     await call.done_writing()
     assert await call.read() is grpc.aio.EOF and await call.code() == grpc.StatusCode.OK
     errors = {(a.message, a.index): a.error.code for a in answers if a.WhichOneof("outcome") == "error"}
     assert errors == {(1, -1): "bad_request", (2, 0): "malformed_json", (3, 1): "invalid_event",
                       (4, 0): "payload_too_large", (5, -1): "too_many_items", (6, -1): "bad_request",
-                      (7, 0): "model_not_found"}  # fmt: skip
+                      (7, 0): "model_not_found", (8, 0): "malformed_json", (9, 0): "malformed_json"}  # fmt: skip
     scored = {a.event_id for a in answers if a.WhichOneof("outcome") == "scored"}
     assert scored == {"g0", "g1", "g3"}
     invalid = next(a for a in answers if (a.message, a.index) == (3, 1))
@@ -147,19 +149,23 @@ async def test_a_stream_without_a_valid_key_is_refused_and_ends(served: Served, 
 
 
 async def test_a_half_closed_stream_gets_every_pending_answer_then_ends_ok(served: Served) -> None:
-    """Room for every event, and admission one at a time: the read ends while most wait to be scored."""
+    """Every event still waits for admission (another caller holds its one slot) when the client
+    half-closes and the read ends: the answers come after, then the end."""
     one_at_a_time = AdmissionPolicy(max_inflight=1, max_queued=256, max_queue_wait_ms=10_000, queue_target_ms=10_000)
     service, channel = await served(grpc_stream_max_in_flight=256, admission=one_at_a_time)
-    admission = service.admission
     call = raw_stream(channel)
-    for m in range(10):
-        await call.write(message(*[body(event_id=f"h{m}-{i}") for i in range(20)]))
-    await call.done_writing()  # NOTE: before a single answer is read
+    async with service.admission.admitted():  # NOTE: the slot every event waits for
+        await write_all(call, [message(*[body(event_id=f"h{m}-{i}") for i in range(20)]) for m in range(10)])
+        for _ in range(100):
+            if service.admission.waiting == 200:
+                break
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.3)  # NOTE: the half-close reaches the server: its read ends
+        assert service.admission.waiting == 200
     answers = await answers_of(call, 200)
     assert await call.read() is grpc.aio.EOF and await call.code() == grpc.StatusCode.OK
     assert sorted(a.event_id for a in answers) == sorted(f"h{m}-{i}" for m in range(10) for i in range(20))
     assert {(a.message, a.index) for a in answers} == {(m, i) for m in range(10) for i in range(20)}
-    assert admission.waited > 100, "the events did not wait: the read did not end before their answers"
 
 
 async def test_a_client_that_does_not_read_stops_its_own_stream_at_the_cap(served: Served) -> None:
