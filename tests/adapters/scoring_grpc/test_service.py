@@ -6,8 +6,12 @@ does not read, half-closed streams, no key, a message over the transport's cap).
 from __future__ import annotations
 
 import asyncio
+import json
+import sys
+from asyncio.subprocess import PIPE
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -25,6 +29,7 @@ from tests.adapters.scoring_grpc.streams import answers_of, body, decided, messa
 from tests.conftest import closed_port
 
 KEY = "k" * 24
+REPO = Path(__file__).resolve().parents[3]
 Served = Callable[..., Awaitable[tuple[ScoringService, grpc.aio.Channel]]]
 
 
@@ -200,3 +205,19 @@ async def test_ten_thousand_messages_on_one_stream_are_all_answered(served: Serv
     assert service.admission.total_admitted - before == 10_000
     decisions = {msgspec.json.decode(a.scored)["decision"] for a in answers}
     assert decisions <= {"approve", "review", "decline"}
+
+
+@pytest.mark.parametrize("mode", [[], ["--stream"]], ids=["score", "stream"])
+async def test_the_client_example_prints_one_answer_a_line(served: Served, mode: list[str]) -> None:
+    """`python -m shared.adapters.scoring_grpc.client` (docs/api.md): events on stdin, answers out."""
+    service, _ = await served(grpc_keys=KEY)
+    lines = b"\n".join([body(event_id="c1"), b"{not json", body(event_id="c2")]) + b"\n"
+    argv = ["-m", "shared.adapters.scoring_grpc.client", "--target", f"127.0.0.1:{service.settings.grpc_port}"]
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, *argv, "--key", KEY, *mode, stdin=PIPE, stdout=PIPE, stderr=PIPE, cwd=REPO
+    )
+    out, err = await asyncio.wait_for(child.communicate(lines), 60)
+    assert child.returncode == 0, err.decode()[-2000:]
+    answers = [json.loads(line) for line in out.decode().splitlines()]
+    assert sorted(a.get("event_id", "") for a in answers if "decision" in a) == ["c1", "c2"]
+    assert [a["error"] for a in answers if "error" in a] == ["malformed_json"]
