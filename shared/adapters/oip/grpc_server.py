@@ -108,7 +108,7 @@ async def serve_grpc(service: ScoringService, host: str, port: int, *, grace_s: 
     if server.add_insecure_port(f"{host}:{port}") == 0:
         raise OSError(f"GRPC_PORT {port}: cannot bind {host}:{port}")
     await server.start()
-    log.info("gRPC (V2 inference, fraud.scoring.v1 events) serving on %s:%d", host, port)
+    log.info("V2 gRPC serving on %s:%d, with fraud.scoring.v1 (payment events)", host, port)
     try:
         await server.wait_for_termination()
     finally:
