@@ -16,8 +16,8 @@ __all__ = ["grpc_server"]
 
 
 def grpc_server(host: str) -> Callable[[ScoringService], None]:
-    """A hook that adds the V2 gRPC server on `host`:GRPC_PORT to the core's background jobs
-    (nothing when GRPC_PORT is 0). The supervisor starts it with the core, restarts it if it
+    """A hook that adds the gRPC server (V2 inference and `fraud.scoring.v1` payment events) on
+    `host`:GRPC_PORT to the core's background jobs (nothing when GRPC_PORT is 0). The supervisor starts it with the core, restarts it if it
     fails (a port still held by a previous process), and stops it with the core."""
 
     def add(service: ScoringService) -> None:

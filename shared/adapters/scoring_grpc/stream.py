@@ -59,7 +59,7 @@ class EventStream:
         self._ready: list[Ready] = []
         self._wake = asyncio.Event()
         self._scoring: set[asyncio.Task[None]] = set()
-        self.messages = 0  # request messages read
+        self._messages = 0  # request messages read
 
     async def run(self, requests: AsyncIterator[bytes]) -> None:
         """Read, score and answer until the client half-closes and every answer is written."""
@@ -75,8 +75,8 @@ class EventStream:
     async def _read(self, requests: AsyncIterator[bytes]) -> None:
         async for raw in requests:
             started = time.perf_counter()
-            number = self.messages
-            self.messages += 1
+            number = self._messages
+            self._messages += 1
             try:
                 events = parsed(pb.ScoreStreamRequest, raw).events
                 if not events:
