@@ -185,19 +185,33 @@ class ScoringService:
     # -- scoring -------------------------------------------------------------------
 
     async def score_json(
-        self, body: bytes, model: str | None = None, *, started: float | None = None, explain: bool = False
+        self,
+        body: bytes,
+        model: str | None = None,
+        *,
+        started: float | None = None,
+        explain: bool = False,
+        via: Via = "http",
     ) -> Scored:
         """Decode, validate and score one JSON event; `started` is when the request began;
-        `explain`: reason codes in a review or decline answer (`?explain=1`)."""
+        `explain`: reason codes in a review or decline answer (`?explain=1`); `via`: the door."""
         started = time.perf_counter() if started is None else started
         async with self.admission.admitted():
             event = decode_event(body)
-            return await self.score(event, model, parse_s=time.perf_counter() - started, explain=explain)
+            return await self.score(event, model, parse_s=time.perf_counter() - started, explain=explain, via=via)
 
     async def score_batch_json(self, body: bytes, model: str | None = None) -> list[Scored | ScoringError]:
         """`{"events": [...]}`: every item scored in order; a bad item keeps its own error."""
         async with self.admission.admitted():
             return await self.score_many(decode_events(body, self.settings.max_batch_items), model)
+
+    async def score_events(
+        self, events: Sequence[PaymentEvent | ScoringError], model: str | None = None
+    ) -> list[Scored | ScoringError]:
+        """Events a door decoded itself (a gRPC stream's message), each error in its slot: scored
+        together in one admission slot, as `/api/score/batch` scores its items."""
+        async with self.admission.admitted():
+            return await self.score_many(events, model, via="grpc")
 
     async def score(
         self,

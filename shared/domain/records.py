@@ -35,7 +35,8 @@ __all__ = [
     "Arm", "DecisionRecord", "Line", "Shadowed", "Via", "encode_lines", "encode_records", "hashed_id",
 ]  # fmt: skip
 
-Via = Literal["http", "batch", "v2", "queue", "review"]  # V2 is REST and gRPC alike; "review": a review's later outcome
+Via = Literal["http", "batch", "grpc", "v2", "queue", "review"]
+# "grpc": fraud.scoring.v1 (Score, ScoreStream); V2 is REST and gRPC alike; "review": a review's later outcome
 Arm = Literal["live", "canary"]
 
 

@@ -13,6 +13,7 @@ stubs load and both methods answer.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import shutil
@@ -114,15 +115,25 @@ def _unary(channel: grpc.Channel, data: bytes) -> Any:
 
 
 def _streamed(channel: grpc.Channel, sent: list[bytes]) -> list[Any]:
-    """One stream, the events two to a message, its answers put back in the order sent."""
+    """One stream, the events one, two and five to a message in turn (a lone event takes the
+    single-event path, several the batch path), its answers put back in the order sent."""
     call = channel.stream_stream(
         "/fraud.scoring.v1.Scoring/ScoreStream", response_deserializer=pb.ScoreStreamResponse.FromString
     )
-    messages = [message(*sent[i : i + 2]) for i in range(0, len(sent), 2)]
+    starts: list[int] = []  # the place of each message's first event
+    chunks: list[list[bytes]] = []
+    at = 0
+    for size in itertools.cycle((1, 2, 5)):
+        if at >= len(sent):
+            break
+        starts.append(at)
+        chunks.append(sent[at : at + size])
+        at += size
+    messages = [message(*chunk) for chunk in chunks]
     found: dict[int, Any] = {}
     for response in call(iter(messages), metadata=KEYED, timeout=60):
         for a in response.answers:
-            place = a.message * 2 + a.index
+            place = starts[a.message] + a.index
             if a.WhichOneof("outcome") == "scored":
                 assert a.event_id == json.loads(a.scored)["event_id"]
                 found[place] = decided(a.scored)

@@ -19,12 +19,13 @@ from google.protobuf.message import DecodeError, Message
 
 from shared.adapters.scoring_grpc import scoring_pb2 as pb
 from shared.domain.answers import Scored
+from shared.domain.events import PaymentEvent, decode_event
 from shared.errors import BadRequest, PayloadTooLarge, ScoringError
 
 if TYPE_CHECKING:
     from shared.core.service import ScoringService
 
-__all__ = ["Limits", "error_of", "event_id_of", "parsed", "score_event"]
+__all__ = ["Limits", "decoded", "error_of", "event_id_of", "parsed", "score_event"]
 
 M = TypeVar("M", bound=Message)
 
@@ -49,6 +50,18 @@ def parsed(kind: type[M], raw: bytes) -> M:
     return message
 
 
+def decoded(request: pb.ScoreRequest, limits: Limits) -> PaymentEvent | ScoringError:
+    """One event of a stream message, held to its cap and decoded by the one decoder every door uses;
+    or the error its body gets from `POST /api/score`, in its slot."""
+    event = request.event
+    if len(event) > limits.event_bytes:
+        return PayloadTooLarge(f"event of {len(event)} bytes exceeds the {limits.event_bytes}-byte limit")
+    try:
+        return decode_event(event)
+    except ScoringError as exc:
+        return exc
+
+
 async def score_event(core: ScoringService, request: pb.ScoreRequest, limits: Limits, started: float) -> Scored:
     """One event scored by the core's single-event entry: what `POST /api/score` (or
     `/api/models/{model}/score` when `model` is set) answers for the same body, before it is
@@ -56,7 +69,7 @@ async def score_event(core: ScoringService, request: pb.ScoreRequest, limits: Li
     event = request.event
     if len(event) > limits.event_bytes:
         raise PayloadTooLarge(f"event of {len(event)} bytes exceeds the {limits.event_bytes}-byte limit")
-    return await core.score_json(event, request.model or None, started=started, explain=request.explain)
+    return await core.score_json(event, request.model or None, started=started, explain=request.explain, via="grpc")
 
 
 def error_of(exc: ScoringError) -> pb.Error:

@@ -1,17 +1,21 @@
 """One `ScoreStream` call: events in as they come, each answered once, as soon as it is scored.
 
 A gateway keeps one stream open and sends events as they arrive, one or several to a message.
-Each event is scored as its own task by the core's single-event entry (codec.py), so the events
-of a stream share micro-batches with each other and with every other door, and each answer goes
-out when it is ready: out of order, several to a response message when several are ready, each
-naming its event (`event_id`, the caller's `id`, and the message and place it came in).
+An event alone in its message is scored as its own task by the core's single-event entry
+(codec.py): the events of a stream share micro-batches with each other and with every other door.
+The events of a message of several (one model, no `explain`) are scored together, as
+`/api/score/batch` scores its items: one admission slot, one feature read per user, one cache lookup
+and one model run a chunk, in parts of at most the stream's cap (a gateway that packs what it has
+cuts the CPU per event ~5x: docs/capacity.md). Each answer goes out when it is ready: out of order,
+several to a response message when several are ready, each naming its event (`event_id`, the
+caller's `id`, and the message and place it came in).
 
 Back-pressure. The stream holds at most GRPC_STREAM_MAX_IN_FLIGHT events at once, counted from
 when an event is read until its answer has been written: being scored, or answered but waiting
 for the client to take the answer. At the cap the stream is not read, so HTTP/2 flow control
 holds the sender; a client that does not read its answers stops its own stream, and nothing
-buffers without bound on the server. Admission applies to each event as to an HTTP request
-(a refusal is that event's `overloaded` answer).
+buffers without bound on the server. Admission applies to a lone event as to an HTTP request, and
+to a message of several once, as to a batch (a refusal is each of its events' `overloaded` answer).
 
 Bad input is answered, and the stream stays open: an undecodable message, a message without
 events or with more than MAX_BATCH_ITEMS (answered once, `index` -1), an event over MAX_BODY_BYTES,
@@ -26,11 +30,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from shared.adapters.scoring_grpc import scoring_pb2 as pb
-from shared.adapters.scoring_grpc.codec import Limits, error_of, event_id_of, parsed, score_event
+from shared.adapters.scoring_grpc.codec import Limits, decoded, error_of, event_id_of, parsed, score_event
 from shared.domain.answers import encode
 from shared.errors import BadRequest, ScoringError, TooManyItems, log_answered
 
@@ -89,11 +93,22 @@ class EventStream:
                 await self._take_room()
                 self._refused(number, -1, "", "", exc)
                 continue
+            if len(events) > 1 and _together(events):
+                step = self._limits.in_flight  # NOTE: a part takes its room whole: never more than the cap
+                for first in range(0, len(events), step):
+                    part = events[first : first + step]
+                    for _ in part:
+                        await self._take_room()
+                    self._start(self._score_message(number, first, part))
+                continue
             for index, request in enumerate(events):
                 await self._take_room()
-                task = asyncio.create_task(self._score(number, index, request, started))
-                self._scoring.add(task)
-                task.add_done_callback(self._scoring.discard)
+                self._start(self._score(number, index, request, started))
+
+    def _start(self, scoring: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(scoring)
+        self._scoring.add(task)
+        task.add_done_callback(self._scoring.discard)
 
     async def _take_room(self) -> None:
         await self._room.acquire()  # NOTE: at the cap, the stream is not read: flow control holds the sender
@@ -116,6 +131,35 @@ class EventStream:
             return (number, index, request.id, event_id_of(request.event, self._limits), None, error_of(exc))
         return (number, index, request.id, scored.event_id, encode(scored), None)
 
+    async def _score_message(self, number: int, first: int, events: Sequence[pb.ScoreRequest]) -> None:
+        """Events `first`.. of a message of several for one model, none asking `explain`: scored together, as
+        `/api/score/batch` scores its items (one admission slot, one feature read per user, one cache
+        lookup and one model run a chunk), each answered in its own slot, all in one response."""
+        try:
+            ready = await self._answer_message(number, first, events)
+        except Exception:  # NOTE: a fault of ours still answers its events: else their room is never freed
+            log.exception("gRPC ScoreStream: a message failed")
+            failed = error_of(ScoringError("internal error"))
+            ready = [(number, index, request.id, "", None, failed) for index, request in enumerate(events, first)]
+        self._ready.extend(ready)
+        self._wake.set()
+
+    async def _answer_message(self, number: int, first: int, events: Sequence[pb.ScoreRequest]) -> list[Ready]:
+        items = [decoded(request, self._limits) for request in events]
+        try:
+            answers = await self._core.score_events(items, events[0].model or None)
+        except ScoringError as exc:  # the message as a whole: refused by admission, no such model...
+            answers = [exc] * len(events)
+        ready: list[Ready] = []
+        for index, (request, answer) in enumerate(zip(events, answers, strict=True), first):
+            if isinstance(answer, ScoringError):
+                log_answered(answer, "grpc", method="ScoreStream")
+                event_id = event_id_of(request.event, self._limits)
+                ready.append((number, index, request.id, event_id, None, error_of(answer)))
+            else:
+                ready.append((number, index, request.id, answer.event_id, encode(answer), None))
+        return ready
+
     def _refused(self, number: int, index: int, id_: str, event_id: str, exc: ScoringError) -> None:
         log_answered(exc, "grpc", method="ScoreStream")
         self._ready.append((number, index, id_, event_id, None, error_of(exc)))
@@ -136,6 +180,13 @@ class EventStream:
             else:
                 self._wake.clear()
                 await self._wake.wait()
+
+
+def _together(events: Sequence[pb.ScoreRequest]) -> bool:
+    """Whether a message's events can be scored as one batch: one model, and no `explain` (reason
+    codes are the single-event path's)."""
+    model = events[0].model
+    return all(e.model == model and not e.explain for e in events)
 
 
 def _response(ready: list[Ready]) -> pb.ScoreStreamResponse:

@@ -154,19 +154,20 @@ async def test_a_stream_without_a_valid_key_is_refused_and_ends(served: Served, 
 
 
 async def test_a_half_closed_stream_gets_every_pending_answer_then_ends_ok(served: Served) -> None:
-    """Every event still waits for admission (another caller holds its one slot) when the client
-    half-closes and the read ends: the answers come after, then the end."""
+    """Every message still waits for admission (another caller holds its one slot; a message of
+    several events takes one slot, as a batch does) when the client half-closes and the read ends:
+    the answers come after, then the end."""
     one_at_a_time = AdmissionPolicy(max_inflight=1, max_queued=256, max_queue_wait_ms=10_000, queue_target_ms=10_000)
     service, channel = await served(grpc_stream_max_in_flight=256, admission=one_at_a_time)
     call = raw_stream(channel)
     async with service.admission.admitted():  # NOTE: the slot every event waits for
         await write_all(call, [message(*[body(event_id=f"h{m}-{i}") for i in range(20)]) for m in range(10)])
         for _ in range(100):
-            if service.admission.waiting == 200:
+            if service.admission.waiting == 10:
                 break
             await asyncio.sleep(0.02)
         await asyncio.sleep(0.3)  # NOTE: the half-close reaches the server: its read ends
-        assert service.admission.waiting == 200
+        assert service.admission.waiting == 10
     answers = await answers_of(call, 200)
     assert await call.read() is grpc.aio.EOF and await call.code() == grpc.StatusCode.OK
     assert sorted(a.event_id for a in answers) == sorted(f"h{m}-{i}" for m in range(10) for i in range(20))
@@ -221,3 +222,20 @@ async def test_the_client_example_prints_one_answer_a_line(served: Served, mode:
     answers = [json.loads(line) for line in out.decode().splitlines()]
     assert sorted(a.get("event_id", "") for a in answers if "decision" in a) == ["c1", "c2"]
     assert [a["error"] for a in answers if "error" in a] == ["malformed_json"]
+
+
+async def test_a_message_larger_than_the_stream_cap_is_scored_in_parts_and_answered_whole(served: Served) -> None:
+    """A message of several events is scored together (one admission slot a part), in parts of at
+    most the stream's cap: a message of 10 on a stream of 4 is answered in full, each event in its
+    place, with what the single-event path answers for the same event."""
+    service, channel = await served(grpc_stream_max_in_flight=4)
+    bodies = [body(event_id=f"p{i}", amount=10.0 + i) for i in range(10)]
+    call = raw_stream(channel)
+    await write_all(call, [message(*bodies)])
+    answers = await answers_of(call, 10)
+    assert await call.read() is grpc.aio.EOF and await call.code() == grpc.StatusCode.OK
+    assert sorted(a.index for a in answers) == list(range(10))
+    assert service.admission.total_admitted == 3  # NOTE: parts of 4, 4 and 2, each one slot
+    for a in sorted(answers, key=lambda a: a.index):
+        alone = await service.score_json(bodies[a.index])
+        assert decided(a.scored) == decided(encode(alone)), a.index
