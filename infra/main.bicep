@@ -161,17 +161,17 @@ var profiles = {
   dev: {
     minReplicas: 2
     maxReplicas: 12
-    httpConcurrentRequests: 1247
-    queueMessagesPerReplica: 31
+    httpConcurrentRequests: 1107
+    queueMessagesPerReplica: 28
     saleReplicas: 12
     saleLeadMinutes: 10
   }
   sale: {
-    minReplicas: 10
-    maxReplicas: 28
-    httpConcurrentRequests: 1247
-    queueMessagesPerReplica: 31
-    saleReplicas: 19
+    minReplicas: 11
+    maxReplicas: 33
+    httpConcurrentRequests: 1107
+    queueMessagesPerReplica: 28
+    saleReplicas: 22
     saleLeadMinutes: 10
   }
 }

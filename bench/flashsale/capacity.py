@@ -225,12 +225,14 @@ def size_profile(
 
     windows = ReplicaWindows(times, admission_rule(rules), seed=11)
     single = knee("http-single", windows, p99_ms, max_refused)
-    front = min(knee(door, windows, p99_ms, max_refused) for door in doors if door != "servicebus")
+    queued = "servicebus" in doors
+    front = min([knee(door, windows, p99_ms, max_refused) for door in doors if door != "servicebus"] or [math.inf])
     drain = queue_capacity(times, rules)
+    per_replica_peak = min(front, drain * UTILIZATION if queued else math.inf)
     base = rules.with_(
         http_concurrent_requests=max(1, math.floor(single * UTILIZATION)),
         queue_messages_per_replica=max(1, math.floor(in_service(times, rules, drain * UTILIZATION))),
-        max_replicas=max(rules.min_replicas, math.ceil(burst * peak / min(front, drain * UTILIZATION)) + 1),
+        max_replicas=max(rules.min_replicas, math.ceil(burst * peak / per_replica_peak) + 1),
         sale_lead_s=lead_minutes(provisional) * 60.0,
     )
 
@@ -260,9 +262,9 @@ def size_profile(
     # NOTE: a drained queue's depth is the messages in service, ~ rate x a batch's time, which barely
     # moves with the replica count: the rule alone settles on no count and dithers by one replica
     # (scale in after 300 s, out again at the next poll). The floor carries the peak instead.
-    queue_floor = math.ceil(peak / (drain * UTILIZATION))
+    queue_floor = math.ceil(peak / (drain * UTILIZATION)) if queued else 2
     per_replica = base.queue_messages_per_replica
-    while math.ceil(queue_floor * in_service(times, rules, peak / queue_floor) / per_replica) > queue_floor:
+    while queued and math.ceil(queue_floor * in_service(times, rules, peak / queue_floor) / per_replica) > queue_floor:
         queue_floor += 1  # NOTE: up to where the drained queue asks for no more than the floor holds
     floor = smallest(
         queue_floor, sale_replicas, lambda n: all(holds(base.with_(min_replicas=n), s, "reactive") for s in quiet)
