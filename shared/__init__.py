@@ -2,8 +2,9 @@
 
 Layers (folders; imports run one way, down this list; tests/test_layers.py fails on an upward one):
 
-    settings, errors, telemetry      configuration · the error tree and its logging policy · metrics, traces, logs
+    settings, errors                 configuration · the error tree
     domain                           the payment event · the model's metadata contract · tensors · decisions · answers
+    telemetry                        metrics, traces, logs (reading the core's answers as their types)
     runtime, stores                  admission · micro-batching · deadlines · jobs  |  tiered cache · control store · prediction log
     features                         event + user context → the model's row · the online feature stores
     models                           ONNX Runtime · the model repository · a served version · the registry · ensembles

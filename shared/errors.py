@@ -42,17 +42,12 @@ that hit it should be retried (transient, or the service's own state) or rejecte
 reason (the message's own fault: it will never succeed). Foreign exceptions are translated
 inside the adapter that calls the foreign library (`raise InferenceFailed(...) from exc`).
 
-Every surface logs an error it answers the same way (`log_answered`): an `Overloaded` not at all
-(a line per refusal would cost what shedding saves: `scoring.requests.shed` counts them), a 5xx
-as a warning line, a 4xx (the caller's own) in the rate-limited rejection log with its code.
+Every surface logs an error it answers the same way: shared/adapters/answered.py (`log_answered`).
 """
 
 from __future__ import annotations
 
-import logging
 import math
-
-from shared.telemetry.logs import rejections
 
 __all__ = [
     "BadRequest",
@@ -91,7 +86,6 @@ __all__ = [
     "Unexpected",
     "Unshareable",
     "UnsupportedMediaType",
-    "log_answered",
     "retry_after",
 ]
 
@@ -308,21 +302,6 @@ def retry_after(exc: ScoringError) -> str | None:
     if exc.retry_after_s is None:
         return None
     return str(max(1, math.ceil(exc.retry_after_s)))
-
-
-log = logging.getLogger("shared.errors")
-
-
-def log_answered(exc: ScoringError, surface: str, **where: object) -> None:
-    """The one logging policy for an error answered to a caller, on every surface (`http`, `v2`,
-    `grpc`, `queue`); `where` says where (route, method, message_id) without the caller's data."""
-    if isinstance(exc, Overloaded):
-        return
-    if exc.status >= 500:
-        place = " ".join(f"{k}={v}" for k, v in where.items())
-        log.warning("%s %s -> %s %s: %s", surface, place, exc.status, exc.code, exc.detail)
-    else:
-        rejections.rejected(surface, exc.code, exc.detail, status=exc.status, **where)
 
 
 # -- outside the tree: never answered, caught where raised -------------------------------------

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import azure.functions as func
 from msgspec import to_builtins
 
+from shared.adapters.answered import log_answered
 from shared.adapters.http.app import create_app
 from shared.adapters.http.routes import framed
 from shared.adapters.oip.jobs import grpc_server
@@ -26,7 +27,7 @@ from shared.adapters.queue.messages import Incoming, trace_properties
 from shared.adapters.queue.publisher import Publisher
 from shared.core.holder import ServiceHolder
 from shared.domain.answers import error_body
-from shared.errors import BadRequest, BatchIncomplete, ScoringError, SettingsError, log_answered
+from shared.errors import BadRequest, BatchIncomplete, ScoringError, SettingsError
 from shared.models.repository import check_size, parse_model_path
 from shared.runtime.doctor import WORKER_LOGGERS
 

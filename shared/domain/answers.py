@@ -249,6 +249,10 @@ class Readiness(Answer, frozen=True, kw_only=True, omit_defaults=True):
     def ready(self) -> bool:
         return self.status == "ready"
 
+    def lists(self, component: str) -> bool:
+        """Whether `degraded` names `component` (each reason starts with its component: `redis: ...`)."""
+        return any(reason.startswith(f"{component}:") for reason in self.degraded)
+
     @classmethod
     def serving(cls, models: list[str], degraded: list[str]) -> Readiness:
         return cls(status="ready", models=models, degraded=degraded)

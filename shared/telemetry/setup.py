@@ -19,10 +19,9 @@ from __future__ import annotations
 import logging
 import time
 import weakref
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from msgspec import to_builtins
 from opentelemetry import trace
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
@@ -32,6 +31,7 @@ from opentelemetry.trace import Span, SpanKind, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from prometheus_client import CollectorRegistry, generate_latest
 
+from shared.domain.answers import ModelView
 from shared.settings import Settings
 from shared.telemetry import metrics, process
 from shared.telemetry.bridge import AzureMonitorReader, Bridge, InMemoryReader, PrometheusReader
@@ -41,6 +41,8 @@ from shared.telemetry.tracing import format_traceparent
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
+
+    from shared.domain.answers import EnsembleView, Readiness, Stats
 
 __all__ = ["Telemetry", "Watched", "configure", "traceparent_of"]
 
@@ -52,15 +54,31 @@ _HOOKED: weakref.WeakSet[Any] = weakref.WeakSet()
 STAGE_ORDER = ("parse", "features", "queue", "cache", "inference", "llm")  # laid end to end in a trace
 
 
+class Named(Protocol):
+    """A model's lifecycle event, as telemetry reads it (shared.models.registry.RegistryEvent)."""
+
+    @property
+    def name(self) -> str: ...
+
+
+class Models(Protocol):
+    """The models' lifecycle telemetry follows (shared.core.admin.Admin's `on_model`)."""
+
+    def on_model(self, kind: Literal["activated", "failed"], hook: Callable[[Named], None]) -> None: ...
+
+
 class Watched(Protocol):
-    """What the telemetry reads of the core at collection time (shared.core.service.ScoringService): its
-    answers (shared/domain/answers.py, a layer above this one), read in their wire form (`to_builtins`)."""
+    """What the telemetry reads of the core at collection time (shared.core.service.ScoringService):
+    its answers (shared/domain/answers.py, the layer below this one), read as the types they are."""
 
-    def stats(self) -> object: ...
+    @property
+    def admin(self) -> Models: ...
 
-    def models(self) -> Sequence[object]: ...
+    def stats(self) -> Stats: ...
 
-    def readiness(self) -> Any: ...
+    def models(self) -> Sequence[ModelView | EnsembleView]: ...
+
+    def readiness(self) -> Readiness: ...
 
 
 class Telemetry:
@@ -157,7 +175,7 @@ class Telemetry:
 
     # -- metrics -------------------------------------------------------------------------
 
-    def watch(self, service: Any) -> None:
+    def watch(self, service: Watched) -> None:
         """Read `service`'s counters at each collection and follow its models' lifecycle."""
         self._watched = service
         if service not in _HOOKED:  # the counters are the process's: one hook per service
@@ -183,14 +201,14 @@ class Telemetry:
         # always one point, so a collection is never empty and the bridge always runs
         return [Observation((time.time_ns() - self.bridge.started) / 1e9)]
 
-    def _stats(self) -> dict[str, Any]:
-        return cast("dict[str, Any]", to_builtins(self._watched.stats())) if self._watched is not None else {}
+    def _stats(self) -> Stats | None:
+        return self._watched.stats() if self._watched is not None else None
 
     def _events(self, options: CallbackOptions) -> Iterable[Observation]:
-        events = self._stats().get("events") or {}
-        scored, defaulted = int(events.get("scored", 0)), int(events.get("defaulted", 0))
-        if not scored:
+        stats = self._stats()
+        if stats is None or not stats.events.scored:
             return []
+        scored, defaulted = stats.events.scored, stats.events.defaulted
         return [
             Observation(scored - defaulted, {"scoring.defaulted": "false"}),
             Observation(defaulted, {"scoring.defaulted": "true"}),
@@ -198,34 +216,33 @@ class Telemetry:
 
     def _lookups(self, options: CallbackOptions) -> Iterable[Observation]:
         stats = self._stats()
-        found = []
-        for cache in ("predictions", "features"):
-            counts = stats.get(cache) or {}
-            for tier, field in (("l1", "l1_hits"), ("l2", "l2_hits"), ("miss", "misses")):
-                found.append(
-                    Observation(int(counts.get(field, 0)), {"scoring.cache": cache, "scoring.cache.tier": tier})
-                )
-        return found if stats else []
+        if stats is None:
+            return []
+        return [
+            Observation(count, {"scoring.cache": cache, "scoring.cache.tier": tier})
+            for cache, counts in (("predictions", stats.predictions), ("features", stats.features))
+            for tier, count in (("l1", counts.l1_hits), ("l2", counts.l2_hits), ("miss", counts.misses))
+        ]
 
     def _defaulted(self, options: CallbackOptions) -> Iterable[Observation]:
-        events = self._stats().get("events") or {}
-        return [Observation(float(events["recent_defaulted_share"]))] if "recent_defaulted_share" in events else []
+        stats = self._stats()
+        return [Observation(stats.events.recent_defaulted_share)] if stats is not None else []
 
     def _degraded_components(self, options: CallbackOptions) -> Iterable[Observation]:
         if self._watched is None:
             return []
-        listed = {str(reason).split(":", 1)[0] for reason in self._watched.readiness().degraded}
+        readiness = self._watched.readiness()
         return [
-            Observation(int(name in listed), {"scoring.component": name})
-            for name in sorted(listed | set(DEGRADED_COMPONENTS))
+            Observation(int(readiness.lists(name)), {"scoring.component": name}) for name in sorted(DEGRADED_COMPONENTS)
         ]
 
     def _active(self, options: CallbackOptions) -> Iterable[Observation]:
         if self._watched is None:
             return []
         return [
-            Observation(1, {"scoring.model": str(m["name"]), "scoring.model.version": str(m["active_version"])})
-            for m in to_builtins(self._watched.models())
+            Observation(1, {"scoring.model": m.name, "scoring.model.version": m.active_version})
+            for m in self._watched.models()
+            if isinstance(m, ModelView)  # an ensemble's version is its members' (scoring.model.active is per model)
         ]
 
     def prometheus_text(self) -> bytes:
@@ -281,4 +298,4 @@ def configure(settings: Settings) -> Telemetry | None:
     if found is None and settings.telemetry:
         found = Telemetry(settings)
         process.install(found)
-    return found
+    return found if isinstance(found, Telemetry) else None

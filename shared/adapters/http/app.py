@@ -32,6 +32,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from shared.adapters.answered import log_answered
 from shared.adapters.http.body import read_body, read_json_body
 from shared.adapters.http.routes import ROUTES
 from shared.adapters.oip.rest import V2Endpoints
@@ -49,7 +50,7 @@ from shared.domain.answers import (
 )
 from shared.domain.control import decode_note
 from shared.domain.events import decode_activation, decode_canary
-from shared.errors import Overloaded, ScoringError, log_answered, retry_after
+from shared.errors import Overloaded, ScoringError, retry_after
 from shared.runtime.deadlines import Deadlines
 from shared.stores.control import Actor
 from shared.telemetry.asgi import Measured

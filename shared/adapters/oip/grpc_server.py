@@ -37,10 +37,11 @@ import grpc
 import numpy as np
 from google.protobuf.message import Message
 
+from shared.adapters.answered import log_answered
 from shared.adapters.oip import codec
 from shared.adapters.oip import grpc_predict_v2_pb2 as pb
 from shared.adapters.oip.dataplane import DataPlane, InferRequest, InferResponse, NamedTensor
-from shared.errors import BadRequest, BodyTimeout, ScoringError, log_answered
+from shared.errors import BadRequest, BodyTimeout, ScoringError
 
 if TYPE_CHECKING:
     from shared.core.service import ScoringService

@@ -22,8 +22,9 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
+from shared.adapters.answered import log_answered
 from shared.domain.answers import BinaryData, V2Error, V2InferHead, V2Live, V2ModelReady, V2Output, V2Ready, encode
-from shared.errors import BadRequest, MalformedJson, ModelNotFound, ScoringError, log_answered, retry_after
+from shared.errors import BadRequest, MalformedJson, ModelNotFound, ScoringError, retry_after
 
 if TYPE_CHECKING:
     from shared.adapters.oip.dataplane import DataPlane, InferRequest, InferResponse

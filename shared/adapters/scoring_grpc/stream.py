@@ -33,10 +33,11 @@ import time
 from collections.abc import AsyncIterator, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
+from shared.adapters.answered import log_answered
 from shared.adapters.scoring_grpc import scoring_pb2 as pb
 from shared.adapters.scoring_grpc.codec import Limits, decoded, error_of, event_id_of, parsed, score_event
 from shared.domain.answers import encode
-from shared.errors import BadRequest, ScoringError, TooManyItems, log_answered
+from shared.errors import BadRequest, ScoringError, TooManyItems
 
 if TYPE_CHECKING:
     import grpc
