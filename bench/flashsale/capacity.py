@@ -232,7 +232,7 @@ def size_profile(
     base = rules.with_(
         http_concurrent_requests=max(1, math.floor(single * UTILIZATION)),
         queue_messages_per_replica=max(1, math.floor(in_service(times, rules, drain * UTILIZATION))),
-        max_replicas=max(rules.min_replicas, math.ceil(burst * peak / per_replica_peak) + 1),
+        max_replicas=max(2, math.ceil(burst * peak / per_replica_peak) + 1),
         sale_lead_s=lead_minutes(provisional) * 60.0,
     )
 
