@@ -125,6 +125,27 @@ lint: $(VENV)/.dev
 	$(VENV)/bin/mypy --strict shared
 	$(VENV)/bin/mypy function_app.py bench
 
+## check: lint, types and the tests that need no service and no long run (two processes at once): a minute or so, no Redis or Azurite
+# NOTE: tests/conftest.py marks what needs a service or runs long (`make test` runs everything) and deals the
+# rest's files into CHECK_SHARDS shares: the tests mostly wait (retries, breakers, child processes), so a few at
+# once overlap their waits. Each process's output is held in .run/check/: a passing one shows its last line, a
+# failing one all of it. mypy's two runs keep a cache each (their options would invalidate one another's).
+CHECK_SHARDS ?= 2
+CHECK_TESTS = REDIS_URL= AZURITE_BLOB_ENDPOINT= $(PY) -m pytest -m "not services and not long"
+.PHONY: check
+check: $(VENV)/.dev
+	$(VENV)/bin/ruff check $(LINTED) --exclude tests/infra
+	$(VENV)/bin/ruff format --check $(LINTED) --exclude tests/infra
+	@rm -rf .run/check && mkdir -p .run/check; \
+	{ $(VENV)/bin/mypy --strict shared --cache-dir .mypy_cache/strict && \
+	  $(VENV)/bin/mypy function_app.py bench --cache-dir .mypy_cache/bench; } >.run/check/types.log 2>&1 & jobs="types:$$!"; \
+	for k in $$(seq 0 $$(($(CHECK_SHARDS) - 1))); do \
+		$(CHECK_TESTS) --shard $$k/$(CHECK_SHARDS) >.run/check/tests-$$k.log 2>&1 & jobs="$$jobs tests-$$k:$$!"; \
+	done; \
+	failed=0; for job in $$jobs; do \
+		if wait $${job#*:}; then tail -n 1 .run/check/$${job%%:*}.log; else failed=1; cat .run/check/$${job%%:*}.log; fi; \
+	done; exit $$failed
+
 ## bench: measure the score path against its ceiling and floor; report and plots in bench-out/
 bench: $(VENV)/.dev
 	@command -v wrk >/dev/null || { echo "installing wrk (apt-get)"; apt-get install -y -qq wrk >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq wrk; }; }

@@ -97,6 +97,85 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         sys.stderr.write(f"\nERROR: {problem}\n")
 
 
+# `make check` (lint, types and these tests in a few processes at once: a minute or so on 2 cores) leaves out
+# two kinds of test, which the tests mark here from what they ask for and where they live:
+#   services  needs Redis or Azurite (asked for directly or through any fixture it uses), starts a redis-server
+#             or an Azurite of its own, reaches the package index, or drives the worker runtime or a child that does;
+#   long      runs a whole path end to end or thousands of generated cases: the snapshots, the benchmarks' and the
+#             flash sale's tests, the demo, the fuzzer, the fault rigs, the property tests.
+# The full suite (`make test`) runs both; the markers only name them.
+SERVICE_FIXTURES = frozenset({"redis_url", "azurite_connection", "own_redis", "azurite", "small_redis"})
+SERVICE_PATHS = (
+    "tests/worker/",
+    "tests/security/test_log_privacy.py",  # NOTE: runs tests/security/log_privacy.py, which asks for both, in a child
+    "tests/test_requirements.py",  # NOTE: reads the package index
+)
+LONG_PATHS = (
+    "tests/test_snapshots.py",
+    "tests/bench/",
+    "tests/test_bench.py",
+    "tests/test_demo_outcomes.py",
+    "tests/adapters/http/test_fuzz.py",
+    "tests/faults/",
+    "tests/adapters/oip/test_clients.py",
+)
+
+
+def needs_services(item: pytest.Item) -> bool:
+    """Whether `item` needs Redis, Azurite, the package index or the worker runtime."""
+    fixtures = set(getattr(item, "fixturenames", ()))
+    return bool(fixtures & SERVICE_FIXTURES) or item.nodeid.startswith(SERVICE_PATHS)
+
+
+def is_long(item: pytest.Item) -> bool:
+    """Whether `item` runs a whole path end to end, or is a property test (tests/**/test_*_properties.py)."""
+    return item.nodeid.startswith(LONG_PATHS) or item.nodeid.split("::")[0].endswith("_properties.py")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--shard", default=None, metavar="K/N", help="run the Kth of N shares of the files (make check)")
+
+
+def shard(items: list[pytest.Item], k: int, n: int) -> list[pytest.Item]:
+    """The Kth of N shares of `items`, whole files each (a module's tests keep their order and fixtures), the
+    files dealt largest first to the share with the fewest tests so far."""
+    files: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::")[0], []).append(item)
+    shares: list[list[pytest.Item]] = [[] for _ in range(n)]
+    for path in sorted(files, key=lambda p: (-len(files[p]), p)):
+        min(shares, key=len).extend(files[path])
+    mine = {id(item) for item in shares[k]}
+    return [item for item in items if id(item) in mine]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if needs_services(item):
+            item.add_marker(pytest.mark.services)
+        if is_long(item):
+            item.add_marker(pytest.mark.long)
+
+
+class Shard:
+    """`--shard K/N`: after every other selection (`-m`, `-k`), only the Kth share runs."""
+
+    def __init__(self, value: str) -> None:
+        self.k, self.n = (int(part) for part in value.split("/"))
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        mine = shard(items, self.k, self.n)
+        kept = {id(item) for item in mine}
+        config.hook.pytest_deselected(items=[item for item in items if id(item) not in kept])
+        items[:] = mine
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if (value := config.getoption("--shard")) is not None:
+        config.pluginmanager.register(Shard(value), "shard")
+
+
 def _unavailable(what: str) -> None:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"{what} is required under CI=true (run through `make test`)")
