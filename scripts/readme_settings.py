@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from shared.settings import markdown_table
+from shared.setting import markdown_table
+from shared.settings import Settings
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "settings.md"
 
@@ -14,7 +15,7 @@ def main() -> int:
     text = PAGE.read_text()
     start = text.index("| setting | type | default | meaning |")
     end = text.index("\n\n", start) if "\n\n" in text[start:] else len(text.rstrip("\n"))
-    PAGE.write_text(text[:start] + markdown_table() + text[end:].rstrip("\n") + "\n")
+    PAGE.write_text(text[:start] + markdown_table(Settings) + text[end:].rstrip("\n") + "\n")
     print(f"docs/{PAGE.name}: settings table rewritten")
     return 0
 

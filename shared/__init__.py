@@ -2,7 +2,7 @@
 
 Layers (folders; imports run one way, down this list; tests/test_layers.py fails on an upward one):
 
-    settings, errors                 configuration · the error tree
+    settings, policies, setting, errors  configuration: every setting, the tunables, one setting's declaration · the error tree
     domain                           the payment event · the model's metadata contract · tensors · decisions · answers
     telemetry                        metrics, traces, logs (reading the core's answers as their types)
     runtime, stores                  admission · micro-batching · deadlines · jobs  |  tiered cache · control store · prediction log

@@ -21,7 +21,8 @@ from typing import Any
 
 import orjson
 
-from shared.settings import declared
+from shared.setting import declared
+from shared.settings import Settings
 from tests.conftest import REPO, closed_port
 
 __all__ = ["Reply", "ServerProcess", "read_reply", "running_server"]
@@ -117,7 +118,7 @@ def running_server(env: Mapping[str, str], workdir: Path, ready_within_s: float 
 
 def _environment(settings: Mapping[str, str], port: int) -> dict[str, str]:
     """This process's environment without any app setting (no REDIS_URL from `make test`), plus `settings`."""
-    names = {doc.env for doc, _, _ in declared()}
+    names = {doc.env for doc, _, _ in declared(Settings)}
     inherited = {k: v for k, v in os.environ.items() if k not in names}
     return {**inherited, "PYTHONPATH": str(REPO), "PORT": str(port), **settings}
 

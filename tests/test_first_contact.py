@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from shared.settings import unknown_settings
+from shared.setting import unknown_settings
+from shared.settings import Settings
 from tests.conftest import closed_port
 
 pytestmark = pytest.mark.timeout(120)
@@ -123,7 +124,7 @@ def test_only_names_that_look_like_ours_are_warned_about() -> None:
         "WORKER": "2",
     }
     env |= {"AZURE_OPENAI_API_KY": "secret-value", "ORT_THREADS": "4"}
-    lines = unknown_settings(env)
+    lines = unknown_settings(env, Settings)
     assert [line.split(" is ignored")[0] for line in lines] == [
         "unknown setting AZURE_OPENAI_API_KY",  # a secret's near name: its value is not shown
         "unknown setting ORT_THREADS='4'",

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO / "shared"
 
 LAYERS: list[set[str]] = [
-    {"shared.settings", "shared.errors"},
+    {"shared.settings", "shared.policies", "shared.setting", "shared.errors"},
     {"shared.domain"},
     {"shared.telemetry"},
     {"shared.runtime", "shared.stores"},

@@ -8,15 +8,10 @@ from pathlib import Path
 import pytest
 
 from shared.core.wiring import tune_gc
-from shared.settings import (
-    APP_SETTING_NAMES,
-    LOCAL_SETTING_NAMES,
-    BatchPolicy,
-    CachePolicy,
-    Settings,
-    SettingsError,
-    markdown_table,
-)
+from shared.errors import SettingsError
+from shared.policies import BatchPolicy, CachePolicy
+from shared.setting import markdown_table
+from shared.settings import APP_SETTING_NAMES, LOCAL_SETTING_NAMES, Settings
 from tests.child_pytest import offender_run
 
 
@@ -107,7 +102,7 @@ HOST_SETTINGS = {
 
 
 def test_the_settings_page_table_is_the_declaration() -> None:
-    assert markdown_table() in (REPO / "docs" / "settings.md").read_text(), (
+    assert markdown_table(Settings) in (REPO / "docs" / "settings.md").read_text(), (
         "docs/settings.md's settings table: run `make readme`"
     )
 
@@ -119,7 +114,7 @@ def test_the_settings_page_check_catches_a_stale_row() -> None:
         .read_text()
         .replace("| `BATCH_MAX_SIZE` | int | `8` |", "| `BATCH_MAX_SIZE` | int | `16` |")
     )
-    assert markdown_table() not in readme
+    assert markdown_table(Settings) not in readme
 
 
 def test_local_settings_example_names_only_declared_settings_with_valid_values() -> None:
@@ -181,3 +176,41 @@ def test_a_test_that_leaves_the_gc_tuned_fails(tmp_path: Path) -> None:
         tmp_path, "from shared.core.wiring import tune_gc\n\n\ndef test_tunes() -> None:\n    tune_gc(1000)\n"
     )
     assert done.returncode != 0 and "left the GC tuned" in done.stdout, done.stdout[-2000:]
+
+
+@pytest.mark.parametrize(
+    ("env", "line"),
+    [
+        ({"PORT": "70000"}, "PORT: expected a TCP port within 1..65535, got 70000"),
+        ({"GRPC_PORT": "70000"}, "GRPC_PORT: expected 0 (no gRPC server) or a TCP port within 1..65535, got 70000"),
+        ({"LLM_MAX_SHARE": "2"}, "LLM_MAX_SHARE: expected a share within (0, 1], got 2"),
+        ({"DRIFT_REFERENCE": "5"}, "DRIFT_REFERENCE: expected 0 (no drift) or an integer within 100..1000000, got 5"),
+        ({"CACHE_L2_TTL_S": "0"}, "CACHE_L2_TTL_S: expected a number > 0 (a prediction must be evictable), got 0"),
+        ({"CANARY_MIN_EVENTS": "5000"}, "CANARY_MIN_EVENTS: expected an integer <= CANARY_WINDOW"),
+        ({"FEATURE_STORE": "redis"}, "FEATURE_STORE: expected one of native|feast, got 'redis'"),
+    ],
+)
+def test_a_value_outside_the_bounds_declared_with_its_setting_names_the_setting_once(
+    env: dict[str, str], line: str
+) -> None:
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_env(env)
+    assert caught.value.detail == line
+    assert caught.value.detail.count(next(iter(env))) == 1
+
+
+def test_the_edges_of_declared_bounds_are_kept_and_zero_may_mean_off() -> None:
+    edges = {"PORT": "65535", "GRPC_PORT": "0", "LLM_MAX_SHARE": "1", "DRIFT_REFERENCE": "0", "BATCH_WINDOW_MS": "0"}
+    settings = Settings.from_env(edges)
+    assert (settings.port, settings.grpc_port, settings.review.max_share) == (65535, 0, 1.0)
+    assert (settings.drift.reference, settings.batch.window_ms) == (0, 0.0)
+    with pytest.raises(SettingsError, match="LLM_MAX_SHARE"):
+        Settings.from_env({"LLM_MAX_SHARE": "0"})  # (0, 1]: the open end refuses its edge
+
+
+def test_a_value_fixed_by_design_is_bounded_too() -> None:
+    from shared.policies import PredictionLogPolicy
+
+    with pytest.raises(SettingsError) as caught:
+        PredictionLogPolicy(buffer=5)
+    assert caught.value.detail == "PredictionLogPolicy.buffer: expected an integer within 100..10000000, got 5"

@@ -28,7 +28,7 @@ from shared.features.mapping import FeatureRow
 from shared.models.ensembles.ensemble import Ensemble
 from shared.models.registry import ModelRegistry
 from shared.models.served import LoadedModel, Row
-from shared.settings import DriftPolicy
+from shared.policies import DriftPolicy
 
 if TYPE_CHECKING:
     from shared.fleet.shadow import ShadowScorer

@@ -40,8 +40,8 @@ from shared.domain.events import PaymentEvent
 from shared.domain.feast_spec import FROM_SERVING_FEAST, FeastEntity, FeastSpec, FeastView
 from shared.domain.spec import ModelSpec
 from shared.features.mapping import Absent, Context
+from shared.policies import BatchPolicy
 from shared.runtime.batching.batcher import Batcher
-from shared.settings import BatchPolicy
 from shared.stores.cache.redis_tier import miss_client
 from shared.telemetry import metrics
 

@@ -15,7 +15,7 @@ from typing import Literal
 
 from shared.domain.answers import ArmView
 from shared.fleet.keys import Aborted, CanaryRecord, LastAbort
-from shared.settings import RolloutPolicy
+from shared.policies import RolloutPolicy
 
 __all__ = ["DECLINE", "ERROR", "AbortReason", "Window", "Z", "aborted", "code", "verdict", "z"]
 

@@ -79,7 +79,7 @@ from shared.domain.records import DecisionRecord
 from shared.errors import ControlStoreDown
 from shared.fleet.keys import SharedReference, reference_key
 from shared.fleet.references import Unshareable, checked, settle
-from shared.settings import DriftPolicy
+from shared.policies import DriftPolicy
 from shared.stores.control import ControlStore
 from shared.telemetry import metrics
 

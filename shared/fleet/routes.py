@@ -33,7 +33,7 @@ from shared.fleet.shadow import ShadowScorer
 from shared.models.registry import ModelRegistry, RegistryEvent
 from shared.models.repository import ModelRef, version_key
 from shared.models.served import LoadedModel
-from shared.settings import RolloutPolicy
+from shared.policies import RolloutPolicy
 from shared.telemetry import metrics
 
 __all__ = ["Pending", "Routes", "bucket"]

@@ -27,8 +27,8 @@ from shared.domain.answers import ShadowView
 from shared.domain.records import DecisionRecord, Shadowed
 from shared.domain.spec import Thresholds
 from shared.models.served import LoadedModel
+from shared.policies import RolloutPolicy
 from shared.runtime.batching.rows import split_rows, stack_rows
-from shared.settings import RolloutPolicy
 from shared.telemetry import metrics
 
 __all__ = ["TAKE", "ShadowScorer"]

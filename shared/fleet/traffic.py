@@ -24,7 +24,7 @@ from shared.fleet.shadow import ShadowScorer
 from shared.fleet.sync import Sync
 from shared.fleet.versions import WATCH_S, Rollout
 from shared.models.registry import ModelRegistry
-from shared.settings import RolloutPolicy
+from shared.policies import RolloutPolicy
 from shared.stores.control import Actor, ControlStore
 
 __all__ = ["Traffic"]

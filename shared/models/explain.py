@@ -48,7 +48,7 @@ from shared.domain.answers import ReasonCode
 from shared.domain.spec import ModelSpec
 from shared.errors import InferenceFailed
 from shared.models.served import LoadedModel
-from shared.settings import DriftPolicy
+from shared.policies import DriftPolicy
 
 __all__ = ["estimated_s", "explain", "explain_many", "reason_codes", "reason_codes_many"]
 

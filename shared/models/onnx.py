@@ -24,7 +24,7 @@ from shared.domain.spec import ModelSpec
 from shared.errors import InferenceFailed, ModelInvalid, RunOverBudget, ScoringError
 from shared.models.bounds import OVER_ARENA, TERMINATED, RunWatchdog, install_arena
 from shared.models.vetting import DEFAULT_POLICY, VettingPolicy, vet
-from shared.settings import OrtOptions
+from shared.policies import OrtOptions
 
 __all__ = ["OnnxModel", "choose_providers", "gpu_missing", "gpu_usable"]
 

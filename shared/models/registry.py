@@ -45,7 +45,7 @@ from shared.models.repository import ModelRef, ModelRepository, Release, check_r
 from shared.models.sandbox import Sandbox
 from shared.models.served import LoadedModel
 from shared.models.vetting import DEFAULT_POLICY, VettingPolicy
-from shared.settings import BatchPolicy, OrtOptions
+from shared.policies import BatchPolicy, OrtOptions
 from shared.stores.cache.predictions import PredictionCache
 
 __all__ = ["LoadError", "ModelRegistry", "RegistryEvent", "fingerprint"]

@@ -206,7 +206,7 @@ def _child(argv: list[str]) -> int:
     from shared.errors import RunOverBudget, ScoringError
     from shared.models.onnx import OnnxModel
     from shared.models.probes import attack
-    from shared.settings import OrtOptions
+    from shared.policies import OrtOptions
 
     policy = VettingPolicy(
         int(max_nodes),

@@ -22,9 +22,9 @@ from shared.domain.spec import ModelSpec
 from shared.errors import BatcherClosed, RunOverBudget
 from shared.features.mapping import FeatureMapper
 from shared.models.onnx import OnnxModel
+from shared.policies import BatchPolicy
 from shared.runtime.batching.batcher import Batcher, Completed
 from shared.runtime.batching.rows import split_rows, stack_rows
-from shared.settings import BatchPolicy
 from shared.stores.cache.predictions import PredictionCache
 from shared.stores.cache.tier import ewma
 from shared.telemetry import metrics

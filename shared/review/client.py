@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from shared.errors import ReviewFailed, ReviewInvalid, ReviewRateLimited, ReviewTimeout
+from shared.policies import ReviewPolicy
 from shared.review.prompt import Opinion, Prompt, read_opinion
-from shared.settings import ReviewPolicy
 
 if TYPE_CHECKING:
     from openai import AsyncAzureOpenAI

@@ -38,11 +38,11 @@ from shared.domain.decision import Decider, Verdict
 from shared.domain.events import PaymentEvent, event_digest
 from shared.domain.spec import Decision, Thresholds
 from shared.errors import ReviewFailed, ReviewSkipped, ReviewTimeout
+from shared.policies import ReviewPolicy
 from shared.review.client import Answer, ReviewClient
 from shared.review.guard import Breaker, ShareBudget, TokenBucket
 from shared.review.prompt import Opinion, Prompt
 from shared.review.store import ReviewStore
-from shared.settings import ReviewPolicy
 from shared.stores.cache.tiered import TieredCache
 from shared.telemetry import metrics
 

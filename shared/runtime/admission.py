@@ -42,8 +42,8 @@ from types import TracebackType
 
 from shared.domain.answers import AdmissionStats
 from shared.errors import DeadlineExceeded, Overloaded
+from shared.policies import AdmissionPolicy
 from shared.runtime.deadlines import Deadlines
-from shared.settings import AdmissionPolicy
 from shared.telemetry import metrics
 
 __all__ = ["INTERVAL_S", "Admission", "Admitted", "Holding"]

@@ -20,7 +20,7 @@ from shared.models.onnx import OnnxModel
 from shared.models.registry import ModelRegistry, RegistryEvent
 from shared.models.repository import ModelRef, ModelRepository, version_key
 from shared.models.sandbox import Sandbox
-from shared.settings import OrtOptions
+from shared.policies import OrtOptions
 
 __all__ = ["ENSEMBLE_FILE", "Ensembles"]
 

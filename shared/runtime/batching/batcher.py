@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Generic, NamedTuple, TypeVar
 
 from shared.errors import BatcherClosed, BatchShapeError, Overloaded
-from shared.settings import BatchPolicy
+from shared.policies import BatchPolicy
 from shared.telemetry import metrics
 
 __all__ = ["Batcher", "BatcherClosed", "Completed"]

@@ -15,7 +15,7 @@ import struct
 from collections.abc import Sequence
 
 from shared.domain.answers import CacheStats
-from shared.settings import PredictionL2
+from shared.policies import PredictionL2
 from shared.stores.cache import codec
 from shared.stores.cache.l1 import TtlLru
 from shared.stores.cache.tier import L2Tier

@@ -22,8 +22,8 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError, ResponseError
 
 from shared.domain.answers import TierStats
+from shared.policies import BatchPolicy
 from shared.runtime.batching.batcher import Batcher
-from shared.settings import BatchPolicy
 from shared.stores.cache.tier import ewma
 
 __all__ = ["RedisTier", "ewma", "miss_client", "redis_client"]

@@ -37,7 +37,7 @@ import msgspec
 from shared.domain.answers import PredictionLogStats, Review
 from shared.domain.records import DecisionRecord, encode_records
 from shared.errors import SinkError
-from shared.settings import PredictionLogPolicy
+from shared.policies import PredictionLogPolicy
 from shared.stores.prediction_log.sinks import Partition, Sink
 from shared.telemetry import metrics
 
