@@ -125,10 +125,10 @@ lint: $(VENV)/.dev
 	$(VENV)/bin/mypy --strict shared
 	$(VENV)/bin/mypy function_app.py bench
 
-## check: lint, types and the tests that need no service and no long run (two processes at once): a minute or so, no Redis or Azurite
+## check: lint, types and the tests that need no service and no long run (two processes at once): about 90 s on 2 cores, no Redis or Azurite
 # NOTE: tests/conftest.py marks what needs a service or runs long (`make test` runs everything) and deals the
-# rest's files into CHECK_SHARDS shares: the tests mostly wait (retries, breakers, child processes), so a few at
-# once overlap their waits. Each process's output is held in .run/check/: a passing one shows its last line, a
+# rest's files into CHECK_SHARDS shares: the tests mostly wait (retries, breakers, child processes), so two at
+# once overlap their waits (three on 2 cores starve the tests that hold a CPU deadline, tests/models/test_bounds.py). Each process's output is held in .run/check/: a passing one shows its last line, a
 # failing one all of it. mypy's two runs keep a cache each (their options would invalidate one another's).
 CHECK_SHARDS ?= 2
 CHECK_TESTS = REDIS_URL= AZURITE_BLOB_ENDPOINT= $(PY) -m pytest -m "not services and not long"

@@ -97,7 +97,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         sys.stderr.write(f"\nERROR: {problem}\n")
 
 
-# `make check` (lint, types and these tests in a few processes at once: a minute or so on 2 cores) leaves out
+# `make check` (lint, types and these tests in two processes at once: about 90 s on 2 cores) leaves out
 # two kinds of test, which the tests mark here from what they ask for and where they live:
 #   services  needs Redis or Azurite (asked for directly or through any fixture it uses), starts a redis-server
 #             or an Azurite of its own, reaches the package index, or drives the worker runtime or a child that does;
