@@ -44,8 +44,13 @@ run: $(VENV)/.runtime
 
 ## outcomes: decisions joined to the outcomes learned later (make run's log): each version's precision, recall, losses per day
 .PHONY: outcomes
-outcomes: $(VENV)/.runtime
+outcomes: $(VENV)/.dev
 	$(PY) -m shared.stores.prediction_log.report --dir $${PREDICTION_LOG_DIR:-.run/predictions}
+
+## outcomes-demo: 170 days of scored history and the outcomes learned since, into make run's log (then: make outcomes)
+.PHONY: outcomes-demo
+outcomes-demo: $(VENV)/.dev
+	$(PY) scripts/demo_outcomes.py --dir $${PREDICTION_LOG_DIR:-.run/predictions}
 
 ## test: lint, then start Redis (unless one answers at REDIS_URL) and Azurite, run every test, stop them
 test: lint test-unit test-infra
@@ -86,7 +91,7 @@ worker-venvs: .venv-worker/.installed .venv-worker311/.installed .venv-worker311
 
 # NOTE: without a Python 3.13 (Debian 12 has none; pyenv or `PYTHON313=` provide one) the 3.13 runtime's
 # tests skip and say so; under CI=true they fail (tests/worker/conftest.py), so CI always runs them.
-.venv-worker/.installed: requirements-worker.txt requirements.txt
+.venv-worker/.installed: requirements-worker.txt requirements-worker-httpv2.txt requirements.txt
 ifeq ($(PYTHON313),)
 	@echo "no Python 3.13: the worker conformance runtime is not built; tests/worker/test_runtime.py skips (PYTHON313=...)" >&2
 	@if [ "$$CI" = "true" ]; then exit 2; fi
@@ -94,6 +99,7 @@ else
 	@test -x .venv-worker/bin/python || $(PYTHON313) -m venv .venv-worker
 	@echo "installing the Python 3.13 worker runtime and the app's pins into .venv-worker..."
 	@.venv-worker/bin/python -m pip install $(PIP_QUIET) -r requirements-worker.txt 2>&1 | grep -v '^WARNING: Location' || true
+	@.venv-worker/bin/python -m pip install $(PIP_QUIET) -r requirements-worker-httpv2.txt 2>&1 | grep -v '^WARNING: Location' || true
 	@.venv-worker/bin/python -c 'import azure_functions_runtime, azure.functions, grpc, onnxruntime'
 	@touch $@
 endif
@@ -112,11 +118,12 @@ endif
 	@test -d .venv-worker311-2026/google/protobuf && test -d .venv-worker311-2026/grpc_tools
 	@touch $@
 
-## stubs: regenerate the V2 gRPC messages at the protobuf 4.25 gencode level (loads under 4.25 and the pins)
+## stubs: regenerate the V2 and fraud.scoring.v1 gRPC messages at the protobuf 4.25 gencode level (loads under 4.25 and the pins)
 .PHONY: stubs
 stubs:
 	@rm -rf .venv-stubs && $(PYTHON) -m pip install $(PIP_QUIET) --target .venv-stubs grpcio-tools==1.59.5 protobuf==4.25.9
 	PYTHONPATH=.venv-stubs $(PYTHON) -m grpc_tools.protoc -Ishared/adapters/oip/proto --python_out=shared/adapters/oip shared/adapters/oip/proto/grpc_predict_v2.proto
+	PYTHONPATH=.venv-stubs $(PYTHON) -m grpc_tools.protoc -Ishared/adapters/scoring_grpc/proto/fraud/scoring/v1 --python_out=shared/adapters/scoring_grpc shared/adapters/scoring_grpc/proto/fraud/scoring/v1/scoring.proto
 
 ## lint: ruff (rules and format) and mypy (strict on shared/)
 lint: $(VENV)/.dev

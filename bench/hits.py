@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import tempfile
 import urllib.request
 
 import orjson
@@ -63,7 +64,7 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=16)
     args = parser.parse_args()
     env = {"ORT_USE_GPU": "false", "REDIS_URL": "", "LOG_LEVEL": "WARNING", "PREDICTION_LOG": "dir"}
-    env["PREDICTION_LOG_DIR"] = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"bench-hits-{os.getpid()}")
+    env["PREDICTION_LOG_DIR"] = tempfile.mkdtemp(prefix="bench-hits-")
     load_before = os.getloadavg()[0]
     server = start_server("hits", "shared.adapters.http.asgi:app", env)
     pinned = pin(server.process.pid)
