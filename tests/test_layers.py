@@ -186,3 +186,28 @@ def test_the_readme_map_names_every_module_of_the_tree() -> None:
     readme = (REPO / "docs" / "architecture.md").read_text()
     assert unmapped(readme) == []
     assert unmapped(readme.replace("routes.py", "table.py")) == ["routes"]  # mutation: a module the map lost
+
+
+SERVED_KINDS = {"LoadedModel", "Ensemble"}
+
+
+def served_kind_checks(source: str) -> list[str]:
+    """Every `isinstance(x, LoadedModel | Ensemble ...)` in `source`: outside the models layer, a served
+    name is `Served` (shared/models/served.py), a protocol both kinds satisfy."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "isinstance" and len(node.args) == 2:
+            names = {n.id for n in ast.walk(node.args[1]) if isinstance(n, ast.Name)}
+            if names & SERVED_KINDS:
+                found.append(ast.unparse(node))
+    return found
+
+
+def test_only_the_models_layer_tells_a_model_from_an_ensemble() -> None:
+    outside = [p for p in SHARED.rglob("*.py") if "models" not in p.relative_to(SHARED).parts]
+    assert {
+        str(p.relative_to(REPO)): served_kind_checks(p.read_text())
+        for p in outside
+        if served_kind_checks(p.read_text())
+    } == {}
+    assert served_kind_checks("if isinstance(loaded, LoadedModel):\n    pass\n") == ["isinstance(loaded, LoadedModel)"]

@@ -15,8 +15,7 @@ from shared.domain.answers import DefaultedWhy, EventStats, Reason, ReasonCode, 
 from shared.domain.decision import Verdict
 from shared.domain.events import PaymentEvent
 from shared.features.mapping import FeatureRow
-from shared.models.ensembles.ensemble import Ensemble
-from shared.models.served import LoadedModel, Prediction
+from shared.models.served import Prediction, Served
 
 __all__ = ["DefaultedShare", "answer", "timings"]
 
@@ -43,7 +42,7 @@ def timings(prediction: Prediction, parse_s: float, spent: tuple[float, float, f
 
 def answer(
     event: PaymentEvent,
-    served: LoadedModel | Ensemble,
+    served: Served,
     row: FeatureRow,
     prediction: Prediction,
     verdict: Verdict,

@@ -25,9 +25,8 @@ from shared.domain.events import PaymentEvent
 from shared.domain.records import Arm, DecisionRecord, Via
 from shared.errors import ScoringError
 from shared.features.mapping import FeatureRow
-from shared.models.ensembles.ensemble import Ensemble
 from shared.models.registry import ModelRegistry
-from shared.models.served import LoadedModel, Row
+from shared.models.served import LoadedModel, Row, Served
 from shared.policies import DriftPolicy
 
 if TYPE_CHECKING:
@@ -70,7 +69,7 @@ class DecisionRecorder:
     def record(
         self,
         event: PaymentEvent,
-        served: LoadedModel | Ensemble,
+        served: Served,
         row: FeatureRow,
         score: float,
         verdict: Verdict,
@@ -86,60 +85,57 @@ class DecisionRecorder:
         if not logged and shadow is None:
             return
         record = DecisionRecord(
-            time.time(),
-            via,
-            event.event_id,
-            served.name,
-            served.version,
-            getattr(served, "fingerprint", ""),
-            served.mapper.columns,
-            row.values,
-            row.why,
-            score,
-            verdict.decision,
-            verdict.reason,
-            timings,
-            verdict.review,
-            arm,
-            served.spec.thresholds,
-            logged,
-            None,
-            reasons,
+            at=time.time(),
+            via=via,
+            event_id=event.event_id,
+            model=served.name,
+            version=served.version,
+            fingerprint=served.fingerprint,
+            columns=served.mapper.columns,
+            row=row.values,
+            defaulted=row.why,
+            score=score,
+            decision=verdict.decision,
+            reason=verdict.reason,
+            timings=timings,
+            review=verdict.review,
+            arm=arm,
+            thresholds=served.spec.thresholds,
+            logged=logged,
+            reasons=reasons,
         )
         self._dispatch(record, shadow, served)
         review = verdict.review
         if logged and review is not None and review.status == "pending" and len(self._awaiting) < MAX_AWAITING:
             self._awaiting[event.event_id] = record
 
-    def record_rows(self, served: LoadedModel | Ensemble, rows: Sequence[Row], scores: list[float], via: Via) -> None:
+    def record_rows(self, served: Served, rows: Sequence[Row], scores: list[float], via: Via) -> None:
         """Tensor-level rows (V2) leave records too: no event id, the decision their score takes."""
         log = self._log
         shadow = self._traffic.shadow_of(served.name) if self._traffic is not None else None
         thresholds = served.spec.thresholds
-        now, columns, fingerprint = time.time(), served.mapper.columns, getattr(served, "fingerprint", "")
+        now, columns, fingerprint = time.time(), served.mapper.columns, served.fingerprint
         for row, score in zip(rows, scores, strict=True):
             logged = log is not None and log.wants()
             if not logged and shadow is None:
                 continue
             decision = thresholds.decide(score)
             record = DecisionRecord(
-                now,
-                via,
-                "",
-                served.name,
-                served.version,
-                fingerprint,
-                columns,
-                row,
-                _NO_WHY,
-                score,
-                decision,
-                thresholds.reason(decision),
-                _NO_TIMINGS,
-                None,
-                None,
-                thresholds,
-                logged,
+                at=now,
+                via=via,
+                event_id="",
+                model=served.name,
+                version=served.version,
+                fingerprint=fingerprint,
+                columns=columns,
+                row=row,
+                defaulted=_NO_WHY,
+                score=score,
+                decision=decision,
+                reason=thresholds.reason(decision),
+                timings=_NO_TIMINGS,
+                thresholds=thresholds,
+                logged=logged,
             )
             self._dispatch(record, shadow, served)
 
@@ -175,20 +171,20 @@ class DecisionRecorder:
             decision, reason = verdict.decision, verdict.reason
         self._log.add_outcome(
             DecisionRecord(
-                time.time(),
-                "review",
-                decided.event_id,
-                decided.model,
-                decided.version,
-                decided.fingerprint,
-                (),
-                _NO_ROW,
-                _NO_WHY,
-                score,
-                decision,
-                reason,
-                _NO_TIMINGS,
-                review,
+                at=time.time(),
+                via="review",
+                event_id=decided.event_id,
+                model=decided.model,
+                version=decided.version,
+                fingerprint=decided.fingerprint,
+                columns=(),
+                row=_NO_ROW,
+                defaulted=_NO_WHY,
+                score=score,
+                decision=decision,
+                reason=reason,
+                timings=_NO_TIMINGS,
+                review=review,
             )
         )
 
@@ -215,7 +211,7 @@ class DecisionRecorder:
             for record, found in zip(group, codes or (), strict=False):
                 record.reasons = found
 
-    def _dispatch(self, record: DecisionRecord, shadow: LoadedModel | None, served: LoadedModel | Ensemble) -> None:
+    def _dispatch(self, record: DecisionRecord, shadow: LoadedModel | None, served: Served) -> None:
         if shadow is not None and shadow is not served and self._shadows is not None:
             self._shadows.offer(record, shadow)  # it hands the record on to the log once scored
         elif record.logged and self._log is not None:

@@ -1,7 +1,7 @@
 """The names this process serves: each model's versions (the registry) and each ensemble.
 
-A served name is a `LoadedModel` or an `Ensemble`: both score a row, map an event, and carry a spec
-(name, version, thresholds, features), which is all the data plane asks of them. The data plane
+A served name is `Served` (shared/models/served.py): a model version or an ensemble; both score a row,
+map an event, and carry a spec (name, version, thresholds, features), which is all the data plane asks. The data plane
 may name a model's version, but only its live one (a scoring key never chooses its judge).
 """
 
@@ -11,13 +11,10 @@ from shared.domain.answers import EnsembleView, ModelView
 from shared.domain.signature import ModelInfo, tensors
 from shared.errors import ModelNotFound, NotReady
 from shared.models.ensembles.catalog import Ensembles
-from shared.models.ensembles.ensemble import Ensemble
 from shared.models.registry import ModelRegistry
-from shared.models.served import LoadedModel
+from shared.models.served import Served
 
 __all__ = ["ServedNames"]
-
-Served = LoadedModel | Ensemble
 
 
 class ServedNames:
@@ -68,9 +65,8 @@ class ServedNames:
         served = self.get(name, version)
         inputs, outputs = tensors(served.spec)
         features = [f.name for f in served.spec.features]
-        if isinstance(served, Ensemble):
-            return ModelInfo(name, [served.version], served.platform, inputs, outputs, features)
-        return ModelInfo(name, self._registry.loaded_versions(name), "onnx_onnxv1", inputs, outputs, features)
+        versions = self._registry.loaded_versions(name) or [served.version]  # an ensemble: its one build
+        return ModelInfo(name, versions, served.platform, inputs, outputs, features)
 
     def ready(self, name: str, version: str | None = None) -> bool:
         """Whether `name` (at `version`) would serve a request now."""

@@ -53,9 +53,8 @@ from shared.errors import BatcherClosed, InferenceFailed, ModelNotFound, NotRead
 from shared.features.mapping import FeatureRow
 from shared.features.store import ContextStore
 from shared.models.ensembles.catalog import Ensembles
-from shared.models.ensembles.ensemble import Ensemble
 from shared.models.registry import ModelRegistry
-from shared.models.served import LoadedModel, Prediction, Row
+from shared.models.served import LoadedModel, Prediction, Row, Served
 from shared.runtime.admission import Admission
 from shared.runtime.background import Background
 from shared.settings import Settings
@@ -349,7 +348,7 @@ class ScoringService:
     ) -> Scored:
         t0 = time.perf_counter()
         try:
-            loaded: LoadedModel | Ensemble = self._registry.active(name)
+            loaded: Served = self._registry.active(name)
         except ModelNotFound:  # a try costs nothing until it raises: the model path pays no lookup
             loaded = self.names.get(name)
         traffic = self._traffic
@@ -361,7 +360,7 @@ class ScoringService:
         self,
         event: PaymentEvent,
         name: str,
-        live: LoadedModel | Ensemble,
+        live: Served,
         traffic: Traffic,
         how: tuple[float, float, float | None, Via, bool],
     ) -> Scored:
@@ -389,7 +388,7 @@ class ScoringService:
     async def _score_on(
         self,
         event: PaymentEvent,
-        loaded: LoadedModel | Ensemble,
+        loaded: Served,
         t0: float,
         parse_s: float,
         wait_s: float | None,
@@ -407,14 +406,12 @@ class ScoringService:
         verdict = await self._decider.decide(event, prediction.score, loaded.spec.thresholds, wait_s)
         t2 = time.perf_counter()
         reasons, waiting = None, False
-        if explain and verdict.decision != "approve" and isinstance(loaded, LoadedModel):
-            from shared.models.explain import explain as explained  # asked for by ?explain=1 only
-
+        if explain and verdict.decision != "approve" and loaded.explains:
             waiting = verdict.review is not None and verdict.review.status == "pending"
             if waiting:
                 self._recorder.explaining(event.event_id)
             try:
-                reasons = await explained(loaded, row.values, prediction.score, self.settings.drift)
+                reasons = await loaded.reasons(row.values, prediction.score, self.settings.drift)
             except BaseException:
                 if waiting:
                     self._recorder.explained(event.event_id)
@@ -430,7 +427,7 @@ class ScoringService:
     def _answer(
         self,
         event: PaymentEvent,
-        served: LoadedModel | Ensemble,
+        served: Served,
         row: FeatureRow,
         prediction: Prediction,
         parse_s: float,

@@ -1,4 +1,4 @@
-"""One served model version: its warmed session, feature mapper and micro-batcher.
+"""What serves a name (`Served`), and one served model version: its warmed session, feature mapper and micro-batcher.
 
 A row whose score this process holds answers at once; the others queue. Each batch
 asks the prediction cache once for all its rows (L1, then one Redis MGET), runs the
@@ -12,12 +12,12 @@ import asyncio
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from shared.domain.answers import LoadedVersion, ThresholdsView
+from shared.domain.answers import LoadedVersion, Platform, ReasonCode, ThresholdsView
 from shared.domain.spec import ModelSpec
 from shared.errors import BatcherClosed, RunOverBudget
 from shared.features.mapping import FeatureMapper
@@ -29,7 +29,10 @@ from shared.stores.cache.predictions import PredictionCache
 from shared.stores.cache.tier import ewma
 from shared.telemetry import metrics
 
-__all__ = ["ROWS_PER_RUN", "LoadedModel", "Prediction", "Row"]
+if TYPE_CHECKING:
+    from shared.policies import DriftPolicy
+
+__all__ = ["ROWS_PER_RUN", "LoadedModel", "Prediction", "Row", "Served"]
 
 Row = npt.NDArray[np.float32]
 ROWS_PER_RUN = 64  # rows of a batch request per model run (they arrive together: no window)
@@ -45,6 +48,36 @@ class Prediction(NamedTuple):
     cache_s: float = 0.0
     inference_s: float = 0.0
     parts: Mapping[str, float] | None = None
+
+
+class Served(Protocol):
+    """What serves a name, as the core sees it: a model version (`LoadedModel`) or an ensemble
+    (shared/models/ensembles/ensemble.py). Both map an event to a row and score it; the core asks no more."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def version(self) -> str: ...
+
+    @property
+    def fingerprint(self) -> str: ...  # the file's short hash ("" for an ensemble: no one file)
+
+    @property
+    def platform(self) -> Platform: ...
+
+    @property
+    def spec(self) -> ModelSpec: ...
+
+    @property
+    def mapper(self) -> FeatureMapper: ...
+
+    @property
+    def explains(self) -> bool: ...  # whether `reasons` can name the features behind a score
+
+    async def score(self, row: Row) -> Completed[Prediction]: ...
+
+    async def reasons(self, row: Row, score: float, policy: DriftPolicy) -> list[ReasonCode] | None: ...
 
 
 @dataclass(eq=False)
@@ -82,6 +115,20 @@ class LoadedModel:
     @property
     def spec(self) -> ModelSpec:
         return self.model.spec
+
+    @property
+    def platform(self) -> Platform:
+        return "onnx_onnxv1"
+
+    @property
+    def explains(self) -> bool:
+        return True
+
+    async def reasons(self, row: Row, score: float, policy: DriftPolicy) -> list[ReasonCode] | None:
+        """The features whose return to their defaults lowers `score` most (shared/models/explain.py)."""
+        from shared.models.explain import explain  # asked for by ?explain=1 only
+
+        return await explain(self, row, score, policy)
 
     async def score(self, row: Row) -> Completed[Prediction]:
         """Score one feature row: from this process's cache, else through the shared micro-batch."""

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from shared.domain.answers import EnsembleBuild, Platform, ThresholdsView
+from shared.domain.answers import EnsembleBuild, Platform, ReasonCode, ThresholdsView
 from shared.domain.feast_spec import FeastSpec
 from shared.domain.signature import SCORE_OUTPUT
 from shared.domain.spec import FeatureDef, ModelSpec
@@ -24,6 +24,7 @@ from shared.features.mapping import FeatureMapper
 from shared.models.ensembles.declaration import Declaration
 from shared.models.onnx import OnnxModel
 from shared.models.served import LoadedModel, Prediction, Row
+from shared.policies import DriftPolicy
 from shared.runtime.batching.batcher import Completed
 
 __all__ = ["Ensemble"]
@@ -35,6 +36,8 @@ class Ensemble:
     """Members at fixed versions, a combination method, and the union of their input columns."""
 
     platform: Platform = "ensemble"
+    fingerprint = ""  # no one file: its members' fingerprints key their own predictions
+    explains = False  # occlusion runs one model: an ensemble's answers carry no reason codes
 
     def __init__(self, declaration: Declaration, members: Sequence[LoadedModel], meta: OnnxModel | None) -> None:
         self.declaration = declaration
@@ -64,6 +67,9 @@ class Ensemble:
             dict(zip(self._labels, scores, strict=True)),
         )
         return Completed(prediction, max(d.queued_s for d in done), max(d.run_s for d in done), len(done))
+
+    async def reasons(self, row: Row, score: float, policy: DriftPolicy) -> list[ReasonCode] | None:
+        return None
 
     def describe(self) -> EnsembleBuild:
         """This build: members, method and its parameters, columns, thresholds (`/api/models`)."""
