@@ -1,5 +1,6 @@
 """An event's answer, built from its prediction and verdict: the score it reports, the source, the
-timings, and what a caller may learn of a review; and the share of events scored on defaults.
+timings, and what a caller may learn of a review; the `Scoring` record an event carries through the
+data plane; and the share of events scored on defaults.
 
 Pure functions of their inputs (the counting aside), on the hot path: each answer is built once,
 by reference, with no second dict per event.
@@ -7,6 +8,7 @@ by reference, with no second dict per event.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import cast
 
 from msgspec import UNSET
@@ -14,22 +16,47 @@ from msgspec import UNSET
 from shared.domain.answers import DefaultedWhy, EventStats, Reason, ReasonCode, Review, Scored, Source
 from shared.domain.decision import Verdict
 from shared.domain.events import PaymentEvent
+from shared.domain.records import Arm, Via
 from shared.features.mapping import FeatureRow
 from shared.models.served import Prediction, Served
 
-__all__ = ["DefaultedShare", "answer", "timings"]
+__all__ = ["DefaultedShare", "Scoring", "answer", "timings"]
 
 WINDOW = 100  # events per window of the recent defaulted share
 DEGRADED_SHARE = 0.5  # readiness lists the features as degraded past this recent defaulted share
 
 
-def timings(prediction: Prediction, parse_s: float, spent: tuple[float, float, float]) -> dict[str, float]:
-    """An answer's `timings_ms`; `spent` is (features, total, queue) in seconds.
+@dataclass(slots=True)
+class Scoring:
+    """How an event is scored and what its stages took, carried from its door to its answer.
+
+    started      when the core began (perf_counter; `parse_s` before it, at the door)
+    wait_s       how long a review may hold the answer (None: the HTTP path's LLM_TIMEOUT_MS)
+    via          the door it came by; `explain`: reason codes asked for (`?explain=1`)
+    arm          under a canary split, the arm that scores it
+    features_s, total_s, queued_s   seconds since `started` at the features' end and the verdict,
+                                    and in the micro-batch's queue (set as the stages end)
+    Events scored together (a batch request) share one.
+    """
+
+    started: float
+    parse_s: float = 0.0
+    wait_s: float | None = None
+    via: Via = "http"
+    explain: bool = False
+    arm: Arm | None = None
+    features_s: float = 0.0
+    total_s: float = 0.0
+    queued_s: float = 0.0
+
+
+def timings(prediction: Prediction, scoring: Scoring) -> dict[str, float]:
+    """An answer's `timings_ms`, from its prediction's cache and model time and its stages' seconds.
 
     Rounded as built, and to the microsecond by hand: `int(s * 1e6 + 0.5) / 1000` is
     `round(s * 1000, 3)` for durations (they could differ only on an exact tie) at a fifth of its cost.
     """
-    features_s, total_s, queued_s = spent
+    parse_s, features_s, total_s, queued_s = scoring.parse_s, scoring.features_s, scoring.total_s, scoring.queued_s
     return {
         "parse": int(parse_s * 1e6 + 0.5) / 1000,
         "features": int(features_s * 1e6 + 0.5) / 1000,

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 from msgspec import UNSET
 
 from shared.core.admin import AdminPlane
-from shared.core.answer import DefaultedShare, answer, timings
+from shared.core.answer import DefaultedShare, Scoring, answer, timings
 from shared.core.health import Health
 from shared.core.parts import Part
 from shared.core.recorder import DecisionRecorder
@@ -292,12 +292,11 @@ class ScoringService:
         else:
             pairs = zip(valid, predictions, strict=True)
             verdicts = list(await asyncio.gather(*(decide(e, p.score, thresholds) for e, p in pairs)))
-        t2 = time.perf_counter()
-        spent = (t1 - t0, t2 - t0, 0.0)
+        spent = Scoring(t0, via=via, features_s=t1 - t0, total_s=time.perf_counter() - t0)  # shared by the events
         if self._reviewer is not None:  # a review adds its own wait to an event's timings
             each = iter(
                 [
-                    self._answer(e, loaded, row, p, 0.0, v, spent, via=via)
+                    self._answer(e, loaded, row, p, v, spent)
                     for e, row, p, v in zip(valid, rows, predictions, verdicts, strict=True)
                 ]
             )
@@ -308,9 +307,9 @@ class ScoringService:
         for e, row, p, v in zip(valid, rows, predictions, verdicts, strict=True):
             found = shared.get((p.cache_s, p.inference_s))
             if found is None:
-                found = shared[(p.cache_s, p.inference_s)] = (timings(p, 0.0, spent), [0])
+                found = shared[(p.cache_s, p.inference_s)] = (timings(p, spent), [0])
             found[1][0] += 1
-            scored.append(self._answer(e, loaded, row, p, 0.0, v, spent, timed=found[0], via=via))
+            scored.append(self._answer(e, loaded, row, p, v, spent, timed=found[0]))
         if self._record_stages is not None:
             for timed, (count,) in shared.values():
                 self._record_stages(timed, count)
@@ -346,15 +345,15 @@ class ScoringService:
     async def _score(
         self, event: PaymentEvent, name: str, parse_s: float, wait_s: float | None, via: Via, explain: bool
     ) -> Scored:
-        t0 = time.perf_counter()
+        scoring = Scoring(time.perf_counter(), parse_s, wait_s, via, explain)
         try:
             loaded: Served = self._registry.active(name)
         except ModelNotFound:  # a try costs nothing until it raises: the model path pays no lookup
             loaded = self.names.get(name)
         traffic = self._traffic
         if traffic is not None and traffic.split(name):
-            return await self._score_split(event, name, loaded, traffic, (t0, parse_s, wait_s, via, explain))
-        return await self._score_on(event, loaded, t0, parse_s, wait_s, via, explain)
+            return await self._score_split(event, name, loaded, traffic, scoring)
+        return await self._score_on(event, loaded, scoring)
 
     async def _score_split(
         self,
@@ -362,7 +361,7 @@ class ScoringService:
         name: str,
         live: Served,
         traffic: Traffic,
-        how: tuple[float, float, float | None, Via, bool],
+        scoring: Scoring,
     ) -> Scored:
         """Under a canary split the user's arm scores, and its decision is counted for the
         automatic abort. A candidate that fails to score is counted as an error and the live
@@ -370,32 +369,23 @@ class ScoringService:
         candidate = traffic.canary_for(name, event.user_id)
         if candidate is not None:
             try:
-                scored = await self._score_on(event, candidate, *how, arm="canary")
+                scored = await self._score_on(event, candidate, scoring, arm="canary")
             except InferenceFailed:
                 traffic.observe(name, "canary", "error")
             else:
                 traffic.observe(name, "canary", scored.decision)
                 return scored
-            return await self._score_on(event, live, *how)
+            return await self._score_on(event, live, scoring)
         try:
-            scored = await self._score_on(event, live, *how, arm="live")
+            scored = await self._score_on(event, live, scoring, arm="live")
         except InferenceFailed:
             traffic.observe(name, "live", "error")
             raise
         traffic.observe(name, "live", scored.decision)
         return scored
 
-    async def _score_on(
-        self,
-        event: PaymentEvent,
-        loaded: Served,
-        t0: float,
-        parse_s: float,
-        wait_s: float | None,
-        via: Via,
-        explain: bool,
-        arm: Arm | None = None,
-    ) -> Scored:
+    async def _score_on(self, event: PaymentEvent, loaded: Served, scoring: Scoring, arm: Arm | None = None) -> Scored:
+        scoring.arm = arm
         user = None
         if loaded.mapper.uses_user_features:
             user = await self._features.context(loaded.spec, event)
@@ -403,10 +393,10 @@ class ScoringService:
         row = loaded.mapper.row(event, user)
         done = await loaded.score(row.values)
         prediction = done.value
-        verdict = await self._decider.decide(event, prediction.score, loaded.spec.thresholds, wait_s)
+        verdict = await self._decider.decide(event, prediction.score, loaded.spec.thresholds, scoring.wait_s)
         t2 = time.perf_counter()
         reasons, waiting = None, False
-        if explain and verdict.decision != "approve" and loaded.explains:
+        if scoring.explain and verdict.decision != "approve" and loaded.explains:
             waiting = verdict.review is not None and verdict.review.status == "pending"
             if waiting:
                 self._recorder.explaining(event.event_id)
@@ -416,10 +406,12 @@ class ScoringService:
                 if waiting:
                     self._recorder.explained(event.event_id)
                 raise
-        spent = (t1 - t0, t2 - t0, done.queued_s)
-        scored = self._answer(
-            event, loaded, row, prediction, parse_s, verdict, spent, via=via, arm=arm, reasons=reasons
+        scoring.features_s, scoring.total_s, scoring.queued_s = (
+            t1 - scoring.started,
+            t2 - scoring.started,
+            done.queued_s,
         )
+        scored = self._answer(event, loaded, row, prediction, verdict, scoring, reasons=reasons)
         if waiting:  # a review that ended during the explanation: now its record exists
             self._recorder.explained(event.event_id)
         return scored
@@ -430,26 +422,25 @@ class ScoringService:
         served: Served,
         row: FeatureRow,
         prediction: Prediction,
-        parse_s: float,
         verdict: Verdict,
-        spent: tuple[float, float, float],
+        scoring: Scoring,
         *,
         timed: dict[str, float] | None = None,
-        via: Via = "http",
-        arm: Arm | None = None,
         reasons: list[ReasonCode] | None = None,
     ) -> Scored:
-        """The answer for one scored event, counted and recorded; `spent` is (features, total, queue)
-        in seconds; `timed`, when given, is shared with other events and recorded by the caller."""
+        """The answer for one scored event, counted and recorded; `timed`, when given, is shared with
+        other events and recorded by the caller."""
         self._share.seen(row.defaulted)
         if timed is None:
-            timed = timings(prediction, parse_s, spent)
+            timed = timings(prediction, scoring)
             if verdict.review is not None:
                 timed["llm"] = round(verdict.waited_s * 1000, 3)
             if self._record_stages is not None:
                 self._record_stages(timed)
         if self._recorder.recording:
-            self._recorder.record(event, served, row, prediction.score, verdict, timed, via, arm, reasons)
+            self._recorder.record(
+                event, served, row, prediction.score, verdict, timed, scoring.via, scoring.arm, reasons
+            )
         return answer(
             event, served, row, prediction, verdict, timed, reasons, self._review_detail, self._answer_defaulted
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from shared.core.answer import timings
+from shared.core.answer import Scoring, timings
 from shared.models.served import Prediction
 
 
@@ -14,7 +14,8 @@ def test_stage_timings_are_milliseconds_rounded_to_three_places() -> None:
         parse, features, total, queued, cache, run = (
             rng.random() * rng.choice((1e-5, 1e-3, 0.1, 2.0)) for _ in range(6)
         )
-        timed = timings(Prediction(0.5, "model", cache, run), parse, (features, total, queued))
+        spent = Scoring(0.0, parse, features_s=features, total_s=total, queued_s=queued)
+        timed = timings(Prediction(0.5, "model", cache, run), spent)
         assert timed == {
             "parse": round(parse * 1000, 3),
             "features": round(features * 1000, 3),
