@@ -211,3 +211,16 @@ def test_only_the_models_layer_tells_a_model_from_an_ensemble() -> None:
         if served_kind_checks(p.read_text())
     } == {}
     assert served_kind_checks("if isinstance(loaded, LoadedModel):\n    pass\n") == ["isinstance(loaded, LoadedModel)"]
+
+
+def core_reaches(source: str) -> list[str]:
+    """Where an adapter reads the core's settings or runs its jobs itself, past its methods and `limits`."""
+    return re.findall(r"\b(?:service|core)\.(?:settings|background)\b", source)
+
+
+def test_adapters_read_the_core_through_its_methods_and_limits_only() -> None:
+    adapters = sorted((SHARED / "adapters").rglob("*.py"))
+    assert {
+        str(p.relative_to(REPO)): core_reaches(p.read_text()) for p in adapters if core_reaches(p.read_text())
+    } == {}
+    assert core_reaches("port = service.settings.grpc_port\n") == ["service.settings"]  # mutation: a reach is seen

@@ -166,14 +166,14 @@ class FunctionHandlers:
         logged and not retried (retrying cannot fix the file); the serving version stays.
         """
         service = await self.holder.get()
-        ref = parse_model_path(blob.name or "", container=service.settings.models_container)
+        ref = parse_model_path(blob.name or "", container=service.limits.models_container)
         if ref is None:
             log.warning(
                 "ignoring blob %s: not {name}/{version}/model.onnx (see shared/models/repository.py)", blob.name
             )
             return
         try:
-            check_size(blob.length or 0, service.settings.max_model_bytes, ref)  # NOTE: before reading it
+            check_size(blob.length or 0, service.limits.max_model_bytes, ref)  # NOTE: before reading it
             await service.admin.install_model(ref, blob.read())
         except ScoringError as exc:
             if exc.retryable:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -34,6 +34,7 @@ from msgspec import UNSET
 from shared.core.admin import AdminPlane
 from shared.core.answer import DefaultedShare, Scoring, answer, timings
 from shared.core.health import Health
+from shared.core.limits import Limits
 from shared.core.parts import Part
 from shared.core.recorder import DecisionRecorder
 from shared.core.served import ServedNames
@@ -100,6 +101,7 @@ class ScoringService:
         traffic: Traffic | None = None,
     ) -> None:
         self.settings = settings
+        self.limits = Limits.of(settings)  # what adapters must know of the settings
         self.background = Background()
         self.admission = Admission(settings.admission)
         self.admin = admin
@@ -139,6 +141,15 @@ class ScoringService:
         for part in self._parts:
             if part.close is not None:
                 await part.close()
+
+    def serve(self, name: str, listener: Callable[[], Awaitable[None]]) -> None:
+        """Run an adapter's listener (a server on a port) as a core job: started and stopped with the
+        core, restarted if it fails, and readiness says so while it does."""
+        self.background.add(name, listener, serving=True)
+
+    def refuses(self) -> bool:
+        """Whether new work would be shed now (a fast path answers 503 before reading the body)."""
+        return self.admission.refuses()
 
     # -- what adapters report ----------------------------------------------------
 

@@ -282,7 +282,7 @@ class FastPath:
             await self.app(scope, receive, send)
             return
         scope["route"] = route  # the telemetry reads the route template here
-        if model is None and (core := self.api.holder.peek()) is not None and core.admission.refuses():
+        if model is None and (core := self.api.holder.peek()) is not None and core.refuses():
             await send(SHED_START)
             await send(SHED_BODY)
         elif not self.app.on:

@@ -65,7 +65,7 @@ class DataPlane:
 
     def __init__(self, core: ScoringService) -> None:
         self.core = core
-        self._max_rows = core.settings.max_batch_items
+        self._max_rows = core.limits.max_batch_items
 
     def server_metadata(self) -> V2ServerMetadata:
         return V2ServerMetadata(SERVER_NAME, SERVER_VERSION, list(self.extensions))

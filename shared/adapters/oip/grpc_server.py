@@ -85,26 +85,26 @@ _CONTENTS = {
 
 async def serve_grpc(service: ScoringService, host: str, port: int, *, grace_s: float = 1.0) -> None:
     """Serve until cancelled (the core's background job), then stop within `grace_s`."""
-    settings = service.settings
-    keys: tuple[bytes, ...] | None = _keys(settings.grpc_keys)
+    limits = service.limits
+    keys: tuple[bytes, ...] | None = _keys(limits.grpc_keys)
     if not keys and host in LOOPBACK:
         keys = None  # no key on loopback (`make run`, tests): nothing else can reach the port
     elif not keys:
         log.error("GRPC_KEYS is not set: every gRPC call on %s:%d is refused (UNAUTHENTICATED)", host, port)
-    cap = settings.max_body_bytes * 16
+    cap = limits.max_body_bytes * 16
     server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", cap),
             ("grpc.max_send_message_length", cap),
-            ("grpc.max_concurrent_streams", streams_per_connection(settings.grpc_max_concurrent)),
+            ("grpc.max_concurrent_streams", streams_per_connection(limits.grpc_max_concurrent)),
             ("grpc.so_reuseport", 0),
         ],
         interceptors=[KeyInterceptor(keys)],
-        maximum_concurrent_rpcs=settings.grpc_max_concurrent,
+        maximum_concurrent_rpcs=limits.grpc_max_concurrent,
     )
     from shared.adapters.scoring_grpc.service import handler as events_handler  # NOTE: it imports `guarded`
 
-    wait_s = settings.body_timeout_ms / 1000
+    wait_s = limits.body_timeout_s
     server.add_generic_rpc_handlers((handler(DataPlane(service), wait_s), events_handler(service, wait_s)))
     if server.add_insecure_port(f"{host}:{port}") == 0:
         raise OSError(f"GRPC_PORT {port}: cannot bind {host}:{port}")

@@ -21,7 +21,7 @@ def grpc_server(host: str) -> Callable[[ScoringService], None]:
     fails (a port still held by a previous process), and stops it with the core."""
 
     def add(service: ScoringService) -> None:
-        port = service.settings.grpc_port
+        port = service.limits.grpc_port
         if not port:
             return
 
@@ -30,6 +30,6 @@ def grpc_server(host: str) -> Callable[[ScoringService], None]:
 
             await serve_grpc(service, host, port)
 
-        service.background.add("grpc", serve, serving=True)
+        service.serve("grpc", serve)
 
     return add

@@ -86,7 +86,7 @@ async def score_within(
         async with asyncio.timeout_at(until):
             while True:
                 # a queue message can wait longer than an HTTP caller for a review of its event
-                wait_s = min(service.settings.review.queue_timeout_ms / 1000, max(0.0, until - loop.time()))
+                wait_s = min(service.limits.review_queue_wait_s, max(0.0, until - loop.time()))
                 try:
                     return await service.score(event, parse_s=parse_s, review_wait_s=wait_s, via="queue")
                 except Overloaded as exc:

@@ -37,8 +37,8 @@ SERVICE = "fraud.scoring.v1.Scoring"
 
 
 def limits_of(core: ScoringService) -> Limits:
-    settings = core.settings
-    return Limits(settings.max_body_bytes, settings.max_batch_items, settings.grpc_stream_max_in_flight)
+    limits = core.limits
+    return Limits(limits.max_body_bytes, limits.max_batch_items, limits.grpc_stream_max_in_flight)
 
 
 def handler(core: ScoringService, request_wait_s: float) -> grpc.GenericRpcHandler[Any, Any]:

@@ -19,6 +19,7 @@ from shared.adapters.queue.idempotency import MemoryResultStore
 from shared.adapters.queue.messages import Incoming, Outbound
 from shared.adapters.queue.publisher import MemoryPublisher
 from shared.adapters.queue.replay import replay
+from shared.core.limits import Limits
 from shared.core.service import ScoringService
 from shared.domain.events import PaymentEvent
 from shared.errors import DeadlineExceeded, Overloaded
@@ -37,7 +38,7 @@ class StalledCore:
     """A core whose every `score` outlasts any budget, or answers Overloaded forever; it records the waits asked for."""
 
     overloaded: bool = False
-    settings: Settings = field(default_factory=Settings)
+    limits: Limits = field(default_factory=lambda: Limits.of(Settings()))
     review_waits: list[float] = field(default_factory=list)
 
     async def score(self, event: PaymentEvent, **options: Any) -> Any:
@@ -87,7 +88,7 @@ async def test_scoring_that_outlasts_the_budget_fails_the_batch_before_the_budge
 
 async def test_a_review_never_holds_an_event_past_the_scoring_share_of_the_budget() -> None:
     core = StalledCore()
-    assert core.settings.review.queue_timeout_ms / 1000 > BUDGET.total_s  # 5 s of review wait asked for
+    assert core.limits.review_queue_wait_s > BUDGET.total_s  # 5 s of review wait asked for
     await timed(over(core), messages(2))
     assert core.review_waits and max(core.review_waits) <= BUDGET.total_s - BUDGET.publish_s
 
