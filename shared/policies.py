@@ -101,7 +101,7 @@ class CachePolicy:
     redis_timeout_ms: float = setting(
         "REDIS_TIMEOUT_MS", 50.0, "deadline of one Redis round-trip; past it the read is a miss", gt=0
     )
-    prediction_l2: PredictionL2 = setting(  # noqa: RUF009
+    prediction_l2: PredictionL2 = setting(
         "PREDICTION_L2",
         "auto",
         "predictions through Redis: `auto` only while a round-trip costs less than the model run it saves",
@@ -306,7 +306,7 @@ class PredictionLogPolicy:
     waited for); it writes every `flush_s`, and on shutdown for at most 5 s (log.py's CLOSE_S).
     """
 
-    sink: PredictionSink = setting(  # noqa: RUF009
+    sink: PredictionSink = setting(
         "PREDICTION_LOG", "off", "where each decision's record goes: `off`, `dir` (PREDICTION_LOG_DIR) or `blob`"
     )
     directory: str = setting(

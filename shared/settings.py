@@ -95,7 +95,7 @@ class Settings:
     features_file: str | None = setting(
         "FEATURES_FILE", "data/demo_users.json", "demo user features when Redis is not configured"
     )
-    feature_store: FeatureStoreKind = setting(  # noqa: RUF009
+    feature_store: FeatureStoreKind = setting(
         "FEATURE_STORE",
         "native",
         "where user features come from: `native` (`user:{id}` in REDIS_URL, else FEATURES_FILE) or `feast` "

@@ -135,7 +135,7 @@ async def _refuse(requests: AsyncIterator[Any], context: grpc.aio.ServicerContex
 _REFUSED = grpc.stream_unary_rpc_method_handler(_refuse, response_serializer=lambda m: m.SerializeToString())
 
 
-class KeyInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # NOTE: untyped in grpc-stubs
+class KeyInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc,unused-ignore]  # NOTE: untyped in grpc-stubs
     """Refuses a call without one of `keys` from its metadata alone (`keys` None: no key asked)."""
 
     def __init__(self, keys: tuple[bytes, ...] | None) -> None:
