@@ -333,7 +333,16 @@ class ScoringService:
         `name` is a model or an ensemble; each row goes through the batcher as one request. Rows
         carry no user: a canary split does not route them (the live or the named version scores).
         """
+        return await self.infer_decoded(name, version, lambda _: rows, via)
+
+    async def infer_decoded(
+        self, name: str, version: str | None, decode: Callable[[ModelInfo], Sequence[Row]], via: Via = "v2"
+    ) -> Inferred:
+        """V2's one entry: a slot first, then `decode(info)` (the rows, checked against the model's
+        metadata), then the rows scored in that same slot. Decoding is work (a 1 MiB BYTES tensor
+        ~130 ms of the event loop): a flood of large bodies is counted and refused before it is decoded."""
         async with self.admission.admitted():
+            rows = decode(self.metadata(name, version))
             try:
                 return await self._infer(name, version, rows, via)
             except BatcherClosed:

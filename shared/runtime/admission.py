@@ -26,10 +26,8 @@ events, named models, batches, V2 REST and gRPC). This object alone owns the slo
 wait queue and the counts of what it admitted and refused.
 
 A V2 request's tensors cost event-loop time to decode (a 1 MiB BYTES tensor ~130 ms), so the
-V2 adapters take their slot *before* decoding: `async with admission.admitted(before_decode=True)`
-holds it for the task, and the core's own `admitted()` inside it, in the same task, takes no
-second slot (a context variable says the task holds one). A flood of large bodies is then
-counted and refused like any other work, before it is decoded.
+core's V2 entry (`ScoringService.infer_decoded`) decodes inside its slot: a flood of large
+bodies is counted and refused like any other work, before it is decoded.
 """
 
 from __future__ import annotations
@@ -37,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from contextvars import ContextVar
 from types import TracebackType
 
 from shared.domain.answers import AdmissionStats
@@ -46,15 +43,11 @@ from shared.policies import AdmissionPolicy
 from shared.runtime.deadlines import Deadlines
 from shared.telemetry import metrics
 
-__all__ = ["INTERVAL_S", "Admission", "Admitted", "Holding"]
+__all__ = ["INTERVAL_S", "Admission", "Admitted"]
 
 RECENT_S = 10.0  # readiness says "overloaded" this long after the last refusal
 INTERVAL_S = 0.1  # waits past target for this long: the queue stands (CoDel's interval)
 RELEASE_ALPHA = 0.05  # weight of the newest interval between slots freed in its moving average
-
-
-# The admission and task that hold a slot taken before decoding (`admitted(before_decode=True)`).
-_HELD: ContextVar[tuple[Admission, asyncio.Task[object] | None] | None] = ContextVar("admission_held", default=None)
 
 
 class _Waiter:
@@ -91,13 +84,10 @@ class Admission:
 
     # -- what every entry calls ---------------------------------------------------------
 
-    def admitted(self, *, before_decode: bool = False) -> Admitted:
+    def admitted(self) -> Admitted:
         """`async with admission.admitted():` a slot (waiting for one if need be), then the
-        work under the request deadline; `Overloaded` or `DeadlineExceeded` otherwise.
-
-        `before_decode`: the slot is the task's for the whole request, so an `admitted()` of
-        the core inside it takes none of its own (the V2 adapters, which decode first)."""
-        return Holding(self) if before_decode else Admitted(self)
+        work under the request deadline; `Overloaded` or `DeadlineExceeded` otherwise."""
+        return Admitted(self)
 
     def refuses(self) -> bool:
         """Whether a request arriving now is turned away at once (then it is counted as shed):
@@ -268,19 +258,16 @@ class Admission:
 
 class Admitted:
     """One request's admission: a slot on enter, the request deadline while inside, the slot
-    back on exit; a cancellation by the deadline leaves as `DeadlineExceeded`. Inside a slot
-    the same task took before decoding (`Holding`), it takes nothing and gives nothing back."""
+    back on exit; a cancellation by the deadline leaves as `DeadlineExceeded`."""
 
     __slots__ = ("_admission", "_task")
+    _task: asyncio.Task[object]  # the request's task, set on enter
 
     def __init__(self, admission: Admission) -> None:
         self._admission = admission
-        self._task: asyncio.Task[object] | None = None  # None after enter: inside the task's own slot
 
     async def __aenter__(self) -> None:
         admission = self._admission
-        if (held := _HELD.get()) is not None and held[0] is admission and held[1] is asyncio.current_task():
-            return  # the task's slot, taken before decoding, covers this work
         if admission.inflight < admission.limit and not admission._waiting:  # NOTE: `take`, inlined: the hot path
             admission.inflight += 1
             admission.total_admitted += 1
@@ -292,28 +279,9 @@ class Admitted:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         admission, task = self._admission, self._task
-        if task is None:
-            return  # inside a slot taken before decoding: its holder gives it back
         try:
             if kind is not None and (late := admission.expired(task)) is not None:
                 raise late from None  # the deadline cancelled the work, whatever it raised then
         finally:
             admission.deadlines.disarm(task)
             admission.leave()
-
-
-class Holding(Admitted):
-    """`admitted(before_decode=True)`: a slot the task holds for the whole request, decoding
-    included; the core's `admitted()` inside it, in the same task, takes no second one."""
-
-    __slots__ = ()
-
-    async def __aenter__(self) -> None:
-        await super().__aenter__()
-        _HELD.set((self._admission, asyncio.current_task()))
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        _HELD.set(None)
-        await super().__aexit__(kind, exc, tb)

@@ -1,15 +1,17 @@
 """The V2 data plane without a transport: REST and gRPC decode into these, call it, encode.
 
-Requests are checked against the model's metadata before anything runs: one input, the
-model's name and datatype (FP32), shape `[rows, features]` with 1..MAX_BATCH_ITEMS rows of
-finite values, and only outputs the model gives. The rows then go through the core's
-`infer` (the same batchers and caches as `/api/score`), each row a request of its own.
+The core admits a request before it is decoded (`ScoringService.infer_decoded`); each input
+is then checked against the model's metadata from its head, before its data is decoded: the
+model's name and datatype (FP32), shape `[rows, features]` with 1..MAX_BATCH_ITEMS rows; then
+one input, of finite values, and only outputs the model gives. The rows go through the same
+batchers and caches as `/api/score`, each row a request of its own, in the same slot.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -21,11 +23,13 @@ from shared.errors import BadRequest
 
 if TYPE_CHECKING:
     from shared.core.service import ScoringService
+    from shared.models.served import Row
 
-__all__ = ["SERVER_NAME", "DataPlane", "InferRequest", "InferResponse", "NamedTensor"]
+__all__ = ["SERVER_NAME", "Check", "DataPlane", "InferRequest", "InferResponse", "NamedTensor"]
 
 SERVER_NAME = "fraud-scoring"
 SERVER_VERSION = "1.0"
+Check = Callable[[str, str, tuple[int, ...]], None]  # (name, datatype, shape): refuses an input from its head
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +52,7 @@ class InferRequest:
     outputs: list[str] | None = None
     id: str = ""
     parameters: Mapping[str, Any] = field(default_factory=dict)
+    binary_outputs: bool = False  # REST's binary-data extension: outputs asked for as binary
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +61,7 @@ class InferResponse:
     version: str
     outputs: list[NamedTensor]
     id: str = ""
+    binary: bool = False  # sent binary, as the request asked (REST)
 
 
 class DataPlane:
@@ -81,10 +87,24 @@ class DataPlane:
     def model_ready(self, name: str, version: str | None) -> bool:
         return self.core.model_ready(name, version or None)
 
-    def check_head(self, model: str, version: str | None, name: str, datatype: str, shape: tuple[int, ...]) -> None:
-        """Refuse an input the model cannot take from its head alone, before its data is decoded
-        (a BYTES tensor sent to an FP32 model costs nothing to refuse here)."""
-        info = self.core.metadata(model, version or None)
+    async def infer(self, model: str, version: str | None, decode: Callable[[Check], InferRequest]) -> InferResponse:
+        """The core admits the request first; then `decode(check)` runs inside its slot (decoding is
+        work), `check(name, datatype, shape)` refusing an input from its head before its data is
+        decoded (a BYTES tensor sent to an FP32 model costs nothing to refuse)."""
+        asked: list[InferRequest] = []
+
+        def rows(info: ModelInfo) -> list[Row]:
+            request = decode(partial(self._check_head, info))
+            asked.append(request)
+            return list(self._rows(request, info))
+
+        done = await self.core.infer_decoded(model, version or None, rows)
+        (request,) = asked
+        scores = np.array(done.scores, dtype=np.float32).reshape(-1, 1)
+        output = NamedTensor(SCORE_OUTPUT, "FP32", scores.shape, scores)
+        return InferResponse(done.model, done.model_version, [output], request.id, request.binary_outputs)
+
+    def _check_head(self, info: ModelInfo, name: str, datatype: str, shape: tuple[int, ...]) -> None:
         (expected,) = info.inputs
         if name != expected.name:
             raise BadRequest(f"unknown input {name!r}: model {info.name!r} takes {expected.name!r}")
@@ -96,33 +116,16 @@ class DataPlane:
                 f"with 1..{self._max_rows} rows (columns: {', '.join(info.features)})"
             )
 
-    async def infer(self, request: InferRequest) -> InferResponse:
-        info = self.core.metadata(request.model, request.version or None)
-        matrix = self._rows(request, info)
+    def _rows(self, request: InferRequest, info: ModelInfo) -> Tensor:
+        """The one input's rows (its name, datatype and shape passed `_check_head` as it was decoded)."""
+        if len(request.inputs) != 1:
+            raise BadRequest(
+                f"model {info.name!r} takes one input ({info.inputs[0].name!r}), got {len(request.inputs)}"
+            )
         unknown = [o for o in request.outputs or () if o != SCORE_OUTPUT]
         if unknown:
             raise BadRequest(f"unknown output {unknown[0]!r}: model {info.name!r} gives {SCORE_OUTPUT!r}")
-        done = await self.core.infer(request.model, request.version or None, list(matrix))
-        scores = np.array(done.scores, dtype=np.float32).reshape(-1, 1)
-        output = NamedTensor(SCORE_OUTPUT, "FP32", scores.shape, scores)
-        return InferResponse(done.model, done.model_version, [output], request.id)
-
-    def _rows(self, request: InferRequest, info: ModelInfo) -> Tensor:
-        (expected,) = info.inputs
-        if len(request.inputs) != 1:
-            raise BadRequest(f"model {info.name!r} takes one input ({expected.name!r}), got {len(request.inputs)}")
         (given,) = request.inputs
-        if given.name != expected.name:
-            raise BadRequest(f"unknown input {given.name!r}: model {info.name!r} takes {expected.name!r}")
-        if given.datatype != expected.datatype:
-            raise BadRequest(f"input {given.name!r} is {given.datatype}; the model takes {expected.datatype}")
-        width = expected.shape[1]
-        rows = given.shape[0] if len(given.shape) == 2 else 0
-        if len(given.shape) != 2 or given.shape[1] != width or not 1 <= rows <= self._max_rows:
-            raise BadRequest(
-                f"input {given.name!r} has shape {list(given.shape)}; expected [rows, {width}] "
-                f"with 1..{self._max_rows} rows (columns: {', '.join(info.features)})"
-            )
         matrix = np.ascontiguousarray(given.data, dtype=np.float32)
         if not np.isfinite(matrix).all():
             raise BadRequest(f"input {given.name!r} holds a value that is not finite")

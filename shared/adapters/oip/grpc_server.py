@@ -31,6 +31,7 @@ import asyncio
 import hmac
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
@@ -40,7 +41,7 @@ from google.protobuf.message import Message
 from shared.adapters.answered import log_answered
 from shared.adapters.oip import codec
 from shared.adapters.oip import grpc_predict_v2_pb2 as pb
-from shared.adapters.oip.dataplane import DataPlane, InferRequest, InferResponse, NamedTensor
+from shared.adapters.oip.dataplane import Check, DataPlane, InferRequest, InferResponse, NamedTensor
 from shared.errors import BadRequest, BodyTimeout, ScoringError
 
 if TYPE_CHECKING:
@@ -181,8 +182,7 @@ def handler(plane: DataPlane, request_wait_s: float = 5.0) -> grpc.GenericRpcHan
         )
 
     async def model_infer(request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
-        async with plane.core.admission.admitted(before_decode=True):  # NOTE: decoding is work: admitted first
-            response = await plane.infer(decode_infer(request, plane.check_head))
+        response = await plane.infer(request.model_name, request.model_version or None, partial(decode_infer, request))
         return encode_infer(response, raw=bool(request.raw_input_contents))
 
     methods: dict[str, tuple[Behavior, type[Message]]] = {
@@ -246,12 +246,9 @@ def _carries_key(metadata: Sequence[tuple[str, str | bytes]] | None, keys: tuple
     return any([hmac.compare_digest(given, key) for key in keys])  # NOTE: a list: every key is compared
 
 
-Check = Callable[[str, str | None, str, str, tuple[int, ...]], None]
-
-
 def decode_infer(request: pb.ModelInferRequest, check: Check | None = None) -> InferRequest:
     """The transport-free request; `raw_input_contents` (one entry per input) or typed contents.
-    `check(model, version, name, datatype, shape)` refuses an input before its data is decoded."""
+    `check(name, datatype, shape)` refuses an input before its data is decoded."""
     raw = request.raw_input_contents
     if raw and len(raw) != len(request.inputs):
         raise BadRequest(f"{len(raw)} raw_input_contents for {len(request.inputs)} inputs")
@@ -259,7 +256,7 @@ def decode_infer(request: pb.ModelInferRequest, check: Check | None = None) -> I
     for i, tensor in enumerate(request.inputs):
         shape = tuple(tensor.shape)
         if check is not None:
-            check(request.model_name, request.model_version or None, tensor.name, tensor.datatype, shape)
+            check(tensor.name, tensor.datatype, shape)
         if raw:
             data = codec.from_raw(tensor.datatype, shape, raw[i])
         else:

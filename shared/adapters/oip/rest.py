@@ -16,6 +16,7 @@ each binary input states its `binary_data_size`). An output is sent binary when 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -27,14 +28,13 @@ from shared.domain.answers import BinaryData, V2Error, V2InferHead, V2Live, V2Mo
 from shared.errors import BadRequest, MalformedJson, ModelNotFound, ScoringError, retry_after
 
 if TYPE_CHECKING:
-    from shared.adapters.oip.dataplane import DataPlane, InferRequest, InferResponse
+    from shared.adapters.oip.dataplane import Check, DataPlane, InferRequest, InferResponse
     from shared.core.service import ScoringService
 
 __all__ = ["HEADER_LENGTH", "V2Endpoints"]
 
 HEADER_LENGTH = "inference-header-content-length"
 Endpoint = Callable[[Request], Awaitable[Response]]
-Check = Callable[[str, str | None, str, str, tuple[int, ...]], None]
 
 
 def _json(body: object, status: int = 200) -> Response:
@@ -92,9 +92,8 @@ class V2Endpoints:
     async def infer(self, request: Request) -> Response:
         plane = await self.plane()
         body = await self.read_body(request)  # bounded by the body cap and BODY_TIMEOUT_MS
-        async with plane.core.admission.admitted(before_decode=True):  # NOTE: decoding is work: admitted first
-            decoded, binary_out = decode_infer(request, body, plane.check_head)
-            return encode_infer(await plane.infer(decoded), binary_out)
+        name, version = request.path_params["name"], request.path_params.get("version")
+        return encode_infer(await plane.infer(name, version, partial(decode_infer, request, body)))
 
 
 _METHODS = {
@@ -125,9 +124,9 @@ def _v2(endpoint: Endpoint) -> Endpoint:
     return guarded
 
 
-def decode_infer(request: Request, body: bytes, check: Check | None = None) -> tuple[InferRequest, bool]:
-    """The request, and whether its outputs are to be sent binary; `check(model, version, name,
-    datatype, shape)` refuses an input before its data is decoded."""
+def decode_infer(request: Request, body: bytes, check: Check | None = None) -> InferRequest:
+    """The request (and whether its outputs are to be sent binary); `check(name, datatype, shape)`
+    refuses an input before its data is decoded."""
     from shared.adapters.oip import codec
     from shared.adapters.oip.dataplane import InferRequest, NamedTensor
 
@@ -141,11 +140,10 @@ def decode_infer(request: Request, body: bytes, check: Check | None = None) -> t
         raise BadRequest("an inference request is a JSON object with an `inputs` list")
     binary, offset = body, split
     inputs = []
-    model, version = request.path_params["name"], request.path_params.get("version")
     for item in raw["inputs"]:
         name, datatype, shape, params = _tensor_head(item)
         if check is not None:
-            check(model, version, name, datatype, tuple(shape))
+            check(name, datatype, tuple(shape))
         size = params.get("binary_data_size")
         if size is not None:
             if not isinstance(size, int) or size < 0 or offset + size > len(binary):
@@ -167,10 +165,8 @@ def decode_infer(request: Request, body: bytes, check: Check | None = None) -> t
     request_id = raw.get("id", "")
     if not isinstance(request_id, str):
         raise BadRequest("`id` must be a string")
-    decoded = InferRequest(
-        request.path_params["name"], request.path_params.get("version"), inputs, outputs, request_id, parameters
-    )
-    return decoded, binary_out
+    model, version = request.path_params["name"], request.path_params.get("version")
+    return InferRequest(model, version, inputs, outputs, request_id, parameters, binary_out)
 
 
 def _header_length(header: str, size: int) -> int:
@@ -198,9 +194,10 @@ def _params(raw: Any) -> dict[str, Any]:
     return raw
 
 
-def encode_infer(response: InferResponse, binary: bool) -> Response:
+def encode_infer(response: InferResponse) -> Response:
     from shared.adapters.oip import codec
 
+    binary = response.binary
     outputs: list[V2Output] = []
     blobs: list[bytes] = []
     for tensor in response.outputs:

@@ -148,11 +148,11 @@ def post(headers: dict[str, bytes] | None = None) -> Request:
 
 def decoded_or_refused(body: bytes, headers: dict[str, bytes] | None = None) -> InferRequest | BadRequest:
     try:
-        decoded, binary_out = decode_infer(post(headers), body)
+        decoded = decode_infer(post(headers), body)
     except BadRequest as exc:
         refused(exc)
         return exc
-    assert isinstance(binary_out, bool)
+    assert isinstance(decoded.binary_outputs, bool)
     return decoded
 
 
