@@ -6,7 +6,7 @@ all, so requests from every path land in the same micro-batches and share the ca
 
     score_json / score_batch_json   bytes → validated events → scored (decoded and timed here)
     score / score_many              validated events → scored
-    infer                           tensor level: feature rows → scores (protocols, ensembles)
+    infer / infer_decoded           tensor level: feature rows → scores (V2, ensembles; shared/core/inference.py)
     metadata / model_ready          a served name's versions, tensors and readiness (protocols)
     models / readiness / stats      what the adapters report
     report                          an adapter's own dependency failing, or well again (readiness lists it)
@@ -17,7 +17,7 @@ all, so requests from every path land in the same micro-batches and share the ca
 Every decision can leave a record for the prediction log and a model's shadow version: the
 decision recorder (shared/core/recorder.py) builds it on the response path by reference; it is
 shadow-scored, explained and written after the answer, in background jobs. A canary split routes
-an event by its user to the candidate. The collaborators are `Part`s (shared/core/parts.py): one
+an event by its user to the candidate (shared/core/arms.py). The collaborators are `Part`s (shared/core/parts.py): one
 list whose jobs start with the core, whose problems readiness lists, and which close in order.
 """
 
@@ -26,14 +26,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from msgspec import UNSET
 
 from shared.core.admin import AdminPlane
 from shared.core.answer import DefaultedShare, Scoring, answer, timings
+from shared.core.arms import by_arm
 from shared.core.health import Health
+from shared.core.inference import RowScoring
 from shared.core.limits import Limits
 from shared.core.parts import Part
 from shared.core.recorder import DecisionRecorder
@@ -50,12 +51,12 @@ from shared.domain.decision import Decider, ThresholdDecider, Verdict
 from shared.domain.events import PaymentEvent, decode_event, decode_events
 from shared.domain.records import Arm, Via
 from shared.domain.signature import ModelInfo
-from shared.errors import BatcherClosed, InferenceFailed, ModelNotFound, NotReady, ScoringError
+from shared.errors import BatcherClosed, ModelNotFound, NotReady, ScoringError
 from shared.features.mapping import FeatureRow
 from shared.features.store import ContextStore
 from shared.models.ensembles.catalog import Ensembles
 from shared.models.registry import ModelRegistry
-from shared.models.served import LoadedModel, Prediction, Row, Served
+from shared.models.served import LoadedModel, Prediction, Served
 from shared.runtime.admission import Admission
 from shared.runtime.background import Background
 from shared.settings import Settings
@@ -68,16 +69,7 @@ if TYPE_CHECKING:
     from shared.review.reviewer import Reviewer
     from shared.stores.prediction_log.log import PredictionLog
 
-__all__ = ["Inferred", "ScoringService"]
-
-
-@dataclass(frozen=True, slots=True)
-class Inferred:
-    """Scores for rows of features, from one model version."""
-
-    model: str
-    model_version: str
-    scores: list[float]
+__all__ = ["ScoringService"]
 
 
 class ScoringService:
@@ -121,6 +113,8 @@ class ScoringService:
         self._share = DefaultedShare()  # events scored with a user feature on its model default
         self._record_stages = metrics.stages if settings.telemetry else None
         self.names = ServedNames(registry, ensembles)
+        rows = RowScoring(self.admission, self.names, recorder)  # NOTE: its methods as ours: no extra await
+        self.infer, self.infer_decoded = rows.infer, rows.infer_decoded
         parts_problems = [p.problem for p in self._parts if p.problem is not None]
         self.health = Health(
             settings, registry, self.background, [self.admission.problem, *parts_problems, self._share.problem]
@@ -327,41 +321,6 @@ class ScoringService:
         answers = iter(scored)
         return [e if isinstance(e, ScoringError) else next(answers) for e in events]
 
-    async def infer(self, name: str, version: str | None, rows: Sequence[Row], via: Via = "v2") -> Inferred:
-        """Scores for feature rows (already in the model's column order), through caches and batches.
-
-        `name` is a model or an ensemble; each row goes through the batcher as one request. Rows
-        carry no user: a canary split does not route them (the live or the named version scores).
-        """
-        return await self.infer_decoded(name, version, lambda _: rows, via)
-
-    async def infer_decoded(
-        self, name: str, version: str | None, decode: Callable[[ModelInfo], Sequence[Row]], via: Via = "v2"
-    ) -> Inferred:
-        """V2's one entry: a slot first, then `decode(info)` (the rows, checked against the model's
-        metadata), then the rows scored in that same slot. Decoding is work (a 1 MiB BYTES tensor
-        ~130 ms of the event loop): a flood of large bodies is counted and refused before it is decoded."""
-        async with self.admission.admitted():
-            rows = decode(self.metadata(name, version))
-            try:
-                return await self._infer(name, version, rows, via)
-            except BatcherClosed:
-                return await self._infer(name, version, rows, via)  # swapped while waiting: the new one answers
-
-    async def _infer(self, name: str, version: str | None, rows: Sequence[Row], via: Via) -> Inferred:
-        served = self.names.get(name, version)
-        rows_scored = [asyncio.ensure_future(served.score(row)) for row in rows]
-        try:
-            done = await asyncio.gather(*rows_scored)
-        except BaseException:
-            for pending in rows_scored:  # NOTE: a refused row fails the request: its siblings stop queueing
-                pending.cancel()
-            raise
-        scores = [d.value.score for d in done]
-        if self._recorder.recording:
-            self._recorder.record_rows(served, rows, scores, via)
-        return Inferred(served.name, served.version, scores)
-
     async def _score(
         self, event: PaymentEvent, name: str, parse_s: float, wait_s: float | None, via: Via, explain: bool
     ) -> Scored:
@@ -372,37 +331,8 @@ class ScoringService:
             loaded = self.names.get(name)
         traffic = self._traffic
         if traffic is not None and traffic.split(name):
-            return await self._score_split(event, name, loaded, traffic, scoring)
+            return await by_arm(event, name, loaded, traffic, scoring, self._score_on)
         return await self._score_on(event, loaded, scoring)
-
-    async def _score_split(
-        self,
-        event: PaymentEvent,
-        name: str,
-        live: Served,
-        traffic: Traffic,
-        scoring: Scoring,
-    ) -> Scored:
-        """Under a canary split the user's arm scores, and its decision is counted for the
-        automatic abort. A candidate that fails to score is counted as an error and the live
-        version answers: a bad candidate costs its users nothing but the wait."""
-        candidate = traffic.canary_for(name, event.user_id)
-        if candidate is not None:
-            try:
-                scored = await self._score_on(event, candidate, scoring, arm="canary")
-            except InferenceFailed:
-                traffic.observe(name, "canary", "error")
-            else:
-                traffic.observe(name, "canary", scored.decision)
-                return scored
-            return await self._score_on(event, live, scoring)
-        try:
-            scored = await self._score_on(event, live, scoring, arm="live")
-        except InferenceFailed:
-            traffic.observe(name, "live", "error")
-            raise
-        traffic.observe(name, "live", scored.decision)
-        return scored
 
     async def _score_on(self, event: PaymentEvent, loaded: Served, scoring: Scoring, arm: Arm | None = None) -> Scored:
         scoring.arm = arm
