@@ -102,13 +102,26 @@ def test_a_missing_model_directory_names_the_path_it_looked_at() -> None:
     assert f"no directory at {REPO / 'no-such-models'} (MODELS_DIR='no-such-models'); fix: set MODELS_DIR" in out
 
 
+def _answered(url: str, within_s: float = 10.0) -> bytes:
+    """The body at `url` once the server listens: the core says it is ready during uvicorn's
+    lifespan startup, and uvicorn binds its socket only after that startup ends."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=10) as answer:  # noqa: S310 our own loopback http:// URL
+                return bytes(answer.read())
+        except urllib.error.URLError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def test_redis_down_names_its_address_and_asks_whether_it_runs() -> None:
     port, http = closed_port(), closed_port()
     with running(PORT=str(http), REDIS_URL=f"redis://127.0.0.1:{port}/0") as run:
         out = run.until(rf"Redis at 127\.0\.0\.1:{port} \(REDIS_URL\) failed \(ConnectionError\).*\n")
         out = run.until(r"scoring service ready: .* redis on at 127\.0\.0\.1")
-        with urllib.request.urlopen(f"http://127.0.0.1:{http}/api/health/ready", timeout=10) as answer:
-            degraded = json.loads(answer.read())["degraded"]
+        degraded = json.loads(_answered(f"http://127.0.0.1:{http}/api/health/ready"))["degraded"]
     assert "is Redis running there?" in out
     assert "GET /api/models" not in out  # NOTE: the admin route's advice is not a start's
     assert degraded and len(degraded) == len(set(degraded)), degraded  # each problem once
