@@ -75,7 +75,9 @@ def test_stages_folded_equal_stages_recorded_one_at_a_time(events: list[dict[str
     for stage in metrics.STAGES:
         assert bulk[stage][0] == one[stage][0], stage
         assert bulk[stage][1] == one[stage][1] == (len(events) if stage in ROW_STAGES else 0)
-        assert np.isclose(bulk[stage][2], one[stage][2], rtol=1e-9, atol=1e-12)
+        # NOTE: each side is a difference of two running totals (the process keeps one across examples), which
+        # loses ~eps x the total: a nanosecond, far below any event a fold could drop or double
+        assert np.isclose(bulk[stage][2], one[stage][2], rtol=1e-9, atol=1e-9)
 
 
 def test_a_reviews_wait_is_recorded_once_beside_the_six() -> None:
