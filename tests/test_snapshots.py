@@ -820,7 +820,7 @@ async def test_queue_outcomes_without_models(settings: Settings, tmp_path: Path)
     empty = tmp_path / "empty"
     empty.mkdir()
     publisher = MemoryPublisher()
-    handlers = FunctionHandlers(ServiceHolder(lambda: dataclasses.replace(settings, models_dir=str(empty))),
+    handlers = FunctionHandlers(ServiceHolder(lambda: dataclasses.replace(settings, models_dir=str(empty), queue_batch_budget_ms=60_000)),
                                 publisher=publisher)  # fmt: skip
     try:
         call = QueueCases(handlers, publisher, tmp_path)
