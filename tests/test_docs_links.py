@@ -67,15 +67,21 @@ def test_every_relative_link_resolves_to_a_file_and_a_heading(page: str) -> None
 
 
 def test_the_link_check_catches_a_broken_link_in_a_copy_of_the_docs(tmp_path: Path) -> None:
-    """Mutation: the real pages, copied, with a link to a missing page and one to a missing heading."""
+    """Mutation: the real pages, copied, with a link to a missing page, one to a missing heading of another
+    page and one to a missing heading of the same page; a heading that exists and a URL pass."""
     shutil.copy(REPO / "README.md", tmp_path / "README.md")
     shutil.copytree(REPO / "docs", tmp_path / "docs")
     page = tmp_path / "docs" / "benchmark.md"
     assert broken_links(page) == []
-    page.write_text(page.read_text() + "\n[a](gone.md) [b](../README.md#no-such-section) [c](https://example.com/x)\n")
+    heading = sorted(anchors(tmp_path / "README.md"))[0]
+    page.write_text(
+        page.read_text() + f"\n[a](gone.md) [b](../README.md#no-such-section) [c](#no-such-section)"
+        f" [d](../README.md#{heading}) [e](https://example.com/x)\n"
+    )
     assert broken_links(page) == [
         "benchmark.md: gone.md (no such file)",
         "benchmark.md: ../README.md#no-such-section (no such heading)",
+        "benchmark.md: #no-such-section (no such heading)",
     ]
 
 

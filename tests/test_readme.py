@@ -1,6 +1,6 @@
-"""The README is an entry point, and what it says holds: its length, its order, its links, its API
-table (against the route table), its commands (against the Makefile), its figures (against
-docs/benchmark.md) and its costs (against infra/'s defaults). The same links check covers docs/."""
+"""The README is an entry point, and what it says holds: its length, its order, its API table (against
+the route table), its commands (against the Makefile), its figures (against docs/benchmark.md) and its
+costs (against infra/'s defaults). Its links, with docs/'s, are tests/test_docs_links.py's."""
 
 from __future__ import annotations
 
@@ -44,51 +44,10 @@ def headings(text: str) -> list[str]:
     return found
 
 
-def slug(heading: str) -> str:
-    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
-    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
-
-
-def anchors(page: Path) -> set[str]:
-    text, code, found = page.read_text(), False, set()
-    for line in text.splitlines():
-        code ^= line.startswith("```")
-        if not code and (heading := re.match(r"^#{1,6} (.+)$", line)):
-            found.add(slug(heading[1]))
-    return found
-
-
-def broken_links(page: Path) -> list[str]:
-    """Every relative link of `page` whose file, or whose anchor in a markdown file, does not exist."""
-    broken = []
-    for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
-        if re.match(r"^[a-z]+:", target):
-            continue
-        path, _, anchor = target.partition("#")
-        resolved = (page.parent / path).resolve() if path else page
-        if not resolved.exists():
-            broken.append(f"{target} (no such file)")
-        elif anchor and resolved.suffix == ".md" and anchor not in anchors(resolved):
-            broken.append(f"{target} (no such heading)")
-    return broken
-
-
 def test_the_readme_is_an_entry_point_in_the_order_a_new_user_needs() -> None:
     text = README.read_text()
     assert len(text.splitlines()) <= MAX_LINES, f"README.md has {len(text.splitlines())} lines, over {MAX_LINES}"
     assert headings(text) == SECTIONS
-
-
-@pytest.mark.parametrize("page", ["README.md", *sorted(str(p.relative_to(REPO)) for p in (REPO / "docs").glob("*.md"))])
-def test_every_link_resolves(page: str) -> None:
-    assert broken_links(REPO / page) == []
-
-
-def test_the_link_check_catches_a_missing_page_and_a_missing_heading(tmp_path: Path) -> None:
-    (tmp_path / "there.md").write_text("# Title\n\n## A section\n")
-    page = tmp_path / "page.md"
-    page.write_text("[a](there.md#a-section) [b](gone.md) [c](there.md#no-section) [d](https://example.com/x)\n")
-    assert broken_links(page) == ["gone.md (no such file)", "there.md#no-section (no such heading)"]
 
 
 def api_rows(text: str) -> dict[tuple[str, str], tuple[str, str]]:
