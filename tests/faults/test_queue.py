@@ -148,7 +148,7 @@ async def test_every_rejection_reaches_risk_rejected_past_duplicate_detection(
     and a redelivery of them all republishes under the same ids (dropped, none added)."""
     import json
 
-    from shared.adapters.queue.handler import REJECTED_QUEUE
+    from shared.adapters.queue.messages import REJECTED_QUEUE
 
     replica = replicas(settings)
     await replica.start()

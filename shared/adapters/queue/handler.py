@@ -32,10 +32,17 @@ from msgspec.structs import asdict
 
 from shared.adapters.queue.budget import BatchBudget
 from shared.adapters.queue.idempotency import Kept, MemoryResultStore, RedisResultStore, ResultStore
-from shared.adapters.queue.messages import Incoming, Outbound, enqueued_iso, rejection_id, rejection_record, unpack
+from shared.adapters.queue.messages import (
+    REJECTED_QUEUE,
+    Incoming,
+    Outbound,
+    enqueued_iso,
+    rejection_id,
+    rejection_record,
+    unpack,
+)
 from shared.adapters.queue.publisher import Publisher, ServiceBusPublisher
 from shared.adapters.queue.retry import PUBLISH_RETRY, held, score_within
-from shared.adapters.queue.retry import held as _held  # NOTE: outcomes.py imports it from here (defined in retry.py)
 from shared.adapters.queue.tracing import continued, measure, spans, stage_spans
 from shared.adapters.queue.verdicts import Delivery, Handled, Outcome, conflict, fail, follow_primaries
 from shared.domain.answers import QueueResult, encode
@@ -54,11 +61,9 @@ if TYPE_CHECKING:
     from shared.core.service import ScoringService
     from shared.domain.answers import Scored
 
-# BatchBudget (budget.py) and _held (retry.py) are importable from here too: outcomes.py imports them so
-__all__ = ["COMPLETED_QUEUE", "REJECTED_QUEUE", "BatchBudget", "QueueHandler", "_held"]
+__all__ = ["COMPLETED_QUEUE", "QueueHandler"]
 
 COMPLETED_QUEUE = "risk-completed"
-REJECTED_QUEUE = "risk-rejected"
 
 
 class QueueHandler:

@@ -35,6 +35,7 @@ from shared.domain.records import hashed_id
 from shared.errors import InvalidEvent, PayloadTooLarge, ScoringError, TooManyItems
 
 __all__ = [
+    "REJECTED_QUEUE",
     "TRACE_PROPERTIES",
     "Incoming",
     "Outbound",
@@ -44,6 +45,8 @@ __all__ = [
     "unpack",
 ]
 
+# Where a rejection is sent, from the payments and the outcomes alike (rejection_record, rejection_id).
+REJECTED_QUEUE = "risk-rejected"
 # W3C trace context as application properties; the SDK's own tracing writes `Diagnostic-Id`.
 TRACE_PROPERTIES = ("traceparent", "tracestate", "Diagnostic-Id")
 # A record keeps a body up to this size whole; past it (far beyond any valid event) an excerpt,

@@ -9,7 +9,7 @@
                 record (why, its message id, its body) goes to risk-rejected, so nothing is lost
     take        the rest in one call to the outcome desk: written, or a duplicate of one taken before
     outage      the store or its marks down: waited out inside the batch budget (backoff, full
-                jitter: the `payments` rule, shared/adapters/queue/handler.py), then the batch
+                jitter: the `payments` rule, shared/adapters/queue/retry.py), then the batch
                 fails and the host redelivers it; what was written before is a duplicate then
 
 A fault of ours that one message meets (an exception no adapter translated) rejects that message
@@ -25,8 +25,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
-from shared.adapters.queue.handler import BatchBudget, _held
-from shared.adapters.queue.messages import Incoming, Outbound, event_message_id, rejection_id, rejection_record
+from shared.adapters.queue.budget import BatchBudget
+from shared.adapters.queue.messages import (
+    REJECTED_QUEUE,
+    Incoming,
+    Outbound,
+    event_message_id,
+    rejection_id,
+    rejection_record,
+)
+from shared.adapters.queue.retry import held
 from shared.domain.outcomes import Outcome, judged, outcome_items
 from shared.errors import PayloadTooLarge, ScoringError, Unexpected
 
@@ -37,7 +45,6 @@ if TYPE_CHECKING:
 __all__ = ["OUTCOMES_QUEUE", "OutcomeQueue", "Taken"]
 
 OUTCOMES_QUEUE = "risk-outcomes"
-REJECTED_QUEUE = "risk-rejected"
 Verdict = Literal["written", "duplicate", "rejected"]
 # NOTE: the first key decides (as for the payments' envelopes): a single outcome costs one anchored match
 _ENVELOPE = re.compile(rb'[ \t\n\r]*\{[ \t\n\r]*"outcomes"[ \t\n\r]*:')
@@ -81,7 +88,7 @@ class OutcomeQueue:
                 messages.append(item)
                 decoded.append(verdict)
         valid = [d for d in decoded if isinstance(d, Outcome)]
-        fresh = await _held(until, lambda: self._desk.keep(valid, now), "keeping outcomes")
+        fresh = await held(until, lambda: self._desk.keep(valid, now), "keeping outcomes")
         written = iter(fresh)
         taken = [
             Taken(m.message_id, "rejected", d) if isinstance(d, ScoringError)
@@ -94,7 +101,7 @@ class OutcomeQueue:
             if isinstance(d, ScoringError)
         ]
         if rejected:
-            await _held(until + self._budget.publish_s, lambda: self._publisher.publish(rejected), "publishing")
+            await held(until + self._budget.publish_s, lambda: self._publisher.publish(rejected), "publishing")
         return taken
 
     def _unpack(self, message: Incoming, now: datetime) -> list[tuple[Incoming, Outcome | ScoringError]]:

@@ -12,9 +12,9 @@ from typing import Any
 import orjson
 import pytest
 
-from shared.adapters.queue.handler import COMPLETED_QUEUE, REJECTED_QUEUE, QueueHandler
+from shared.adapters.queue.handler import COMPLETED_QUEUE, QueueHandler
 from shared.adapters.queue.idempotency import RedisResultStore
-from shared.adapters.queue.messages import Incoming
+from shared.adapters.queue.messages import REJECTED_QUEUE, Incoming
 from shared.adapters.queue.publisher import MemoryPublisher
 from shared.core.service import ScoringService
 from tests.conftest import event

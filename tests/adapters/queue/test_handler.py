@@ -13,9 +13,9 @@ import orjson
 import pytest
 
 from shared.adapters.queue.budget import BatchBudget
-from shared.adapters.queue.handler import COMPLETED_QUEUE, REJECTED_QUEUE, QueueHandler
+from shared.adapters.queue.handler import COMPLETED_QUEUE, QueueHandler
 from shared.adapters.queue.idempotency import MemoryResultStore
-from shared.adapters.queue.messages import Incoming, Outbound, rejection_id
+from shared.adapters.queue.messages import REJECTED_QUEUE, Incoming, Outbound, rejection_id
 from shared.adapters.queue.publisher import MemoryPublisher
 from shared.core.service import ScoringService
 from shared.errors import PublishFailed, ResultStoreDown, ScoringError
