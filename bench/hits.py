@@ -17,7 +17,6 @@ Reports medians of req/s and server CPU per request, and each hit path's req/s Ã
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import tempfile
@@ -28,8 +27,9 @@ import orjson
 from bench.flashsale.measure import pin
 from bench.loadgen import now_stamp
 from bench.run import wrk
-from bench.servers import cpu_s, start_server
+from bench.servers import cpu_s, start_app
 from bench.verdicts import WorkNotDone
+from bench.versus import rounds_parser
 
 # the first event number (bench/wrk/score.lua's `event(n)`) that `make run`'s model decides so
 HITS = {"approve": 0, "review": 499_000, "decline": 499_791}
@@ -58,15 +58,10 @@ def run(mode: str, port: int, seconds: float, connections: int) -> dict[str, flo
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=4.0)
-    parser.add_argument("--connections", type=int, default=16)
-    args = parser.parse_args()
-    env = {"ORT_USE_GPU": "false", "REDIS_URL": "", "LOG_LEVEL": "WARNING", "PREDICTION_LOG": "dir"}
-    env["PREDICTION_LOG_DIR"] = tempfile.mkdtemp(prefix="bench-hits-")
+    args = rounds_parser(__doc__, rounds=3, seconds=4.0).parse_args()
+    env = {"PREDICTION_LOG": "dir", "PREDICTION_LOG_DIR": tempfile.mkdtemp(prefix="bench-hits-")}
     load_before = os.getloadavg()[0]
-    server = start_server("hits", "shared.adapters.http.asgi:app", env)
+    server = start_app("hits", env)
     pinned = pin(server.process.pid)
     modes = ("miss", *HITS)
     results: dict[str, list[dict[str, float]]] = {m: [] for m in modes}

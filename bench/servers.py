@@ -9,8 +9,13 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+APP = "shared.adapters.http.asgi:app"
+# `make run`'s app held to this machine's CPU, without Redis, logging warnings alone: the score path's A/B base
+CPU_APP_ENV = {"ORT_USE_GPU": "false", "REDIS_URL": "", "LOG_LEVEL": "WARNING"}
 
 
 def free_port() -> int:
@@ -129,6 +134,11 @@ def start_server(
         process = subprocess.Popen(command, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT, cwd=cwd)
     wait_http(f"http://127.0.0.1:{port}{ready_path}")
     return Server(name, port, process, time.perf_counter() - started)
+
+
+def start_app(name: str, env: Mapping[str, str], *, cwd: Path | None = None) -> Server:
+    """The HTTP app (APP) on CPU_APP_ENV with `env` over it: the server the score path's A/B benchmarks compare."""
+    return start_server(name, APP, {**CPU_APP_ENV, **env}, cwd=cwd)
 
 
 class Redis:

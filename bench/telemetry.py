@@ -12,12 +12,11 @@ cost between the metrics and the sampled requests' spans.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import urllib.request
 
-from bench.servers import start_server
-from bench.versus import interleaved
+from bench.servers import start_app
+from bench.versus import interleaved, rounds_parser
 
 VARIANTS = {
     "off": {"TELEMETRY": "false"},
@@ -27,15 +26,9 @@ VARIANTS = {
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--connections", type=int, default=16)
-    args = parser.parse_args()
-    base = {"GC_GEN0_THRESHOLD": "50000", "ORT_USE_GPU": "false", "REDIS_URL": "", "LOG_LEVEL": "WARNING"}
+    args = rounds_parser(__doc__, rounds=5, seconds=5.0).parse_args()
     servers = {
-        name: start_server(f"telemetry-{name}", "shared.adapters.http.asgi:app", {**base, **env})
-        for name, env in VARIANTS.items()
+        name: start_app(f"telemetry-{name}", {"GC_GEN0_THRESHOLD": "50000", **env}) for name, env in VARIANTS.items()
     }
 
     def scrape() -> None:  # NOTE: once a round, as a Prometheus would

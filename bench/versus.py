@@ -19,9 +19,18 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from bench.run import ROOT, wrk
-from bench.servers import Server, cpu_s, start_server
+from bench.servers import CPU_APP_ENV, Server, cpu_s, start_app
 
 FIGURES = ("rps", "p50_ms", "p99_ms", "cpu_us")
+
+
+def rounds_parser(doc: str | None, *, rounds: int, seconds: float) -> argparse.ArgumentParser:
+    """A benchmark's command line with the options of `interleaved`: --rounds, --seconds, --connections."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--seconds", type=float, default=seconds)
+    parser.add_argument("--connections", type=int, default=16)
+    return parser
 
 
 def interleaved(
@@ -50,20 +59,13 @@ def interleaved(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = rounds_parser(__doc__, rounds=5, seconds=5.0)
     parser.add_argument("before", type=Path, help="the other checkout (a git worktree of the commit to compare)")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--env", action="append", default=[], help="NAME=value for both servers (repeatable)")
     args = parser.parse_args()
-    env = {"ORT_USE_GPU": "false", "REDIS_URL": "", "LOG_LEVEL": "WARNING", "PREDICTION_LOG": "off"}
-    env |= dict(item.split("=", 1) for item in args.env)
+    env = {**CPU_APP_ENV, "PREDICTION_LOG": "off"} | dict(item.split("=", 1) for item in args.env)
     trees = {"before": args.before.resolve(), "after": ROOT}
-    servers = {
-        name: start_server(f"versus-{name}", "shared.adapters.http.asgi:app", env, cwd=tree)
-        for name, tree in trees.items()
-    }
+    servers = {name: start_app(f"versus-{name}", env, cwd=tree) for name, tree in trees.items()}
     try:
         results = interleaved(servers, args.rounds, args.seconds, args.connections)
     finally:
