@@ -80,9 +80,7 @@ class Commands:
             last = before.last_abort if before is not None else None
             sha256 = await self._rollout.digest(name, version)
             record = CanaryRecord(version, float(weight), time.time(), None, last, sha256)
-            await self._write(canary_key(name), record)
-            routes.drop_pending(name)  # the operator's record replaces an abort not yet kept
-            routes.apply_canary(name, record)
+            await self._set_canary_record(name, record)
             try:
                 await routes.loaded(name, version)
             except ScoringError:
@@ -98,18 +96,13 @@ class Commands:
         routes = self._routes
         self._registry.active(name)
         async with routes.lock(name):
-            current = await self._current_canary(name)
-            if current is None or current.version is None:
-                raise RolloutConflict(f"model {name!r} has no canary to abort")
+            current, version = await self._running_canary(name, "abort")
             if current.aborted is not None:
                 return  # aborted already: the first abort's reason stands
-            record = aborted(current, reason, time.time())
-            await self._write(canary_key(name), record)
-            routes.drop_pending(name)
-            routes.apply_canary(name, record)
+            await self._set_canary_record(name, aborted(current, reason, time.time()))
             metrics.canary_abort(name, reason)
             await routes.hold(name)
-        await self._rollout.audit.record(by, "abort", name, version=current.version)
+        await self._rollout.audit.record(by, "abort", name, version=version)
 
     async def promote(self, name: str, *, by: Actor | None = None) -> None:
         """The candidate becomes the pinned version on every replica (`Rollout.pin`), then the split is cleared.
@@ -121,26 +114,21 @@ class Commands:
         routes = self._routes
         self._registry.active(name)
         async with routes.lock(name):
-            current = await self._current_canary(name)
-            if current is None or current.version is None:
-                raise RolloutConflict(f"model {name!r} has no canary to promote")
+            current, version = await self._running_canary(name, "promote")
             if current.aborted is not None:
                 raise RolloutConflict(
-                    f"the canary {name}/{current.version} was aborted ({current.aborted.reason}): set it again "
+                    f"the canary {name}/{version} was aborted ({current.aborted.reason}): set it again "
                     f"(or pin it: POST /api/models/{name}/activate)"
                 )
-            await self._rollout.pin(name, current.version)
-            record = CanaryRecord(None, 0.0, time.time(), None, current.last_abort)
-            await self._write(canary_key(name), record)
-            routes.drop_pending(name)
-            routes.apply_canary(name, record)
+            await self._rollout.pin(name, version)
+            await self._set_canary_record(name, CanaryRecord(None, 0.0, time.time(), None, current.last_abort))
             shadow = routes.shadow_record(name)
-            if shadow is not None and shadow.version == current.version:  # it serves now: a shadow of
+            if shadow is not None and shadow.version == version:  # it serves now: a shadow of
                 released = ShadowRecord(None, time.time())  # itself would score every event twice alike
                 await self._write(shadow_key(name), released)
                 routes.apply_shadow(name, released)
             await routes.hold(name)
-        await self._rollout.audit.record(by, "promote", name, version=current.version)
+        await self._rollout.audit.record(by, "promote", name, version=version)
 
     async def _current_canary(self, name: str) -> CanaryRecord | None:
         """The canary record as the store holds it now (this replica's where there is no store)."""
@@ -149,6 +137,19 @@ class Commands:
         (payload,) = await self._control.read([canary_key(name)])
         current: CanaryRecord | None = decode_record(name, payload, CanaryRecord)
         return current if current is not None else self._routes.canary_record(name)
+
+    async def _running_canary(self, name: str, command: str) -> tuple[CanaryRecord, str]:
+        """The canary record and its version; `RolloutConflict` when `name` has none to `command`."""
+        current = await self._current_canary(name)
+        if current is None or current.version is None:
+            raise RolloutConflict(f"model {name!r} has no canary to {command}")
+        return current, current.version
+
+    async def _set_canary_record(self, name: str, record: CanaryRecord) -> None:
+        """Write `record`, then apply it here: the operator's record replaces an abort not yet kept."""
+        await self._write(canary_key(name), record)
+        self._routes.drop_pending(name)
+        self._routes.apply_canary(name, record)
 
     async def _write(self, key: str, record: ShadowRecord | CanaryRecord) -> None:
         if self._control is not None:
