@@ -119,9 +119,6 @@ class Activation(msgspec.Struct, frozen=True):
     allow_never_decline: bool = False
 
 
-T = TypeVar("T")
-
-
 class CanarySplit(msgspec.Struct, frozen=True):
     """`PUT /api/models/{name}/canary`: the candidate version and the share of users it scores."""
 
@@ -279,7 +276,7 @@ _activation_decoder = msgspec.json.Decoder(Activation)
 
 def decode_activation(body: bytes) -> Activation:
     """`{"version": "3"}`, or `MalformedJson` / `InvalidEvent` naming what is wrong."""
-    return _decode_small(_activation_decoder, body)
+    return decoded(_activation_decoder, body)
 
 
 _canary_decoder = msgspec.json.Decoder(CanarySplit)
@@ -287,13 +284,4 @@ _canary_decoder = msgspec.json.Decoder(CanarySplit)
 
 def decode_canary(body: bytes) -> CanarySplit:
     """`{"version": "3", "weight": 0.1}`, or `MalformedJson` / `InvalidEvent` naming what is wrong."""
-    return _decode_small(_canary_decoder, body)
-
-
-def _decode_small(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
-    try:
-        return decoder.decode(body)
-    except msgspec.ValidationError as exc:
-        raise _invalid(exc) from None
-    except _UNREADABLE as exc:
-        raise MalformedJson(_unreadable(exc)) from None
+    return decoded(_canary_decoder, body)
