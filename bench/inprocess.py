@@ -32,18 +32,21 @@ from shared.core.holder import ServiceHolder
 from shared.settings import Settings
 
 
-async def call(app: Any, body: bytes, path: str = "/api/score") -> None:
+async def asgi_call(app: Any, method: str, path: str, body: bytes = b"") -> list[dict[str, Any]]:
+    """One HTTP request through `app`'s ASGI interface, in this process (a JSON `body`, if any):
+    the messages the app sent back."""
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())] if body else []
     scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
-        "method": "POST",
+        "method": method,
         "scheme": "http",
         "path": path,
         "raw_path": path.encode(),
         "query_string": b"",
         "root_path": "",
-        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        "headers": headers,
         "client": ("127.0.0.1", 1),
         "server": ("127.0.0.1", 80),
     }
@@ -56,6 +59,11 @@ async def call(app: Any, body: bytes, path: str = "/api/score") -> None:
         sent.append(message)
 
     await app(scope, receive, send)
+    return sent
+
+
+async def call(app: Any, body: bytes, path: str = "/api/score") -> None:
+    sent = await asgi_call(app, "POST", path, body)
     if sent[0]["status"] != 200:
         raise RuntimeError(orjson.loads(sent[-1]["body"]))
 

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from bench.inprocess import asgi_call
 from shared.adapters.http.app import create_app
 from shared.core.holder import ServiceHolder
 from shared.runtime.doctor import PlatformDoctor
@@ -31,29 +32,7 @@ COUNTS = (10, 3000)  # sockets a replica holds: idle, and under a caller that op
 
 
 async def probe(app: Any) -> None:
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": "/api/health/ready",
-        "raw_path": b"/api/health/ready",
-        "query_string": b"",
-        "root_path": "",
-        "headers": [],
-        "client": ("127.0.0.1", 1),
-        "server": ("127.0.0.1", 80),
-    }
-    sent: list[dict[str, Any]] = []
-
-    async def receive() -> dict[str, Any]:
-        return {"type": "http.request", "body": b"", "more_body": False}
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    await app(scope, receive, send)
+    sent = await asgi_call(app, "GET", "/api/health/ready")
     if sent[0]["status"] != 200:
         raise RuntimeError(f"readiness answered {sent[0]['status']}: the probe measured is not the ready one")
 
