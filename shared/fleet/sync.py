@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
+from typing import TypeVar
 
 from shared.errors import ControlStoreDown, ScoringError
 from shared.fleet.keys import CanaryRecord, ShadowRecord, canary_key, decode_record, encode, shadow_key
@@ -32,6 +34,7 @@ from shared.stores.control import ControlStore
 __all__ = ["Sync"]
 
 log = logging.getLogger(__name__)
+_Record = TypeVar("_Record", ShadowRecord, CanaryRecord)
 
 
 class Sync:
@@ -87,22 +90,21 @@ class Sync:
         shadow: ShadowRecord | None = decode_record(name, shadow_payload, ShadowRecord)
         canary: CanaryRecord | None = decode_record(name, canary_payload, CanaryRecord)
         canary = await self._keep_pending(name, canary)
-        held_shadow, held_canary = routes.shadow_record(name), routes.canary_record(name)
-        if shadow is None and held_shadow is not None and held_shadow.version is not None:
-            if await control.write_if_absent(shadow_key(name), encode(held_shadow)):
-                self._written_back.note(
-                    f"the shadow of {name!r} (version {held_shadow.version}) was missing; written back"
-                )
-        elif shadow is not None:
-            routes.apply_shadow(name, shadow)
-        if canary is None and held_canary is not None and held_canary.version is not None:
-            if await control.write_if_absent(canary_key(name), encode(held_canary)):
-                self._written_back.note(
-                    f"the canary of {name!r} (version {held_canary.version}) was missing; written back"
-                )
-        elif canary is not None:
-            routes.apply_canary(name, canary)
+        await self._follow(name, shadow_key(name), shadow, routes.shadow_record(name), routes.apply_shadow)
+        await self._follow(name, canary_key(name), canary, routes.canary_record(name), routes.apply_canary)
         await routes.hold(name)
+
+    async def _follow(
+        self, name: str, key: str, stored: _Record | None, held: _Record | None, apply: Callable[[str, _Record], None]
+    ) -> None:
+        """The store's record applies here; a missing one, where this replica holds a version, is written back."""
+        if stored is not None:
+            apply(name, stored)
+        elif held is not None and held.version is not None:
+            assert self._control is not None  # noqa: S101 narrows the type for mypy; the caller checked
+            if await self._control.write_if_absent(key, encode(held)):
+                kind = "shadow" if isinstance(held, ShadowRecord) else "canary"
+                self._written_back.note(f"the {kind} of {name!r} (version {held.version}) was missing; written back")
 
     async def _keep_pending(self, name: str, canary: CanaryRecord | None) -> CanaryRecord | None:
         """Write an abort decided here, unless the record changed since (a new canary, another abort)."""
