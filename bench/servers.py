@@ -9,7 +9,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,20 +38,29 @@ def wait_http(url: str, timeout_s: float = 30.0) -> float:
     raise TimeoutError(f"{url} did not answer 200 within {timeout_s} s")
 
 
-def rss_mib(pid: int) -> float:
-    """Resident memory of a process and its children, in MiB (Linux /proc)."""
+def _over_tree(pid: int, read: Callable[[int], int]) -> int:
+    """The sum of `read(p)` over a process and its descendants (Linux /proc); one gone meanwhile counts 0."""
     total = 0
     pids = [pid]
     while pids:
         p = pids.pop()
         try:
-            status = Path(f"/proc/{p}/status").read_text()
-            total += next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:"))
+            total += read(p)
             for task in Path(f"/proc/{p}/task").iterdir():  # NOTE: every thread: uvicorn spawns workers from one
                 pids.extend(int(c) for c in (task / "children").read_text().split())
-        except (OSError, StopIteration):
+        except (OSError, IndexError, ValueError, StopIteration):
             continue
-    return total / 1024
+    return total
+
+
+def _rss_kib(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:"))
+
+
+def rss_mib(pid: int) -> float:
+    """Resident memory of a process and its children, in MiB (Linux /proc)."""
+    return _over_tree(pid, _rss_kib) / 1024
 
 
 def _ticks(stat: Path) -> int:
@@ -62,17 +71,7 @@ def _ticks(stat: Path) -> int:
 
 def cpu_s(pid: int) -> float:
     """CPU seconds (user + system) used so far by a process and its children (Linux /proc)."""
-    ticks = 0
-    pids = [pid]
-    while pids:
-        p = pids.pop()
-        try:
-            ticks += _ticks(Path(f"/proc/{p}/stat"))
-            for task in Path(f"/proc/{p}/task").iterdir():
-                pids.extend(int(c) for c in (task / "children").read_text().split())
-        except (OSError, IndexError, ValueError):
-            continue
-    return ticks / os.sysconf("SC_CLK_TCK")
+    return _over_tree(pid, lambda p: _ticks(Path(f"/proc/{p}/stat"))) / os.sysconf("SC_CLK_TCK")
 
 
 def cpu_parts_s(pid: int) -> tuple[float, float]:
