@@ -25,6 +25,7 @@
     │   ├── PublishFailed         503 publish_failed    UNAVAILABLE        (queue: retry; stored result republished)
     │   ├── BatchIncomplete       503 batch_incomplete  UNAVAILABLE        (queue: the host redelivers the batch)
     │   ├── Overloaded            503 overloaded        UNAVAILABLE        (shed at once, Retry-After; queue: retry)
+    │   ├── CpuStarved            503 cpu_starved       UNAVAILABLE        (a model run starved of CPU; its version not blamed)
     │   └── DeadlineExceeded      503 deadline_exceeded DEADLINE_EXCEEDED  (work abandoned, Retry-After; queue: retry)
     ├── InferenceFailed           500 inference_failed  INTERNAL           (queue: retry)
     ├── Unexpected                500 unexpected        INTERNAL           (queue: reject that message alone, never its batch)
@@ -56,6 +57,7 @@ __all__ = [
     "BatcherClosed",
     "BodyTimeout",
     "ControlStoreDown",
+    "CpuStarved",
     "DeadlineExceeded",
     "EventExpired",
     "EventIdConflict",
@@ -235,6 +237,14 @@ class Overloaded(Unavailable):
     at once, before any work, rather than queued behind what is already late."""
 
     code = "overloaded"
+    retry_after_s = 1.0
+
+
+class CpuStarved(Unavailable):
+    """A model run that waited for a CPU past STARVED_GRACE deadlines (CPU throttling at the replica's limit, a
+    saturated core): stopped, its version not blamed (it ran under a quarter of the time it was watched)."""
+
+    code = "cpu_starved"
     retry_after_s = 1.0
 
 

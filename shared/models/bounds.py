@@ -19,6 +19,15 @@ never a lock, an event, a syscall or a thread wake: the watchdog polls its table
 
 A run stopped by either bound raises `RunOverBudget` (shared/errors.py); the registry
 quarantines its version (shared/models/registry.py).
+
+A run that has its thread alone (one intra-op thread: `patient`) is held to its deadline in CPU,
+read from that thread's clock: past the deadline on the wall, it is stopped as soon as it has used
+its deadline's CPU (less the one tick before the watchdog first saw it), the model's fault. One
+that has not is waiting for a CPU (CPU throttling at a replica's limit, a saturated core: the
+machine's state, not the model's): it is left to finish, looked at again each tick, and stopped
+only past `STARVED_GRACE` deadlines of wall time, as `CpuStarved` (a 503 to retry; its version is
+not blamed). A run on several threads is stopped at its wall deadline, and called starved when its
+calling thread ran under a quarter of the time it was watched.
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ import onnxruntime as ort
 
 __all__ = ["OVER_ARENA", "TERMINATED", "RunWatchdog", "install_arena"]
 
+STARVED_GRACE = 20  # deadlines of wall time a starved patient run may take (1 s at the default 50 ms)
 TERMINATED = "terminate flag"  # in ONNX Runtime's message for a run it stopped
 OVER_ARENA = "BFCArena"  # in its message for an allocation the arena's cap refused
 _arena: list[int] = []  # the cap this process registered (create_and_register_allocator once per process)
@@ -57,24 +67,32 @@ class RunWatchdog:
     time it was watched was waiting for a CPU (CPU throttling stops a thread outright), not running the model.
     """
 
-    def __init__(self, deadline_s: float, *, tick_s: float | None = None) -> None:
+    def __init__(self, deadline_s: float, *, tick_s: float | None = None, starved_grace: float = STARVED_GRACE) -> None:
         if deadline_s <= 0:
             raise ValueError("RunWatchdog.deadline_s must be > 0")
         self.deadline_s = deadline_s
         self.tick_s = tick_s if tick_s is not None else min(0.025, deadline_s / 2)
-        # id(options) -> [deadline, options, thread ident, first seen (monotonic), thread CPU then, starved]
+        self.starved_grace = starved_grace
+        # id(options) -> [deadline, options, thread ident, first seen (monotonic), thread CPU then, starved,
+        #                 the latest a starved run may go on (0: not patient), the CPU it may use once seen]
         self._runs: dict[int, list[Any]] = {}
         self._thread: threading.Thread | None = None
         self._start_guard = threading.Lock()
         self.stopped = 0  # runs this watchdog stopped
 
-    def arm(self, deadline_s: float | None = None) -> ort.RunOptions:
-        """RunOptions whose run is stopped `deadline_s` (default: the watchdog's) from now; `disarm` after."""
+    def arm(self, deadline_s: float | None = None, *, patient: bool = False) -> ort.RunOptions:
+        """RunOptions whose run is stopped `deadline_s` (default: the watchdog's) from now; `disarm` after.
+
+        `patient`: the run has this thread alone (one intra-op thread), so its thread's CPU clock is the
+        run's, and a starved run may go on up to `starved_grace` deadlines."""
         if self._thread is None:
             self._start()
         options = ort.RunOptions()
-        deadline = time.monotonic() + (deadline_s or self.deadline_s)
-        self._runs[id(options)] = [deadline, options, threading.get_ident(), None, 0.0, False]
+        span = deadline_s or self.deadline_s
+        now = time.monotonic()
+        cap = now + span * self.starved_grace if patient else 0.0
+        cpu = span - min(self.tick_s, span / 2)  # NOTE: the CPU it may have used before the watchdog's first look
+        self._runs[id(options)] = [now + span, options, threading.get_ident(), None, 0.0, False, cap, cpu]
         return options
 
     def disarm(self, options: ort.RunOptions) -> None:
@@ -98,12 +116,17 @@ class RunWatchdog:
             time.sleep(self.tick_s)
             now = time.monotonic()
             for entry in list(self._runs.values()):  # NOTE: a copy made under the GIL at once
-                deadline, options, ident, seen, cpu_then, _ = entry
+                deadline, options, ident, seen, cpu_then, _, cap, cpu = entry
                 if seen is None:
                     entry[3], entry[4] = now, _thread_cpu(ident)
                 elif now >= deadline and not options.terminate:
-                    watched, ran = now - seen, _thread_cpu(ident) - cpu_then
-                    entry[5] = ran < watched / 4  # NOTE: a busy host gives a thread less than all; throttled, ~none
+                    ran = _thread_cpu(ident) - cpu_then
+                    if cap:  # patient: its thread's CPU is the run's
+                        if ran < cpu and now < cap:
+                            continue  # waiting for a CPU, not running the model: looked at again next tick
+                        entry[5] = ran < cpu
+                    else:  # NOTE: a busy host gives a thread less than all; throttled, ~none
+                        entry[5] = ran < (now - seen) / 4
                     options.terminate = True
                     self.stopped += 1
 

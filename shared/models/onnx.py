@@ -21,7 +21,7 @@ import numpy.typing as npt
 import onnxruntime as ort
 
 from shared.domain.spec import ModelSpec
-from shared.errors import InferenceFailed, ModelInvalid, RunOverBudget, ScoringError
+from shared.errors import CpuStarved, InferenceFailed, ModelInvalid, RunOverBudget, ScoringError
 from shared.models.bounds import OVER_ARENA, TERMINATED, RunWatchdog, install_arena
 from shared.models.vetting import DEFAULT_POLICY, VettingPolicy, vet
 from shared.policies import OrtOptions
@@ -162,7 +162,7 @@ class OnnxModel:
         if session is None:
             raise InferenceFailed("model session was released")
         watchdog = self._watchdog
-        options = None if watchdog is None else watchdog.arm(deadline_s)
+        options = None if watchdog is None else watchdog.arm(deadline_s, patient=self._one_thread)
         try:
             (output,) = session.run(self._outputs, {self.spec.input_name: matrix}, options)
         except Exception as exc:
@@ -191,8 +191,10 @@ class OnnxModel:
         if TERMINATED in message and watchdog is not None and options is not None:
             deadline_ms = watchdog.deadline_s * 1000
             if self._one_thread and watchdog.starved(options):
-                # NOTE: it ran less than half the time it was watched: starved of CPU, not the model's fault
-                return InferenceFailed(f"a run was stopped at its {deadline_ms:g} ms deadline while starved of CPU")
+                # NOTE: it did not use its deadline's CPU in STARVED_GRACE deadlines of wall time: starved
+                # of CPU (throttled, a saturated core), not the model's fault: the caller retries, nothing is blamed
+                grace_ms = deadline_ms * watchdog.starved_grace
+                return CpuStarved(f"a run was starved of CPU for {grace_ms:g} ms (its deadline {deadline_ms:g} ms)")
             return RunOverBudget(f"a run was stopped past its {deadline_ms:g} ms deadline (ORT_RUN_DEADLINE_MS)")
         return InferenceFailed(f"onnxruntime run failed: {_first_line(exc)}")
 
@@ -205,7 +207,8 @@ class OnnxModel:
             except (
                 InferenceFailed,
                 RunOverBudget,
-            ) as exc:  # a model that cannot score its own defaults is not servable
+                CpuStarved,
+            ) as exc:  # a model that cannot score its own defaults is not servable (starved: try the load again)
                 raise ModelInvalid(f"warm-up failed: {exc.detail}") from exc
             if scores.shape != (n,):
                 raise ModelInvalid(f"model returned {scores.shape[0]} scores for {n} rows")
@@ -219,7 +222,7 @@ class OnnxModel:
             return
         try:
             scores = self.predict(np.array(golden.rows, dtype=np.float32))
-        except (InferenceFailed, RunOverBudget) as exc:
+        except (InferenceFailed, RunOverBudget, CpuStarved) as exc:
             raise ModelInvalid(f"golden rows failed: {exc.detail}") from exc
         worst = float(np.max(np.abs(scores - np.array(golden.scores))))
         if not worst <= golden.tolerance:  # a NaN fails too

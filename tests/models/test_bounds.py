@@ -103,7 +103,7 @@ def test_a_run_past_its_deadline_is_stopped_between_nodes() -> None:
 def test_without_the_watchdog_the_same_run_holds_its_thread_for_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
     """The mutation check of the deadline: a watchdog that never fires lets the chain run to its end."""
     model = OnnxModel.load(hostile.slow_chain(), OPTIONS, PAST_VETTING)
-    monkeypatch.setattr(bounds.RunWatchdog, "arm", lambda self, deadline_s=None: ort.RunOptions())
+    monkeypatch.setattr(bounds.RunWatchdog, "arm", lambda self, deadline_s=None, **_: ort.RunOptions())
     started = time.perf_counter()
     model.predict(amount_row(12.0))
     assert time.perf_counter() - started > 0.5

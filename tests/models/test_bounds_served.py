@@ -77,7 +77,7 @@ async def test_without_the_deadline_the_same_event_holds_the_loop(
 
     from shared.models import bounds
 
-    monkeypatch.setattr(bounds.RunWatchdog, "arm", lambda self, deadline_s=None: ort.RunOptions())
+    monkeypatch.setattr(bounds.RunWatchdog, "arm", lambda self, deadline_s=None, **_: ort.RunOptions())
     service = await build_service(local, vetting=PAST_VETTING)
     try:
         await service.admin.install_model(ModelRef("fraud", "2"), hostile.banded_chain())
