@@ -130,14 +130,14 @@ def checked(verdicts: Verdicts, phase: str, app: bool) -> dict[str, int]:
     return verdicts.as_dict()
 
 
-def singles(host: Host, pid: int, count: int, tag: str, app: bool = True) -> dict[str, Any]:
+def singles(host: Host, pid: int, count: int, tag: str, app: bool = True, in_flight: int = 8) -> dict[str, Any]:
     def send(n: int) -> Any:
         body = event_body(n, timestamp=stamp()).replace(b'"event_id":"', f'"event_id":"{tag}-'.encode(), 1)
         return host.invoke_async("score", host.http("score", "POST", "/api/score", body))
 
-    drive(200, 8, lambda n: send(WARM + n))  # NOTE: warm on other events: a measured one is never a repeat
+    drive(200, in_flight, lambda n: send(WARM + n))  # NOTE: warm on other events: a measured one is never a repeat
     before, loop_before = cpu_s(pid), loop_cpu_s(pid)
-    seconds, verdicts = drive(count, 8, send, judge_single if app else None)
+    seconds, verdicts = drive(count, in_flight, send, judge_single if app else None)
     used, loop_used = cpu_s(pid) - before, loop_cpu_s(pid) - loop_before
     return {
         "verdicts": checked(verdicts, "score", app),

@@ -386,16 +386,17 @@ class Forwarder:
 
 @contextlib.contextmanager
 def running_worker(env: dict[str, str], *, report: Path | None = None, memory_publisher: bool = True,
-                   timeout: float = 60) -> Iterator[tuple[Host, subprocess.Popen[bytes]]]:  # fmt: skip
+                   timeout: float = 60, under: Sequence[str] = ()) -> Iterator[tuple[Host, subprocess.Popen[bytes]]]:  # fmt: skip
     """A stand-in host on a loopback port and the worker stand-in connected to it; the stream
-    ends (and the worker exits, writing `report`) when the block ends."""
+    ends (and the worker exits, writing `report`) when the block ends. `under`: a command prefix
+    for the worker (valgrind, for bench/worker_instructions.py)."""
     protos = rpc.load()
     host = Host(protos)
     server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=4))
     protos.add_FunctionRpcServicer_to_server(host, server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
-    argv = [str(rpc.worker_python()), "-m", "tests.worker.proxy", "--host", "127.0.0.1", "--port", str(port),
+    argv = [*under, str(rpc.worker_python()), "-m", "tests.worker.proxy", "--host", "127.0.0.1", "--port", str(port),
             "--worker-id", "w-1", "--request-id", "r-1", "--protos", str(rpc.protos_dir())]  # fmt: skip
     if report is not None:
         argv += ["--report", str(report)]
