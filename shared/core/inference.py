@@ -16,7 +16,7 @@ from shared.errors import BatcherClosed
 
 if TYPE_CHECKING:
     from shared.core.recorder import DecisionRecorder
-    from shared.core.served import ServedNames
+    from shared.core.names import ServedNames
     from shared.domain.records import Via
     from shared.domain.signature import ModelInfo
     from shared.models.served import Row

@@ -38,7 +38,7 @@ from shared.core.inference import RowScoring
 from shared.core.limits import Limits
 from shared.core.parts import Part
 from shared.core.recorder import DecisionRecorder
-from shared.core.served import ServedNames
+from shared.core.names import ServedNames
 from shared.domain.answers import (
     EnsembleView,
     ModelView,

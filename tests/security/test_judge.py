@@ -11,7 +11,7 @@ from starlette.testclient import TestClient
 
 from shared.adapters.http.app import create_app
 from shared.core.holder import ServiceHolder
-from shared.core.served import ServedNames
+from shared.core.names import ServedNames
 from shared.settings import Settings
 from tests.onnx_models import make_model
 
