@@ -6,7 +6,7 @@ throttling), and a flash sale is when replicas sit at that limit. A run stopped 
 finish (shared/models/bounds.py, `patient`), up to STARVED_GRACE deadlines, and then stops it as
 `CpuStarved` (503, retry, its version not blamed); a run that uses its CPU past the deadline is
 stopped at once, as before. Here the throttling is real: the child process running the model is
-stopped with SIGSTOP mid-run and continued, as the kernel's throttle does.
+stopped with SIGSTOP mid-run and continued, as the kernel's throttle does (eight times).
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ print(json.dumps({"runs": runs, "spanned": spanned, "errors": errors}), flush=Tr
 """
 
 
-def throttled(mode: str, stops: int = 6, stop_s: float = 0.6) -> dict[str, object]:
+def throttled(mode: str, stops: int = 8, stop_s: float = 0.6) -> dict[str, object]:
     """Run the child, stop it `stops` times for `stop_s` each (the kernel's throttle), and read its report."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     child = subprocess.Popen(
