@@ -7,10 +7,12 @@ Without them a backed test skips, except under CI=true, where it fails.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
 import socket
+import tempfile
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -88,13 +90,16 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         raise pytest.UsageError(problem)
 
 
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """The same, for an import inside a test or a fixture: the run fails at its end."""
-    if (problem := _isolated_loaded()) is not None:
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
-        import sys
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_never_loaded() -> Iterator[None]:
+    """The same, for an import inside a test or a fixture: the process's last test errors at its end.
 
-        sys.stderr.write(f"\nERROR: {problem}\n")
+    NOTE: a fixture's teardown, not a session hook: an xdist worker's report reaches the run's result, a
+    worker's own exit status does not.
+    """
+    yield
+    if (problem := _isolated_loaded()) is not None:
+        pytest.fail(problem)
 
 
 # `make check` (lint, types and these tests in two processes at once: about 90 s on 2 cores) leaves out
@@ -118,6 +123,19 @@ LONG_PATHS = (
     "tests/adapters/http/test_fuzz.py",
     "tests/faults/",
     "tests/adapters/oip/test_clients.py",
+    "tests/test_workers.py",  # NOTE: a child pytest on two workers
+)
+
+
+# `serial` (below, where the suite runs across the cores): the model's CPU deadlines (50 ms, a run's CPU read from
+# its thread's clock) and the event loop's 100 ms bound while a run is stopped, and the prediction log's 20 ms
+# bound on `add`: beside other workers' tests on 2 cores, a run got under a quarter of a CPU and `add` was
+# descheduled past its bound (tests/README.md)
+SERIAL_PATHS = (
+    "tests/models/test_bounds.py",
+    "tests/models/test_bounds_served.py",
+    "tests/models/test_starved_runs.py",
+    "tests/stores/prediction_log/test_log.py::test_add_never_waits_while_the_sink_fails",
 )
 
 
@@ -132,48 +150,87 @@ def is_long(item: pytest.Item) -> bool:
     return item.nodeid.startswith(LONG_PATHS) or item.nodeid.split("::")[0].endswith("_properties.py")
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--shard", default=None, metavar="K/N", help="run the Kth of N shares of the files (make check)")
-
-
-def shard(items: list[pytest.Item], k: int, n: int) -> list[pytest.Item]:
-    """The Kth of N shares of `items`, whole files each (a module's tests keep their order and fixtures), the
-    files dealt largest first to the share with the fewest tests so far."""
-    files: dict[str, list[pytest.Item]] = {}
-    for item in items:
-        files.setdefault(item.nodeid.split("::")[0], []).append(item)
-    shares: list[list[pytest.Item]] = [[] for _ in range(n)]
-    for path in sorted(files, key=lambda p: (-len(files[p]), p)):
-        min(shares, key=len).extend(files[path])
-    mine = {id(item) for item in shares[k]}
-    return [item for item in items if id(item) in mine]
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if needs_services(item):
             item.add_marker(pytest.mark.services)
         if is_long(item):
             item.add_marker(pytest.mark.long)
+        if item.nodeid.startswith(SERIAL_PATHS):
+            item.add_marker(pytest.mark.serial)
+    # NOTE: the long files first and the serial ones last (a stable sort keeps each file's order): xdist deals
+    # the files in this order; a long one dealt last would run alone at the end, and a serial one holds off
+    # every other worker's tests, better when few are left (and, in `make check`, when mypy is done)
+    items.sort(
+        key=lambda item: (item.get_closest_marker("long") is None, item.get_closest_marker("serial") is not None)
+    )
 
 
-class Shard:
-    """`--shard K/N`: after every other selection (`-m`, `-k`), only the Kth share runs."""
+# `make test` runs the files across the cores (pytest-xdist, `-n auto --dist loadfile`): worker gwK runs whole
+# files against a set of services of its own, set K of `SERVICE_SETS=N scripts/with_services.sh` (the tests
+# share fixed Redis keys, pub/sub channels and Blob containers, so two workers on one server would meet).
+SERVICE_URLS = ("REDIS_URL", "AZURITE_BLOB_ENDPOINT")
 
-    def __init__(self, value: str) -> None:
-        self.k, self.n = (int(part) for part in value.split("/"))
 
-    @pytest.hookimpl(trylast=True)
-    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
-        mine = shard(items, self.k, self.n)
-        kept = {id(item) for item in mine}
-        config.hook.pytest_deselected(items=[item for item in items if id(item) not in kept])
-        items[:] = mine
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: a worker per set of services (`SERVICE_SETS`); none (one process) with one set."""
+    sets = int(os.environ.get("SERVICE_SETS", "1"))
+    return sets if sets > 1 else 0
+
+
+def take_worker_services(environ: MutableMapping[str, str], worker: str | None) -> None:
+    """In xdist worker `worker` (gwK), point REDIS_URL and AZURITE_BLOB_ENDPOINT at set K's servers
+    (`REDIS_URL_K`...), in the environment itself, so that the child processes a test starts inherit them too.
+
+    A worker without a set of its own refuses to run when a service is named: it would share it with the others.
+    """
+    if worker is None:
+        return
+    k = worker.removeprefix("gw")
+    if f"REDIS_URL_{k}" not in environ:
+        if environ.get("REDIS_URL") or environ.get("AZURITE_BLOB_ENDPOINT"):
+            raise pytest.UsageError(
+                f"worker {worker} has no services of its own (REDIS_URL_{k}): run `-n auto` under "
+                "`SERVICE_SETS=N scripts/with_services.sh`, or empty REDIS_URL and AZURITE_BLOB_ENDPOINT"
+            )
+        return
+    for name in SERVICE_URLS:
+        environ[name] = environ[f"{name}_{k}"]
+
+
+def xdist_worker(config: pytest.Config) -> str | None:
+    """This process's xdist worker id (gwK), or None in the run's own process.
+
+    NOTE: from the config, not from PYTEST_XDIST_WORKER, which a worker's child processes inherit (a test that
+    runs a pytest of its own: tests/child_pytest.py).
+    """
+    workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
+    return None if workerinput is None else str(workerinput["workerid"])
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if (value := config.getoption("--shard")) is not None:
-        config.pluginmanager.register(Shard(value), "shard")
+    take_worker_services(os.environ, xdist_worker(config))
+    if xdist_worker(config) is None:  # NOTE: the workers start after this and inherit it
+        os.environ["SCORING_TESTS_TURNS"] = tempfile.mkstemp(prefix="scoring-tests-turns.")[1]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if xdist_worker(config) is None and (turns := os.environ.pop("SCORING_TESTS_TURNS", None)) is not None:
+        Path(turns).unlink(missing_ok=True)
+
+
+# A test marked `serial` (a CPU deadline or a measured ratio that another worker's load would starve) runs
+# while no other worker runs a test: every test holds a shared lock on one file for its setup, call and
+# teardown, a `serial` one an exclusive lock, which waits for the others' tests in progress to end and
+# holds off their next ones. In one process the lock is never taken.
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
+    if xdist_worker(item.config) is None:
+        return (yield)
+    with open(os.environ["SCORING_TESTS_TURNS"]) as turns:
+        fcntl.flock(turns, fcntl.LOCK_EX if item.get_closest_marker("serial") else fcntl.LOCK_SH)
+        return (yield)
 
 
 def _unavailable(what: str) -> None:
