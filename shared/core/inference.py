@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 from shared.errors import BatcherClosed
 
 if TYPE_CHECKING:
-    from shared.core.recorder import DecisionRecorder
     from shared.core.names import ServedNames
+    from shared.core.recorder import DecisionRecorder
     from shared.domain.records import Via
     from shared.domain.signature import ModelInfo
     from shared.models.served import Row

@@ -36,9 +36,9 @@ from shared.core.arms import by_arm
 from shared.core.health import Health
 from shared.core.inference import RowScoring
 from shared.core.limits import Limits
+from shared.core.names import ServedNames
 from shared.core.parts import Part
 from shared.core.recorder import DecisionRecorder
-from shared.core.names import ServedNames
 from shared.domain.answers import (
     EnsembleView,
     ModelView,
