@@ -63,9 +63,7 @@ test: lint test-unit test-infra
 # TEST_WORKERS=1 runs them in one process.
 CORES := $(shell getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
 TEST_WORKERS ?= $(shell echo $$(($(CORES) + 1)))
-# NOTE: pytest keeps its rewritten test modules in __pycache__ only where Python may write bytecode: without
-# it, each worker rewrites all ~440 modules again (9 s of collection instead of 5)
-PYTEST = env PYTHONDONTWRITEBYTECODE= $(PY) -m pytest
+PYTEST = $(PY) -m pytest
 test-unit: $(VENV)/.dev node_modules/.installed worker-venvs .venv-feast/.installed
 	@PY=$(PY) SERVICE_SETS=$(TEST_WORKERS) scripts/with_services.sh $(PYTEST) -n auto --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
