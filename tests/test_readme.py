@@ -136,7 +136,7 @@ def test_the_costs_name_infra_defaults() -> None:
 
 def test_the_deploy_settings_the_readme_names_exist() -> None:
     text = README.read_text()
-    hooks = "".join(p.read_text() for p in (REPO / "infra" / "hooks").iterdir())
+    hooks = "".join(p.read_text() for p in (REPO / "infra" / "hooks").iterdir() if p.is_file())  # not __pycache__
     parameters = (REPO / "infra" / "main.parameters.json").read_text()
     for name in set(re.findall(r"\b(SCORING_[A-Z_]+)\b", text)):
         assert name in hooks or name in parameters, name

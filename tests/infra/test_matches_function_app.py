@@ -20,11 +20,13 @@ def test_scaler_and_queues_follow_the_service_bus_trigger(
 
 def test_output_queues_exist_for_every_output_binding(modules: dict[str, Module]) -> None:
     # A function may carry several output decorators, so read them from the source text; results
-    # and rejections go through the SDK publisher, whose queues are named in shared/adapters/queue/handler.py.
+    # and rejections go through the SDK publisher, whose queues are named in shared/adapters/queue/
+    # (`*_QUEUE = "..."`: handler.py's results, messages.py's rejections; outcomes.py's is an input).
     source = (INFRA.parent / "function_app.py").read_text()
     outputs = set(re.findall(r'service_bus_queue_output\([^)]*queue_name="([^"]+)"', source))
-    handler = (INFRA.parent / "shared" / "adapters" / "queue" / "handler.py").read_text()
-    outputs |= set(re.findall(r'^[A-Z_]+_QUEUE = "([^"]+)"', handler, re.M))
+    for name in ("handler.py", "messages.py"):
+        module = (INFRA.parent / "shared" / "adapters" / "queue" / name).read_text()
+        outputs |= set(re.findall(r'^[A-Z_]+_QUEUE = "([^"]+)"', module, re.M))
     assert outputs >= {"risk-completed", "risk-rejected"}, outputs
     assert outputs <= set(modules["servicebus"].params["outputQueueNames"]["default"])
 
