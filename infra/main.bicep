@@ -161,17 +161,17 @@ var profiles = {
   dev: {
     minReplicas: 2
     maxReplicas: 12
-    httpConcurrentRequests: 1107
-    queueMessagesPerReplica: 28
+    httpConcurrentRequests: 1490
+    queueMessagesPerReplica: 32
     saleReplicas: 12
     saleLeadMinutes: 10
   }
   sale: {
-    minReplicas: 11
-    maxReplicas: 33
-    httpConcurrentRequests: 1107
-    queueMessagesPerReplica: 28
-    saleReplicas: 22
+    minReplicas: 9
+    maxReplicas: 26
+    httpConcurrentRequests: 1490
+    queueMessagesPerReplica: 32
+    saleReplicas: 18
     saleLeadMinutes: 10
   }
 }
