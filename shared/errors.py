@@ -242,7 +242,7 @@ class Overloaded(Unavailable):
 
 class CpuStarved(Unavailable):
     """A model run that waited for a CPU past STARVED_GRACE deadlines (CPU throttling at the replica's limit, a
-    saturated core): stopped, its version not blamed (it ran under a quarter of the time it was watched)."""
+    saturated core): stopped, its version not blamed (it had not used its deadline's CPU; shared/models/bounds.py)."""
 
     code = "cpu_starved"
     retry_after_s = 1.0

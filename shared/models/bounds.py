@@ -74,7 +74,7 @@ class RunWatchdog:
         self.tick_s = tick_s if tick_s is not None else min(0.025, deadline_s / 2)
         self.starved_grace = starved_grace
         # id(options) -> [deadline, options, thread ident, first seen (monotonic), thread CPU then, starved,
-        #                 the latest a starved run may go on (0: not patient), the CPU it may use once seen]
+        #                 the latest a starved run may go on (0: not patient), its deadline's span]
         self._runs: dict[int, list[Any]] = {}
         self._thread: threading.Thread | None = None
         self._start_guard = threading.Lock()
@@ -91,8 +91,7 @@ class RunWatchdog:
         span = deadline_s or self.deadline_s
         now = time.monotonic()
         cap = now + span * self.starved_grace if patient else 0.0
-        cpu = span - min(self.tick_s, span / 2)  # NOTE: the CPU it may have used before the watchdog's first look
-        self._runs[id(options)] = [now + span, options, threading.get_ident(), None, 0.0, False, cap, cpu]
+        self._runs[id(options)] = [now + span, options, threading.get_ident(), None, 0.0, False, cap, span]
         return options
 
     def disarm(self, options: ort.RunOptions) -> None:
@@ -116,12 +115,13 @@ class RunWatchdog:
             time.sleep(self.tick_s)
             now = time.monotonic()
             for entry in list(self._runs.values()):  # NOTE: a copy made under the GIL at once
-                deadline, options, ident, seen, cpu_then, _, cap, cpu = entry
+                deadline, options, ident, seen, cpu_then, _, cap, span = entry
                 if seen is None:
                     entry[3], entry[4] = now, _thread_cpu(ident)
                 elif now >= deadline and not options.terminate:
                     ran = _thread_cpu(ident) - cpu_then
                     if cap:  # patient: its thread's CPU is the run's
+                        cpu = span - min(self.tick_s, span / 2)  # NOTE: less what it used before the first look
                         if ran < cpu and now < cap:
                             continue  # waiting for a CPU, not running the model: looked at again next tick
                         entry[5] = ran < cpu

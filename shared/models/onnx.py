@@ -208,7 +208,7 @@ class OnnxModel:
                 InferenceFailed,
                 RunOverBudget,
                 CpuStarved,
-            ) as exc:  # a model that cannot score its own defaults is not servable (starved: try the load again)
+            ) as exc:  # a model that cannot score its own defaults is not servable (starved too, as before: load it again)
                 raise ModelInvalid(f"warm-up failed: {exc.detail}") from exc
             if scores.shape != (n,):
                 raise ModelInvalid(f"model returned {scores.shape[0]} scores for {n} rows")

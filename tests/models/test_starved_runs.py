@@ -32,7 +32,6 @@ from tests.models import hostile
 PAST_VETTING = VettingPolicy(static_shapes=False, extra_ops=frozenset({"ConstantOfShape", "Expand", "Tile", "Range"}))
 OPTIONS = OrtOptions(run_deadline_ms=50, use_gpu=False)
 STOPPED = RuntimeError("[ONNXRuntimeError] : 1 : FAIL : Exiting due to terminate flag being set to true.")
-pytestmark = pytest.mark.serial  # NOTE: CPU clocks against the wall's: another test's load beside it would starve it
 
 # The child: a legitimate chain of ~40 ms of CPU a run under a 200 ms deadline (so the watchdog, which
 # ticks every 25 ms, has seen a run before a stop lands in it, and a run that gets a quarter of a CPU
