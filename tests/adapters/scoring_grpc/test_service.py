@@ -146,9 +146,10 @@ async def test_a_stream_without_a_valid_key_is_refused_and_ends(served: Served, 
     _, channel = await served(grpc_keys=KEY)
     call = raw_stream(channel, (("x-api-key", key),) if key else ())
     with pytest.raises(grpc.aio.AioRpcError) as refused:
-        await call.write(message(body()))
-        await call.read()
+        await asyncio.wait_for(call.read(), 10)  # NOTE: refused from its metadata alone, before any message
     assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    with pytest.raises(asyncio.InvalidStateError):  # NOTE: ended: a message after the refusal is never sent
+        await call.write(message(body()))
     keyed = [a async for a in score_stream(channel, [body()], key=KEY)]
     assert [a.WhichOneof("outcome") for a in keyed] == ["scored"]
 
