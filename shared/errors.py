@@ -136,6 +136,12 @@ class BodyTimeout(BadRequest):
     status, grpc_status, code = 408, "DEADLINE_EXCEEDED", "body_timeout"
 
 
+class StreamIdle(BodyTimeout):
+    """A `ScoreStream` neither sent an event nor took an answer within GRPC_STREAM_IDLE_MS."""
+
+    code = "stream_idle"
+
+
 class ModelNotFound(ScoringError):
     status, grpc_status, code, retryable = 404, "NOT_FOUND", "model_not_found", False
 

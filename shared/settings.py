@@ -240,6 +240,14 @@ class Settings:
         ge=1,
         le=4096,
     )
+    grpc_stream_idle_ms: int = setting(
+        "GRPC_STREAM_IDLE_MS",
+        300_000,
+        "a `ScoreStream` call that neither sends an event nor takes an answer for this long is ended "
+        "(DEADLINE_EXCEEDED, `stream_idle`): an idle or unread stream gives its call slot back",
+        ge=100,
+        le=86_400_000,
+    )
     # -- the queue path (shared/queue) ---------------------------------------------------
     service_bus_namespace: str | None = setting(
         "ServiceBusConnection__fullyQualifiedNamespace",

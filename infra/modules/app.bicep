@@ -274,6 +274,7 @@ var serviceSettings = [
   { name: 'GRPC_KEYS', value: '' }
   { name: 'GRPC_MAX_CONCURRENT', value: '64' } // calls at once; the next are RESOURCE_EXHAUSTED
   { name: 'GRPC_STREAM_MAX_IN_FLIGHT', value: '16' } // events one ScoreStream call holds at once (issue 56's default)
+  { name: 'GRPC_STREAM_IDLE_MS', value: '300000' } // a ScoreStream silent this long is ended (stream_idle): its call slot freed
   // The record of every decision: hourly append blobs in the WORM `predictions` container (storage.bicep).
   { name: 'PREDICTION_LOG', value: 'blob' }
   { name: 'PREDICTION_LOG_DIR', value: '' } // PREDICTION_LOG=dir only

@@ -4,7 +4,8 @@ max_body_bytes, max_batch_items   an event's body cap (a batch: 16 times it) and
 body_timeout_s                    how long a request's body may take to arrive whole
 max_model_bytes, models_container a model blob's cap, and the container its trigger watches
 review_queue_wait_s               how long the queue path lets a review hold an answer
-grpc_*                            the gRPC listener: its port (0: none), keys, calls and a stream's events in flight
+grpc_*                            the gRPC listener: its port (0: none), keys, calls, a stream's events in
+                                  flight and how long a stream may stand idle
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class Limits:
     grpc_keys: str | None
     grpc_max_concurrent: int
     grpc_stream_max_in_flight: int
+    grpc_stream_idle_s: float
 
     @classmethod
     def of(cls, settings: Settings) -> Limits:
@@ -44,4 +46,5 @@ class Limits:
             grpc_keys=settings.grpc_keys,
             grpc_max_concurrent=settings.grpc_max_concurrent,
             grpc_stream_max_in_flight=settings.grpc_stream_max_in_flight,
+            grpc_stream_idle_s=settings.grpc_stream_idle_ms / 1000,
         )

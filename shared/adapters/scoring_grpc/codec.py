@@ -33,12 +33,14 @@ M = TypeVar("M", bound=Message)
 @dataclass(frozen=True, slots=True)
 class Limits:
     """What one call may send: an event's bytes (MAX_BODY_BYTES, `POST /api/score`'s cap), events per
-    stream message (MAX_BATCH_ITEMS, a batch's), and events a stream holds at once
-    (GRPC_STREAM_MAX_IN_FLIGHT)."""
+    stream message (MAX_BATCH_ITEMS, a batch's), events a stream holds at once
+    (GRPC_STREAM_MAX_IN_FLIGHT), and how long a stream may go without reading or writing
+    (GRPC_STREAM_IDLE_MS)."""
 
     event_bytes: int
     events_per_message: int
     in_flight: int
+    idle_s: float
 
 
 def parsed(kind: type[M], raw: bytes) -> M:

@@ -38,7 +38,9 @@ SERVICE = "fraud.scoring.v1.Scoring"
 
 def limits_of(core: ScoringService) -> Limits:
     limits = core.limits
-    return Limits(limits.max_body_bytes, limits.max_batch_items, limits.grpc_stream_max_in_flight)
+    return Limits(
+        limits.max_body_bytes, limits.max_batch_items, limits.grpc_stream_max_in_flight, limits.grpc_stream_idle_s
+    )
 
 
 def handler(core: ScoringService, request_wait_s: float) -> grpc.GenericRpcHandler[Any, Any]:

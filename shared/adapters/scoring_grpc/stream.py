@@ -21,8 +21,11 @@ Bad input is answered, and the stream stays open: an undecodable message, a mess
 events or with more than MAX_BATCH_ITEMS (answered once, `index` -1), an event over MAX_BODY_BYTES,
 an event that is not JSON or not valid (each answered with its code, as HTTP answers it). What
 ends a stream: the client half-closing it (then every pending answer is sent and the status is OK),
-a call without a key (the server's interceptor: UNAUTHENTICATED), or what the transport itself
-refuses (a message over the server's message cap, 16 x MAX_BODY_BYTES: RESOURCE_EXHAUSTED).
+a call without a key (the server's interceptor: UNAUTHENTICATED), what the transport itself
+refuses (a message over the server's message cap, 16 x MAX_BODY_BYTES: RESOURCE_EXHAUSTED), or
+GRPC_STREAM_IDLE_MS without a message read or an answer written (DEADLINE_EXCEEDED, `stream_idle`
+in `x-error-code`): a stream left open and silent, or one whose client stopped reading, gives its
+call slot back (GRPC_MAX_CONCURRENT counts calls, so idle streams would otherwise fill it).
 """
 
 from __future__ import annotations
@@ -33,15 +36,16 @@ import time
 from collections.abc import AsyncIterator, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
+import grpc
+
 from shared.adapters.answered import log_answered
+from shared.adapters.oip.grpc_server import ERROR_CODE
 from shared.adapters.scoring_grpc import scoring_pb2 as pb
 from shared.adapters.scoring_grpc.codec import Limits, decoded, error_of, event_id_of, parsed, score_event
 from shared.domain.answers import encode
-from shared.errors import BadRequest, ScoringError, TooManyItems
+from shared.errors import BadRequest, ScoringError, StreamIdle, TooManyItems
 
 if TYPE_CHECKING:
-    import grpc
-
     from shared.core.service import ScoringService
 
 __all__ = ["EventStream"]
@@ -65,17 +69,41 @@ class EventStream:
         self._wake = asyncio.Event()
         self._scoring: set[asyncio.Task[None]] = set()
         self._messages = 0  # request messages read
+        self._moved = time.monotonic()  # when an answer was last made or written (`_put`, `_write`)
+        self._ending = False  # idle: the writer stops at its next turn
 
     async def run(self, requests: AsyncIterator[bytes]) -> None:
-        """Read, score and answer until the client half-closes and every answer is written."""
+        """Read, score and answer until the client half-closes and every answer is written; end the
+        call if the stream stands idle (nothing read, nothing written) for its limit."""
         reader = asyncio.ensure_future(self._read(requests))
         reader.add_done_callback(lambda _: self._wake.set())
+        writer = asyncio.ensure_future(self._write(reader))
         try:
-            await self._write(reader)
+            while not writer.done():  # NOTE: one timer an idle period, nothing a message
+                left = self._moved + self._limits.idle_s - time.monotonic()
+                if left <= 0 and self._scoring:  # NOTE: events being scored: the wait is ours, not the client's
+                    self._moved, left = time.monotonic(), self._limits.idle_s
+                elif left <= 0:
+                    await self._end_idle(reader, writer)
+                await asyncio.wait((writer,), timeout=left)
+            writer.result()
         finally:
+            writer.cancel()
             reader.cancel()
             for task in self._scoring:
                 task.cancel()
+
+    async def _end_idle(self, reader: asyncio.Future[None], writer: asyncio.Future[None]) -> None:
+        """Stop reading, then end the call `stream_idle` once no write is pending: the status cannot
+        pass an answer the client has not taken (HTTP/2 flow control), and grpc.aio cannot reset a
+        call from the server, so a client that stopped reading gets its end when it reads again."""
+        reader.cancel()
+        self._ending = True
+        self._wake.set()
+        await asyncio.wait((writer,))  # NOTE: the writer ends at its next turn, after a pending write
+        exc = StreamIdle(f"nothing read or written for GRPC_STREAM_IDLE_MS ({self._limits.idle_s * 1000:.0f} ms)")
+        log_answered(exc, "grpc", method="ScoreStream")
+        await self._context.abort(grpc.StatusCode[exc.grpc_status], exc.detail, ((ERROR_CODE, exc.code),))
 
     async def _read(self, requests: AsyncIterator[bytes]) -> None:
         async for raw in requests:
@@ -121,8 +149,7 @@ class EventStream:
         except Exception:  # NOTE: a fault of ours still answers the event: else its room is never freed
             log.exception("gRPC ScoreStream: an event failed")
             ready = (number, index, request.id, "", None, error_of(ScoringError("internal error")))
-        self._ready.append(ready)
-        self._wake.set()
+        self._put([ready])
 
     async def _answer(self, number: int, index: int, request: pb.ScoreRequest, started: float) -> Ready:
         try:
@@ -142,8 +169,7 @@ class EventStream:
             log.exception("gRPC ScoreStream: a message failed")
             failed = error_of(ScoringError("internal error"))
             ready = [(number, index, request.id, "", None, failed) for index, request in enumerate(events, first)]
-        self._ready.extend(ready)
-        self._wake.set()
+        self._put(ready)
 
     async def _answer_message(self, number: int, first: int, events: Sequence[pb.ScoreRequest]) -> list[Ready]:
         items = [decoded(request, self._limits) for request in events]
@@ -163,15 +189,24 @@ class EventStream:
 
     def _refused(self, number: int, index: int, id_: str, event_id: str, exc: ScoringError) -> None:
         log_answered(exc, "grpc", method="ScoreStream")
-        self._ready.append((number, index, id_, event_id, None, error_of(exc)))
+        self._put([(number, index, id_, event_id, None, error_of(exc))])
+
+    def _put(self, ready: list[Ready]) -> None:
+        """Answers made, for the writer. The stream moved: what was read is answered (a message read
+        is scored or refused in the step that read it, so this is also the read's mark)."""
+        self._ready.extend(ready)
+        self._moved = time.monotonic()
         self._wake.set()
 
     async def _write(self, reader: asyncio.Future[None]) -> None:
-        """Answers as they are ready, all those ready in one message; a written answer frees its room."""
-        while True:
+        """Answers as they are ready, all those ready in one message; a written answer frees its room.
+        Nothing read or written for the idle limit (waiting here, or in a write the client does not
+        take) ends the call."""
+        while not self._ending:
             if self._ready:
                 ready, self._ready = self._ready, []
                 await self._context.write(_response(ready))
+                self._moved = time.monotonic()
                 self._held -= len(ready)
                 for _ in ready:
                     self._room.release()

@@ -240,3 +240,131 @@ async def test_a_message_larger_than_the_stream_cap_is_scored_in_parts_and_answe
     for a in sorted(answers, key=lambda a: a.index):
         alone = await service.score_json(bodies[a.index])
         assert decided(a.scored) == decided(encode(alone)), a.index
+
+
+# -- ScoreStream: the idle limit --------------------------------------------------------
+
+IDLE_MS = 400
+
+
+async def ended_idle(call: Any, wait_s: float = 10) -> None:
+    """The call ends DEADLINE_EXCEEDED with `stream_idle` in its trailing metadata."""
+    with pytest.raises(grpc.aio.AioRpcError) as ended:
+        while (await asyncio.wait_for(call.read(), wait_s)) is not grpc.aio.EOF:
+            pass
+    assert ended.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED, ended.value
+    assert ("x-error-code", "stream_idle") in tuple(ended.value.trailing_metadata() or ()), ended.value
+
+
+async def test_a_silent_stream_is_ended_at_its_idle_limit_and_gives_its_call_slot_back(served: Served) -> None:
+    """One call slot: a stream opened and never written holds it until the idle limit (another
+    connection's call is refused), then the slot serves the next caller."""
+    service, channel = await served(grpc_stream_idle_ms=IDLE_MS, grpc_max_concurrent=1)
+    silent = raw_stream(channel)
+    await asyncio.sleep(0.1)
+    target, own = f"127.0.0.1:{service.settings.grpc_port}", [("grpc.use_local_subchannel_pool", 1)]
+    async with grpc.aio.insecure_channel(target, options=own) as other:  # NOTE: a connection of its own
+        score = raw_score(other)
+        request = pb.ScoreRequest(event=body()).SerializeToString()
+        with pytest.raises(grpc.aio.AioRpcError) as refused:  # NOTE: the silent stream holds the one slot
+            await asyncio.wait_for(score(request), 10)
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        started = asyncio.get_running_loop().time()
+        await ended_idle(silent)
+        assert asyncio.get_running_loop().time() - started < IDLE_MS / 1000 + 2
+        answer = await asyncio.wait_for(score(request), 10)
+        assert decided(answer.scored)["decision"] in {"approve", "review", "decline"}
+
+
+async def test_a_client_that_stops_reading_is_ended_at_the_idle_limit(served: Served) -> None:
+    """It sends until the stream's cap holds it and never reads: past the limit the server stops
+    reading and scoring; when the client reads again it gets what was written, then the end."""
+    service, _ = await served(grpc_stream_idle_ms=IDLE_MS, grpc_stream_max_in_flight=4)
+    port = service.settings.grpc_port
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.http2.bdp_probe", 0)]) as channel:
+        call = raw_stream(channel)
+        writer = asyncio.create_task(write_all(call, [message(body(event_id=f"r{i}")) for i in range(3000)]))
+        await asyncio.sleep(IDLE_MS / 1000 + 1.5)
+        scored = service.admission.total_admitted
+        assert 0 < scored < 400
+        await ended_idle(call)
+        assert service.admission.total_admitted == scored, "the server read on past the idle limit"
+        writer.cancel()
+        await asyncio.gather(writer, return_exceptions=True)
+
+
+async def test_a_stream_that_keeps_sending_is_not_idle(served: Served) -> None:
+    """A message every half of the limit, for three limits: each is answered, the stream ends OK."""
+    _, channel = await served(grpc_stream_idle_ms=IDLE_MS)
+    call = raw_stream(channel)
+    for i in range(6):
+        await call.write(message(body(event_id=f"k{i}")))
+        [answer] = await answers_of(call, 1)
+        assert answer.WhichOneof("outcome") == "scored"
+        await asyncio.sleep(IDLE_MS / 2000)
+    await call.done_writing()
+    assert await call.read() is grpc.aio.EOF and await call.code() == grpc.StatusCode.OK
+
+
+async def unread(service: ScoringService, channel: grpc.aio.Channel, events: int) -> Any:
+    """A stream sent `events` it has not read the answers of: all scored, its window full, the rest waiting."""
+    call = raw_stream(channel)
+    for i in range(events):
+        await call.write(message(body(event_id=f"u{i}")))
+    for _ in range(500):
+        if service.admission.total_admitted >= events:
+            break
+        await asyncio.sleep(0.02)
+    assert service.admission.total_admitted == events
+    return call
+
+
+async def test_a_client_that_sends_without_reading_is_not_idle(served: Served) -> None:
+    """Its window is full (no answer can be written) but each message it sends is answered: it moves."""
+    service, _ = await served(grpc_stream_idle_ms=IDLE_MS, grpc_stream_max_in_flight=4096)
+    port = service.settings.grpc_port
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.http2.bdp_probe", 0)]) as channel:
+        call = await unread(service, channel, 1500)
+        for _ in range(9):
+            await call.write(b"\xff")  # NOTE: answered (refused) as soon as read, never written: the window is full
+            await asyncio.sleep(IDLE_MS / 3000)
+        assert not call.done(), "a stream that sends was ended as idle"
+        await call.done_writing()
+        answers = await answers_of(call, 1509)
+        assert await call.read() is grpc.aio.EOF and await call.code() == grpc.StatusCode.OK
+        assert sum(a.index == -1 for a in answers) == 9
+
+
+async def test_a_client_that_reads_slowly_is_not_idle(served: Served) -> None:
+    """It sends nothing more, and takes its answers late: part of them 0.4 of the limit after the
+    last was made (which lets a held write through), the rest 1.2 limits after. A write the client
+    lets through moves the stream: it is not ended, and every answer comes, then OK."""
+    idle_ms = 2000
+    service, _ = await served(grpc_stream_idle_ms=idle_ms, grpc_stream_max_in_flight=4096)
+    port = service.settings.grpc_port
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.http2.bdp_probe", 0)]) as channel:
+        call = await unread(service, channel, 1500)  # NOTE: ~230 answers fill its window, the rest wait in one write
+        await call.done_writing()
+        await asyncio.sleep(0.4 * idle_ms / 1000)
+        taken = [a for _ in range(200) for a in (await asyncio.wait_for(call.read(), 10)).answers]
+        assert len(taken) < 1500, "the client took every answer at once: no write was held"
+        await asyncio.sleep(0.8 * idle_ms / 1000)
+        rest = await answers_of(call, 1500 - len(taken))
+        assert await call.read() is grpc.aio.EOF and await call.code() == grpc.StatusCode.OK
+        assert len({a.event_id for a in taken + rest}) == 1500
+
+
+async def test_events_waiting_on_the_server_are_not_the_clients_idleness(served: Served) -> None:
+    """Events held by admission for three idle limits: the wait is the server's, the stream is kept
+    and every event is answered when the slot frees."""
+    one_at_a_time = AdmissionPolicy(max_inflight=1, max_queued=64, max_queue_wait_ms=10_000, queue_target_ms=10_000)
+    service, channel = await served(grpc_stream_idle_ms=IDLE_MS, admission=one_at_a_time)
+    call = raw_stream(channel)
+    async with service.admission.admitted():  # NOTE: the slot the stream's events wait for
+        await call.write(message(*[body(event_id=f"w{i}") for i in range(3)]))
+        await asyncio.sleep(3 * IDLE_MS / 1000)
+        assert not call.done(), "a stream whose events wait on admission was ended as idle"
+    answers = await answers_of(call, 3)
+    assert sorted(a.event_id for a in answers) == ["w0", "w1", "w2"]
+    await call.done_writing()
+    assert await call.read() is grpc.aio.EOF and await call.code() == grpc.StatusCode.OK
