@@ -240,6 +240,21 @@ class Settings:
         ge=1,
         le=4096,
     )
+    grpc_max_connection_age_ms: int = setting(
+        "GRPC_MAX_CONNECTION_AGE_MS",
+        120_000,
+        "a gRPC connection older than this (±10%) is asked to go (GOAWAY) and its client reconnects: the "
+        "port is balanced by connection, so this is how a scale-out reaches callers already connected",
+        ge=1000,
+        le=86_400_000,
+    )
+    grpc_max_connection_age_grace_ms: int = setting(
+        "GRPC_MAX_CONNECTION_AGE_GRACE_MS",
+        30_000,
+        "how long the calls of a connection asked to go may still run (a stream past it is cut: UNAVAILABLE)",
+        ge=0,
+        le=86_400_000,
+    )
     grpc_stream_idle_ms: int = setting(
         "GRPC_STREAM_IDLE_MS",
         300_000,

@@ -275,6 +275,8 @@ var serviceSettings = [
   { name: 'GRPC_MAX_CONCURRENT', value: '64' } // calls at once; the next are RESOURCE_EXHAUSTED
   { name: 'GRPC_STREAM_MAX_IN_FLIGHT', value: '16' } // events one ScoreStream call holds at once (issue 56's default)
   { name: 'GRPC_STREAM_IDLE_MS', value: '300000' } // a ScoreStream silent this long is ended (stream_idle): its call slot freed
+  { name: 'GRPC_MAX_CONNECTION_AGE_MS', value: '120000' } // the port is balanced by connection (docs/platform.md P93): aged ones reconnect, onto new replicas too
+  { name: 'GRPC_MAX_CONNECTION_AGE_GRACE_MS', value: '30000' } // calls of an aged connection may run this much longer
   // The record of every decision: hourly append blobs in the WORM `predictions` container (storage.bicep).
   { name: 'PREDICTION_LOG', value: 'blob' }
   { name: 'PREDICTION_LOG_DIR', value: '' } // PREDICTION_LOG=dir only

@@ -5,7 +5,7 @@ body_timeout_s                    how long a request's body may take to arrive w
 max_model_bytes, models_container a model blob's cap, and the container its trigger watches
 review_queue_wait_s               how long the queue path lets a review hold an answer
 grpc_*                            the gRPC listener: its port (0: none), keys, calls, a stream's events in
-                                  flight and how long a stream may stand idle
+                                  flight, how long a stream may stand idle and a connection live
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ class Limits:
     grpc_max_concurrent: int
     grpc_stream_max_in_flight: int
     grpc_stream_idle_s: float
+    grpc_connection_age_ms: int
+    grpc_connection_age_grace_ms: int
 
     @classmethod
     def of(cls, settings: Settings) -> Limits:
@@ -47,4 +49,6 @@ class Limits:
             grpc_max_concurrent=settings.grpc_max_concurrent,
             grpc_stream_max_in_flight=settings.grpc_stream_max_in_flight,
             grpc_stream_idle_s=settings.grpc_stream_idle_ms / 1000,
+            grpc_connection_age_ms=settings.grpc_max_connection_age_ms,
+            grpc_connection_age_grace_ms=settings.grpc_max_connection_age_grace_ms,
         )

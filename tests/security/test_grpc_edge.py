@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 import grpc
 import numpy as np
@@ -251,6 +252,30 @@ async def test_one_connection_cannot_hold_every_slot(services: Build, settings: 
             for task in stalls:
                 task.cancel()
             await asyncio.gather(*stalls, return_exceptions=True)
+
+
+def client_ports(port: int) -> set[int]:
+    """Local ports of the established TCP connections to `port` on this machine (/proc/net/tcp*)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, remote, state = line.split()[1:4]
+            if state == "01" and int(remote.rsplit(":", 1)[1], 16) == port:
+                found.add(int(local.rsplit(":", 1)[1], 16))
+    return found
+
+
+async def test_an_aged_connection_is_asked_to_go_and_its_client_reconnects(services: Build, settings: Settings) -> None:
+    """The port is balanced by connection: a caller that keeps one open would never reach a replica
+    a scale-out adds. Past GRPC_MAX_CONNECTION_AGE_MS the server sends GOAWAY and the client's
+    next calls go over a new connection (a new local port), none of them failing."""
+    async for s in serve(services, settings, grpc_max_connection_age_ms=1000, grpc_max_connection_age_grace_ms=1000):
+        seen: set[int] = set()
+        for _ in range(20):
+            await s.call("ServerLive", pb.ServerLiveRequest(), pb.ServerLiveResponse)
+            seen |= client_ports(s.port)
+            await asyncio.sleep(0.2)
+        assert len(seen) >= 2, f"one connection for 4 s under a 1 s age: {seen}"
 
 
 async def test_a_request_message_that_never_comes_is_answered_deadline_exceeded(

@@ -20,7 +20,10 @@ stream-unary handler, which reads nothing). At most GRPC_MAX_CONCURRENT calls ru
 answers the next RESOURCE_EXHAUSTED); one connection opens at most a quarter of them (HTTP/2
 SETTINGS_MAX_CONCURRENT_STREAMS), and a call whose request message has not arrived within
 BODY_TIMEOUT_MS is answered DEADLINE_EXCEEDED (`body_timeout`), so keyed callers that stall
-release their slots too. A message is at most a V2 REST body's cap each way, and an inference
+release their slots too. A connection lives about GRPC_MAX_CONNECTION_AGE_MS, then is asked to
+go (GOAWAY; its calls have GRPC_MAX_CONNECTION_AGE_GRACE_MS to finish) and its client reconnects:
+the port is balanced by connection, so a long-lived caller would otherwise never reach the replicas
+a scale-out adds. A message is at most a V2 REST body's cap each way, and an inference
 takes its admission slot before its tensors are decoded, having been checked against the
 model's input from its head alone.
 """
@@ -98,6 +101,10 @@ async def serve_grpc(service: ScoringService, host: str, port: int, *, grace_s: 
             ("grpc.max_receive_message_length", cap),
             ("grpc.max_send_message_length", cap),
             ("grpc.max_concurrent_streams", streams_per_connection(limits.grpc_max_concurrent)),
+            # NOTE: the port is balanced by TCP connection (a Container Apps additional port): an aged
+            # connection is told to go (GOAWAY, gRFC A9), so its client reconnects, onto any replica
+            ("grpc.max_connection_age_ms", limits.grpc_connection_age_ms),
+            ("grpc.max_connection_age_grace_ms", limits.grpc_connection_age_grace_ms),
             ("grpc.so_reuseport", 0),
         ],
         interceptors=[KeyInterceptor(keys)],

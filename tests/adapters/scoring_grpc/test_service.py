@@ -368,3 +368,21 @@ async def test_events_waiting_on_the_server_are_not_the_clients_idleness(served:
     assert sorted(a.event_id for a in answers) == ["w0", "w1", "w2"]
     await call.done_writing()
     assert await call.read() is grpc.aio.EOF and await call.code() == grpc.StatusCode.OK
+
+
+async def test_a_stream_lives_at_most_its_connections_age_and_grace(served: Served) -> None:
+    """A stream on a connection asked to go (GRPC_MAX_CONNECTION_AGE_MS) may run its grace, then is
+    cut UNAVAILABLE: what it was answered before stays answered; a gateway resends the rest on a
+    new stream (docs/api.md)."""
+    _, channel = await served(grpc_max_connection_age_ms=1000, grpc_max_connection_age_grace_ms=1000)
+    call = raw_stream(channel)
+    started, answered = asyncio.get_running_loop().time(), []
+    with pytest.raises((grpc.aio.AioRpcError, asyncio.InvalidStateError)):  # NOTE: a write or a read meets the cut
+        for i in range(50):
+            await call.write(message(body(event_id=f"g{i}")))
+            answered.extend(await answers_of(call, 1))
+            await asyncio.sleep(0.1)
+    lived = asyncio.get_running_loop().time() - started
+    assert await call.code() == grpc.StatusCode.UNAVAILABLE, await call.details()
+    assert 1.5 < lived < 4.0, lived  # NOTE: the age is jittered ±10%, the grace is whole
+    assert [a.event_id for a in answered] == [f"g{i}" for i in range(len(answered))]
