@@ -386,3 +386,68 @@ async def test_a_stream_lives_at_most_its_connections_age_and_grace(served: Serv
     assert await call.code() == grpc.StatusCode.UNAVAILABLE, await call.details()
     assert 1.5 < lived < 4.0, lived  # NOTE: the age is jittered ±10%, the grace is whole
     assert [a.event_id for a in answered] == [f"g{i}" for i in range(len(answered))]
+
+
+# -- the client example: a gateway's stream, reopened ---------------------------------------
+
+
+async def paced(bodies: list[bytes], every_s: float) -> AsyncIterator[bytes]:
+    """A gateway's feed: one event every `every_s`."""
+    for b in bodies:
+        yield b
+        await asyncio.sleep(every_s)
+
+
+async def test_the_client_reopens_a_cut_stream_and_sends_what_was_unanswered(
+    served: Served, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A feed that outlives its connection (1 s of age, 0.5 s of grace, 4 s of events), with the
+    events of the second half-second onwards held by admission until 2.3 s: the cut (~1.5 s) leaves
+    events unanswered; the client reopens the stream and sends them again. Every event is
+    answered once, as itself."""
+    one_at_a_time = AdmissionPolicy(max_inflight=1, max_queued=256, max_queue_wait_ms=10_000, queue_target_ms=10_000)
+    service, channel = await served(
+        grpc_max_connection_age_ms=1000, grpc_max_connection_age_grace_ms=500, admission=one_at_a_time
+    )
+    bodies = [body(event_id=f"f{i}") for i in range(40)]
+
+    async def hold() -> None:
+        await asyncio.sleep(0.5)
+        async with service.admission.admitted():  # NOTE: what is sent now waits, past the cut
+            await asyncio.sleep(1.8)  # NOTE: inside REQUEST_TIMEOUT_MS (2 s), which bounds the holder too
+
+    holding = asyncio.create_task(hold())
+    with caplog.at_level("WARNING", logger="shared.adapters.scoring_grpc.client"):
+        answers = [a async for a in score_stream(channel, paced(bodies, 0.1), per_message=4)]
+    await holding
+    reopened = [r.getMessage() for r in caplog.records if "reopening" in r.getMessage()]
+    assert reopened and not reopened[0].endswith(" 0 unanswered"), reopened  # NOTE: the cut left events to resend
+    assert sorted(int(a.id) for a in answers) == list(range(40))
+    assert all(a.event_id == f"f{a.id}" and a.WhichOneof("outcome") == "scored" for a in answers)
+
+
+async def test_the_client_opens_the_next_stream_with_the_next_event_after_an_idle_end(
+    served: Served, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A feed that pauses past the idle limit: the stream ends `stream_idle` and the next opens with
+    the next event, none lost."""
+    _, channel = await served(grpc_stream_idle_ms=IDLE_MS)
+
+    async def pausing() -> AsyncIterator[bytes]:
+        yield body(event_id="p0")
+        await asyncio.sleep(3 * IDLE_MS / 1000)
+        yield body(event_id="p1")
+
+    with caplog.at_level("WARNING", logger="shared.adapters.scoring_grpc.client"):
+        answers = [a async for a in score_stream(channel, pausing())]
+    assert [a.event_id for a in answers] == ["p0", "p1"]
+    assert [r.getMessage() for r in caplog.records if "reopening" in r.getMessage()] == [
+        "ScoreStream ended (DEADLINE_EXCEEDED): reopening with 0 unanswered"
+    ]
+
+
+async def test_the_client_does_not_reopen_a_refused_stream(served: Served) -> None:
+    _, channel = await served(grpc_keys=KEY)
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        [a async for a in score_stream(channel, [body()], key="w" * 24)]
+    assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
