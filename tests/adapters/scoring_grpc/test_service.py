@@ -451,3 +451,33 @@ async def test_the_client_does_not_reopen_a_refused_stream(served: Served) -> No
     with pytest.raises(grpc.aio.AioRpcError) as refused:
         [a async for a in score_stream(channel, [body()], key="w" * 24)]
     assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+async def test_a_client_that_stops_reading_holds_its_slot_at_most_its_connections_age(served: Served) -> None:
+    """The idle end cannot pass its unread answers, so the call stays; the connection's age closes
+    it (1 s of age, 0.5 s of grace here): the one call slot then serves another connection."""
+    service, _ = await served(
+        grpc_stream_idle_ms=IDLE_MS,
+        grpc_stream_max_in_flight=4,
+        grpc_max_concurrent=1,
+        grpc_max_connection_age_ms=1000,
+        grpc_max_connection_age_grace_ms=500,
+    )
+    target = f"127.0.0.1:{service.settings.grpc_port}"
+    own = [("grpc.use_local_subchannel_pool", 1), ("grpc.http2.bdp_probe", 0)]
+    request = pb.ScoreRequest(event=body()).SerializeToString()
+    async with (
+        grpc.aio.insecure_channel(target, options=own) as reader,
+        grpc.aio.insecure_channel(target, options=own) as other,
+    ):
+        call = raw_stream(reader)
+        writer = asyncio.create_task(write_all(call, [message(body(event_id=f"n{i}")) for i in range(3000)]))
+        await asyncio.sleep(0.3)
+        with pytest.raises(grpc.aio.AioRpcError) as refused:  # NOTE: the non-reader holds the one slot
+            await asyncio.wait_for(raw_score(other)(request), 10)
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        await asyncio.sleep(1.1 + 0.5 + 0.6)  # NOTE: the age (±10 %), its grace, and time to close
+        answer = await asyncio.wait_for(raw_score(other)(request), 10)
+        assert decided(answer.scored)["decision"] in {"approve", "review", "decline"}
+        writer.cancel()
+        await asyncio.gather(writer, return_exceptions=True)
