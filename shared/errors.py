@@ -8,6 +8,7 @@
     │   ├── UnsupportedMediaType  415 unsupported_media_type  INVALID_ARGUMENT
     │   ├── PayloadTooLarge       413 payload_too_large RESOURCE_EXHAUSTED
     │   └── BodyTimeout           408 body_timeout      DEADLINE_EXCEEDED
+    │       └── StreamIdle        408 stream_idle       DEADLINE_EXCEEDED  (a ScoreStream silent past GRPC_STREAM_IDLE_MS)
     ├── ModelNotFound             404 model_not_found   NOT_FOUND          (queue: reject)
     ├── ModelInvalid              422 model_invalid     FAILED_PRECONDITION (blob: not retried)
     ├── RolloutConflict           409 rollout_conflict  FAILED_PRECONDITION (a shadow or canary the model's state refuses)
