@@ -771,8 +771,10 @@ class QueueCases:
 @pytest.fixture
 def queue_handlers(settings: Settings) -> Iterator[tuple[FunctionHandlers, MemoryPublisher]]:
     publisher = MemoryPublisher()
-    # NOTE: no REDIS_URL in `settings`: the result store is the process's own, as the suite's handler tests use
-    yield FunctionHandlers(ServiceHolder(lambda: settings), publisher=publisher), publisher
+    # NOTE: no REDIS_URL in `settings`: the result store is the process's own, as the suite's handler tests use;
+    # the shortest batch budget the settings allow (a failing publish is retried within it)
+    quick = dataclasses.replace(settings, queue_batch_budget_ms=6_000)
+    yield FunctionHandlers(ServiceHolder(lambda: quick), publisher=publisher), publisher
 
 
 async def test_queue_outcomes(queue_handlers: tuple[FunctionHandlers, MemoryPublisher], tmp_path: Path) -> None:
@@ -820,7 +822,7 @@ async def test_queue_outcomes_without_models(settings: Settings, tmp_path: Path)
     empty = tmp_path / "empty"
     empty.mkdir()
     publisher = MemoryPublisher()
-    handlers = FunctionHandlers(ServiceHolder(lambda: dataclasses.replace(settings, models_dir=str(empty), queue_batch_budget_ms=60_000)),
+    handlers = FunctionHandlers(ServiceHolder(lambda: dataclasses.replace(settings, models_dir=str(empty), queue_batch_budget_ms=6_000)),
                                 publisher=publisher)  # fmt: skip
     try:
         call = QueueCases(handlers, publisher, tmp_path)
