@@ -20,6 +20,7 @@
     │   │                                                                    its version is quarantined; resubmit)
     │   └── SettingsError         503 not_ready         UNAVAILABLE        (the operator must fix a setting)
     ├── ModelSourceError          503 model_source      UNAVAILABLE        (retry)
+    │   └── WarmupStarved         503 cpu_starved       UNAVAILABLE        (a warm-up starved of CPU: not recorded, the next load tries again)
     ├── Unavailable               503 unavailable       UNAVAILABLE        (queue: retry)
     │   ├── ResultStoreDown       503 result_store_down UNAVAILABLE        (queue: retry; nothing published)
     │   ├── ControlStoreDown      503 control_store_down UNAVAILABLE       (a pin or model record not kept; nothing changed)
@@ -89,6 +90,7 @@ __all__ = [
     "Unexpected",
     "Unshareable",
     "UnsupportedMediaType",
+    "WarmupStarved",
     "retry_after",
 ]
 
@@ -203,6 +205,17 @@ class SettingsError(NotReady):
 
 class ModelSourceError(ScoringError):
     status, grpc_status, code, retryable = 503, "UNAVAILABLE", "model_source", True
+
+
+class WarmupStarved(ModelSourceError):
+    """A version's warm-up (or golden check) run starved of CPU each of its tries (shared/models/onnx.py,
+    WARM_TRIES): the replica's state, not the file's. Not a rejection: nothing is recorded against the file
+    and its next load (the next Blob delivery, sync pass or start) tries again. Its code is `cpu_starved`,
+    the answer to a run starved at score time; a `ModelSourceError`, so whatever takes a source that cannot
+    give a version now (an ensemble's meta-model, a pin's load) takes this too."""
+
+    code = "cpu_starved"
+    retry_after_s = 1.0
 
 
 # -- the queue path (shared/queue) ----------------------------------------------------

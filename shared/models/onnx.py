@@ -2,9 +2,10 @@
 
 onnxruntime errors never leave this module untranslated: a file that cannot be
 loaded or does not fit its metadata is `ModelInvalid`; a failing run is
-`InferenceFailed`, and one stopped by its deadline or the memory cap is `RunOverBudget`
-(shared/models/bounds.py). Every file passes the static checks (`shared.models.vetting`)
-before onnxruntime is handed its bytes.
+`InferenceFailed`, one stopped by its deadline or the memory cap is `RunOverBudget`, and one
+that waited for a CPU past its grace is `CpuStarved` (shared/models/bounds.py). In warm-up a failed
+run refuses the file (`ModelInvalid`), a starved one is run again and then `WarmupStarved`.
+Every file passes the static checks (`shared.models.vetting`) before onnxruntime is handed its bytes.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import numpy.typing as npt
 import onnxruntime as ort
 
 from shared.domain.spec import ModelSpec
-from shared.errors import CpuStarved, InferenceFailed, ModelInvalid, RunOverBudget, ScoringError
+from shared.errors import CpuStarved, InferenceFailed, ModelInvalid, RunOverBudget, ScoringError, WarmupStarved
 from shared.models.bounds import OVER_ARENA, TERMINATED, RunWatchdog, install_arena
 from shared.models.vetting import DEFAULT_POLICY, VettingPolicy, vet
 from shared.policies import OrtOptions
@@ -30,6 +31,7 @@ __all__ = ["OnnxModel", "choose_providers", "gpu_missing", "gpu_usable"]
 
 log = logging.getLogger(__name__)
 
+WARM_TRIES = 3  # runs of a warm-up step starved of CPU, in all, before the load is given up (not the file: retried)
 INTER_OP_THREADS = 1  # fixed by design: sessions run ORT_SEQUENTIAL, one node at a time, so no inter-op pool works
 _OPT_LEVELS = {
     "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -199,31 +201,40 @@ class OnnxModel:
         return InferenceFailed(f"onnxruntime run failed: {_first_line(exc)}")
 
     def warm(self, max_batch: int) -> None:
-        """Run a lone row and a full batch of defaults; fail if the answers are not scores."""
+        """Run a lone row and a full batch of defaults, then the golden rows; `ModelInvalid` if the answers
+        are not scores (or a run fails or trips a bound), `WarmupStarved` if a run stays starved of CPU."""
         defaults = np.array([f.default for f in self.spec.features], dtype=np.float32)
         for n in sorted({1, max_batch}):
-            try:
-                scores = self.predict(np.tile(defaults, (n, 1)))
-            except (
-                InferenceFailed,
-                RunOverBudget,
-                CpuStarved,
-            ) as exc:  # a model that cannot score its own defaults is not servable (starved too, as before: load it again)
-                raise ModelInvalid(f"warm-up failed: {exc.detail}") from exc
+            scores = self._warm_run(np.tile(defaults, (n, 1)), "warm-up")
             if scores.shape != (n,):
                 raise ModelInvalid(f"model returned {scores.shape[0]} scores for {n} rows")
             if not np.all(np.isfinite(scores)) or not np.all((scores >= 0.0) & (scores <= 1.0)):
                 raise ModelInvalid("warm-up scores are not finite values within [0, 1]")
         self._check_golden()
 
+    def _warm_run(self, matrix: npt.NDArray[np.float32], what: str) -> npt.NDArray[np.float64]:
+        """One run of the warm-up or the golden check. A model that cannot score its own rows is not servable
+        (`ModelInvalid`); a run starved of CPU (`CpuStarved`: throttled, not the model's fault) is run again,
+        WARM_TRIES in all, and then given up as `WarmupStarved`: retryable, the file not blamed."""
+        for tried in range(1, WARM_TRIES + 1):
+            try:
+                return self.predict(matrix)
+            except (InferenceFailed, RunOverBudget) as exc:
+                raise ModelInvalid(f"{what} failed: {exc.detail}") from exc
+            except CpuStarved as exc:
+                if tried == WARM_TRIES:
+                    raise WarmupStarved(
+                        f"{what} starved of CPU {WARM_TRIES} times in a row, the last: {exc.detail}; "
+                        "not the file's fault: its next load tries again"
+                    ) from exc
+                log.warning("%s run starved of CPU (try %d of %d): run again: %s", what, tried, WARM_TRIES, exc.detail)
+        raise AssertionError("unreachable")  # pragma: no cover
+
     def _check_golden(self) -> None:
         golden = self.spec.golden
         if golden is None:
             return
-        try:
-            scores = self.predict(np.array(golden.rows, dtype=np.float32))
-        except (InferenceFailed, RunOverBudget, CpuStarved) as exc:
-            raise ModelInvalid(f"golden rows failed: {exc.detail}") from exc
+        scores = self._warm_run(np.array(golden.rows, dtype=np.float32), "golden rows")
         worst = float(np.max(np.abs(scores - np.array(golden.scores))))
         if not worst <= golden.tolerance:  # a NaN fails too
             raise ModelInvalid(f"golden scores differ by {worst:.6g} (tolerance {golden.tolerance:g})")

@@ -23,6 +23,11 @@ version active again, and never loaded again by this process; the `quarantined` 
 fleet's records (shared/fleet/versions.py) quarantine it on every replica. Its events are rescored
 by the version active after (`RunOverBudget` is a `BatcherClosed`: callers resubmit).
 
+A version whose warm-up stays starved of CPU (`WarmupStarved`: the replica throttled at its CPU limit,
+shared/models/onnx.py) is not rejected: nothing is recorded against its file, and the error goes to
+the caller (retryable), so the next load of the same file tries again: the Blob trigger's redelivery,
+the next poll or record watch, the next start (`load_all` goes on to the other versions meanwhile).
+
 Other parts follow the lifecycle through hooks (`on("activated", callback)`), not by
 reaching in: the reload broadcast, telemetry and caches subscribe to what they need.
 """
@@ -39,7 +44,7 @@ from typing import Literal
 
 from shared.domain.answers import LoadError, ModelView
 from shared.domain.feast_spec import FromServingFeast
-from shared.errors import ModelInvalid, ModelNotFound, ModelSourceError, NotReady, RunOverBudget
+from shared.errors import ModelInvalid, ModelNotFound, ModelSourceError, NotReady, RunOverBudget, WarmupStarved
 from shared.models.onnx import OnnxModel
 from shared.models.repository import ModelRef, ModelRepository, Release, check_ref, version_key
 from shared.models.sandbox import Sandbox
@@ -234,19 +239,29 @@ class ModelRegistry:
                 enough = self.auto_promote or self._promoted.get(name) or tried >= self._keep + CANDIDATES_DEEP
                 if loaded >= self._keep and enough:
                     break  # with candidates, on (a bounded way) until a promoted version is loaded too
-                if await self.load(ModelRef(name, version)):
+                if await self._load_at_start(ModelRef(name, version)):
                     loaded += 1  # NOTE: a bad file left in the source must not keep a new replica down
             pinned = self._pins.get(name)
             if pinned is not None and pinned in versions:
-                await self.load(ModelRef(name, pinned))
+                await self._load_at_start(ModelRef(name, pinned))
             for held in sorted(self._held.get(name, set()) & set(versions), key=version_key):
-                await self.load(ModelRef(name, held))
+                await self._load_at_start(ModelRef(name, held))
         if not self._active:
             raise NotReady(f"no valid model in the model source ({self.repository.setting})")
         self.ready = True
 
+    async def _load_at_start(self, ref: ModelRef) -> LoadedModel | None:
+        """`load`, where a warm-up starved of CPU only skips the version for now (the poll or the record
+        watch loads it later; if nothing loads, the start fails NotReady and the next call starts again)."""
+        try:
+            return await self.load(ref)
+        except WarmupStarved:
+            return None  # logged by `install`
+
     async def load(self, ref: ModelRef) -> LoadedModel | None:
-        """Read `ref` from the source and install it; None when the file is rejected (or was already)."""
+        """Read `ref` from the source and install it; None when the file is rejected (or was already).
+
+        `WarmupStarved` (retryable) when its warm-up stayed starved of CPU: not a rejection, the next load tries it."""
         if ref in self._quarantined:
             return None
         stamp = await asyncio.to_thread(self.repository.stamp, ref)
@@ -262,7 +277,8 @@ class ModelRegistry:
         """Load, validate and warm a version, then activate it if it is the newest (or pinned).
 
         A rejected file is remembered (`last_error`, with the source's `stamp` of the file) and
-        logged once: the current version keeps serving.
+        logged once: the current version keeps serving. A warm-up starved of CPU (`WarmupStarved`) is
+        raised and not remembered: the file is not at fault, and its next load tries again.
         """
         check_ref(name, version)
         if (why := self._quarantined.get(ModelRef(name, version))) is not None:
@@ -283,6 +299,9 @@ class ModelRegistry:
             self._last_error[name] = LoadError(version, exc.detail, time.time(), stamp or digest)
             log.error("model %s/%s rejected: %s", name, version, exc.detail)
             self._emit(RegistryEvent("failed", name, version, digest, exc.detail))
+            raise
+        except WarmupStarved as exc:  # NOTE: the replica's CPU, not the file: nothing recorded, retried
+            log.warning("model %s/%s not loaded now, to be tried again: %s", name, version, exc.detail)
             raise
         if self._last_error.get(name, LoadError("", "", 0.0, "")).version == version:
             del self._last_error[name]
