@@ -11,6 +11,7 @@ stopped with SIGSTOP mid-run and continued, as the kernel's throttle does (eight
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -36,20 +37,40 @@ STOPPED = RuntimeError("[ONNXRuntimeError] : 1 : FAIL : Exiting due to terminate
 # The child: a legitimate chain of ~40 ms of CPU a run under a 200 ms deadline (so the watchdog, which
 # ticks every 25 ms, has seen a run before a stop lands in it, and a run that gets a quarter of a CPU
 # cannot pass its deadline), scored back to back for `seconds`; one line of JSON at the end: how many
-# runs, how many spanned a stop (over 300 ms of wall), and their errors.
+# runs, how many spanned a stop (over 300 ms of wall), and their errors. The chain is sized on the
+# machine (`chain_links`): on a faster core a fixed one finishes within a watchdog tick of its CPU
+# coming back, and the impatient watchdog never sees it past its deadline.
 CHILD_OPTIONS = OrtOptions(run_deadline_ms=200, use_gpu=False)
+RUN_CPU_S = 0.04
+ROW = [[4.0, 0.0, 60.0, 1.0]]
+
+
+@functools.cache
+def chain_links() -> int:
+    """How many links make a run of ROW take RUN_CPU_S of CPU on this machine (52 on the 2026-11 machines,
+    ~104 on a 2026-12 Xeon core)."""
+    model = OnnxModel.load(hostile.slow_chain(links=52), OrtOptions(run_deadline_ms=5000, use_gpu=False), PAST_VETTING)
+    row = np.array(ROW, dtype=np.float32)
+    took = []
+    for _ in range(3):
+        started = time.thread_time()
+        model.predict(row)
+        took.append(time.thread_time() - started)
+    return max(8, min(1000, round(52 * RUN_CPU_S / min(took))))
+
+
 CHILD = """
 import json, sys, time
 import numpy as np
 from shared.models import bounds
 from shared.models.onnx import OnnxModel
 from tests.models import hostile
-from tests.models.test_starved_runs import CHILD_OPTIONS, PAST_VETTING
+from tests.models.test_starved_runs import CHILD_OPTIONS, PAST_VETTING, ROW
 if sys.argv[1] == "impatient":  # the mutation: arm every run as if it had no patience
     arm = bounds.RunWatchdog.arm
     bounds.RunWatchdog.arm = lambda self, deadline_s=None, patient=False: arm(self, deadline_s)
-model = OnnxModel.load(hostile.slow_chain(links=52), CHILD_OPTIONS, PAST_VETTING)
-row = np.array([[4.0, 0.0, 60.0, 1.0]], dtype=np.float32)
+model = OnnxModel.load(hostile.slow_chain(links=int(sys.argv[3])), CHILD_OPTIONS, PAST_VETTING)
+row = np.array(ROW, dtype=np.float32)
 runs, spanned, errors = 0, 0, []
 print("ready", flush=True)
 until = time.monotonic() + float(sys.argv[2])
@@ -69,7 +90,7 @@ def throttled(mode: str, stops: int = 8, stop_s: float = 0.6) -> dict[str, objec
     """Run the child, stop it `stops` times for `stop_s` each (the kernel's throttle), and read its report."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, mode, str(0.5 + stops * (stop_s + 0.15))],
+        [sys.executable, "-c", CHILD, mode, str(0.5 + stops * (stop_s + 0.15)), str(chain_links())],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,
