@@ -147,8 +147,13 @@ class FunctionHandlers:
     def queue(self) -> QueueHandler:
         """The queue path's handler, built on first use (its Redis and Service Bus clients lazily)."""
         if self._queue is None:
+            settings = self.holder.settings
+            if settings.telemetry:  # NOTE: before the first batch opens its spans, not when its service builds
+                from shared.telemetry.setup import configure
+
+                configure(settings)
             self._queue = QueueHandler.from_settings(
-                self.holder.settings, self.holder.get, store=self.store, publisher=self.publisher
+                settings, self.holder.get, store=self.store, publisher=self.publisher
             )
         return self._queue
 

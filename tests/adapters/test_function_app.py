@@ -256,6 +256,29 @@ async def test_service_bus_handler_publishes_the_result(handlers: FunctionHandle
     assert sent.properties["traceparent"].split("-")[1] == traceparent.split("-")[1]  # the trace continues
 
 
+async def test_the_first_batch_of_a_fresh_process_is_traced(settings: Settings) -> None:
+    """A cold process: no telemetry installed yet, and the first batch's spans open before its service
+    builds. The batch's result still continues the trace under the app's own span (a new span id),
+    as every later batch's does."""
+    from shared.telemetry import process
+
+    caller = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    installed = process.current()
+    process.install(None)  # NOTE: as a fresh worker process starts
+    handlers = FunctionHandlers(ServiceHolder(lambda: settings), publisher=MemoryPublisher())
+    try:
+        body = json.dumps(event(event_id="cold-1")).encode()
+        await handlers.payments([sb_message(body, "cold-1", application_properties={"traceparent": caller})])
+        assert isinstance(handlers.publisher, MemoryPublisher)
+        [sent] = handlers.publisher.sent
+        trace_id, span_id = sent.properties["traceparent"].split("-")[1:3]
+        assert trace_id == caller.split("-")[1] and span_id != caller.split("-")[2], sent.properties
+        assert sent.properties["Diagnostic-Id"] == sent.properties["traceparent"]
+    finally:
+        await handlers.aclose()
+        process.install(installed)
+
+
 @pytest.mark.parametrize("body", [b"{broken", json.dumps(event(amount=-1)).encode(), b"\xff\xfe binary"])
 async def test_bad_message_is_rejected_with_reason_and_body(handlers: FunctionHandlers, body: bytes) -> None:
     await handlers.payments([sb_message(body, "m-bad"), sb_message(json.dumps(event(event_id="ok")).encode())])
