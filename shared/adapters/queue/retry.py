@@ -53,7 +53,8 @@ def outage(exc: BaseException) -> bool:
 
 async def held(until: float, call: Callable[[], Awaitable[T]], what: str) -> T:
     """`call()`, tried again after a dependency outage with backoff and full jitter while loop time
-    `until` allows another wait; the last failure (or `DeadlineExceeded`) once it does not."""
+    `until` allows another wait; the last failure once it does not, or `DeadlineExceeded` when the
+    budget cuts a try (naming the failure of the try before it: why it was still being tried)."""
     from tenacity import AsyncRetrying, retry_if_exception, stop_before_delay, wait_random_exponential
 
     retrying = AsyncRetrying(
@@ -62,9 +63,18 @@ async def held(until: float, call: Callable[[], Awaitable[T]], what: str) -> T:
         stop=stop_before_delay(max(0.0, until - asyncio.get_running_loop().time())),
         reraise=True,
     )
+    last: ScoringError | None = None  # the last failure an attempt ended with, to name when the budget cuts one
     async for attempt in retrying:
         with attempt:
-            result: T = await by(until, call(), what)
+            try:
+                result: T = await by(until, call(), what)
+            except DeadlineExceeded as cut:
+                if last is None:
+                    raise
+                raise DeadlineExceeded(f"{cut.detail}; the last try before: {last.detail}") from None
+            except ScoringError as exc:
+                last = exc
+                raise
             return result
     raise AssertionError("unreachable: tenacity returns or re-raises")  # pragma: no cover
 

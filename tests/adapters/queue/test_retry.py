@@ -81,3 +81,23 @@ async def test_a_hung_call_ends_at_the_share_with_the_step_named() -> None:
 
     with pytest.raises(DeadlineExceeded, match="publishing outlasted the queue batch budget"):
         await held(until(0.1), hung, "publishing")
+
+
+async def test_a_try_the_budget_cuts_names_the_failure_of_the_try_before() -> None:
+    """A service whose start fails fast ("no models found"), then hangs: the batch's reason is still the
+    cause, not only the cut (make test met a bare "outlasted" under load, where starts are slow)."""
+    tries = 0
+
+    async def start() -> str:
+        nonlocal tries
+        tries += 1
+        if tries == 1:
+            raise NotReady("no models found in models/")
+        await asyncio.sleep(60)
+        return "never"
+
+    with pytest.raises(
+        DeadlineExceeded, match=r"starting the service outlasted .*; the last try before: no models found"
+    ):
+        await held(until(0.5), start, "starting the service")
+    assert tries == 2
