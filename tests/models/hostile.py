@@ -6,7 +6,9 @@ change alone decides whether it is refused.
 
 from __future__ import annotations
 
+import functools
 import json
+import time
 
 import numpy as np
 import onnx
@@ -261,6 +263,26 @@ def slow_chain(links: int = 400, side: int = 384, scale: int = 64) -> bytes:
         numpy_helper.from_array(np.array(0.0, dtype=np.float32), "zero_f"),
     ]
     return _append(_model(), nodes, initializers)
+
+
+@functools.cache
+def sized_links(cpu_s: float, log_amount: float = 4.0) -> int:
+    """How many links make one run of `slow_chain` on a row of `log_amount` take `cpu_s` of CPU on this
+    machine (one thread): CPU speeds differ (52 links were ~40 ms at 4.0 on the 2026-11 machines, ~20 ms
+    on a 2026-12 Xeon core), and a test of starvation needs runs long enough to be caught mid-run."""
+    from shared.models.onnx import OnnxModel
+    from shared.models.vetting import VettingPolicy
+    from shared.settings import OrtOptions
+
+    vetting = VettingPolicy(static_shapes=False, extra_ops=frozenset({"ConstantOfShape", "Expand", "Tile", "Range"}))
+    model = OnnxModel.load(slow_chain(links=52), OrtOptions(run_deadline_ms=5000, use_gpu=False), vetting)
+    row = np.array([[log_amount, 0.0, 60.0, 1.0]], dtype=np.float32)
+    took = []
+    for _ in range(3):
+        started = time.thread_time()
+        model.predict(row)
+        took.append(time.thread_time() - started)
+    return max(8, min(1000, round(52 * cpu_s / min(took))))
 
 
 def sequence_map() -> bytes:

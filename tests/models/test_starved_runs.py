@@ -11,7 +11,6 @@ stopped with SIGSTOP mid-run and continued, as the kernel's throttle does (eight
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import signal
@@ -45,18 +44,9 @@ RUN_CPU_S = 0.04
 ROW = [[4.0, 0.0, 60.0, 1.0]]
 
 
-@functools.cache
 def chain_links() -> int:
-    """How many links make a run of ROW take RUN_CPU_S of CPU on this machine (52 on the 2026-11 machines,
-    ~104 on a 2026-12 Xeon core)."""
-    model = OnnxModel.load(hostile.slow_chain(links=52), OrtOptions(run_deadline_ms=5000, use_gpu=False), PAST_VETTING)
-    row = np.array(ROW, dtype=np.float32)
-    took = []
-    for _ in range(3):
-        started = time.thread_time()
-        model.predict(row)
-        took.append(time.thread_time() - started)
-    return max(8, min(1000, round(52 * RUN_CPU_S / min(took))))
+    """How many links make a run of ROW take RUN_CPU_S of CPU on this machine (`hostile.sized_links`)."""
+    return hostile.sized_links(RUN_CPU_S, ROW[0][0])
 
 
 CHILD = """

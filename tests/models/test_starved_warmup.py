@@ -12,7 +12,6 @@ SIGSTOP and continued by this one.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import queue
@@ -23,14 +22,12 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import onnx
 import pytest
 
 from shared.errors import ModelInvalid, WarmupStarved
 from shared.models import onnx as onnx_adapter
 from shared.models.bounds import STARVED_GRACE
-from shared.models.onnx import OnnxModel
 from shared.models.registry import ModelRegistry
 from shared.models.repository import DirectoryRepository, ModelRef
 from shared.settings import BatchPolicy, OrtOptions
@@ -56,19 +53,10 @@ def warm_chain(links: int, amount: float = 4.0) -> bytes:
     return model.SerializeToString()
 
 
-@functools.cache
 def chain_links() -> int:
-    """How many links make a warm-up run take RUN_CPU_S of CPU on this machine (~104 on a 2026 Xeon core):
+    """How many links make a warm-up run take RUN_CPU_S of CPU on this machine (`hostile.sized_links`):
     a faster core would otherwise finish a run within a throttle's few running windows, and never starve."""
-    options = OrtOptions(run_deadline_ms=5000, use_gpu=False)
-    model = OnnxModel.load(warm_chain(104), options, PAST_VETTING)
-    row = np.array([[f.default for f in model.spec.features]], dtype=np.float32)
-    took = []
-    for _ in range(3):
-        started = time.thread_time()
-        model.predict(row)
-        took.append(time.thread_time() - started)
-    return max(8, min(1000, round(104 * RUN_CPU_S / min(took))))
+    return hostile.sized_links(RUN_CPU_S)
 
 
 # The child: a registry over a directory holding fraud/1 (the warm chain); it prints "ready", then for each
