@@ -136,6 +136,7 @@ SERIAL_PATHS = (
     "tests/models/test_bounds_served.py",
     "tests/models/test_starved_runs.py",
     "tests/models/test_starved_warmup.py",
+    "tests/models/test_sandbox_starved.py",
     "tests/stores/prediction_log/test_log.py::test_add_never_waits_while_the_sink_fails",
 )
 

@@ -19,6 +19,14 @@ Only a file that passes is loaded into the serving process, which meanwhile only
 pipe in a worker thread: its memory and its event loop never pay for a hostile file. The
 child is started with fork+exec (no copy of the serving process's memory). A file that
 passed is not tried again by the same process (the same bytes under the same limits).
+
+A trial starved of CPU (a replica throttled at its CPU limit, as in a flash sale) says nothing
+about the file, so it is not refused: it raises `WarmupStarved` (503, retryable; the registry
+records nothing and the next load tries the file again) when a run in the child stayed starved
+past its grace (its warm-up's `WarmupStarved`, an adversarial run's `CpuStarved`: bounds.py), or
+when the child reached its wall limit having run under STARVED_SHARE of it (and of its CPU limit)
+in CPU time, as the kernel tells on reaping it. Past its CPU limit, its memory, a crash or a run
+the model made slow or large, it is refused (`ModelInvalid`) as before.
 """
 
 from __future__ import annotations
@@ -35,13 +43,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shared.errors import ModelInvalid
+from shared.errors import ModelInvalid, WarmupStarved
 from shared.models.vetting import DEFAULT_POLICY, VettingPolicy
 
 __all__ = ["Sandbox", "SandboxLimits", "Verdict", "child_env"]
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository (or app) root: the child imports `shared` from it
 _CLONE_NEWUSER, _CLONE_NEWNET = 0x10000000, 0x40000000
+# NOTE: a trial at its wall limit that ran under this share of it (and of its CPU limit) in CPU time was waiting
+# for a CPU, not running the model: the watchdog's rule for a run it cannot read alone (shared/models/bounds.py)
+STARVED_SHARE = 0.25
 _passed: dict[tuple[str, tuple[str, ...]], Verdict] = {}  # (sha256, argv) -> the trial it passed
 _passed_guard = threading.Lock()
 
@@ -74,7 +85,8 @@ class Verdict:
 
 @dataclass
 class Sandbox:
-    """Tries model files in a child process under `limits` (`ModelInvalid` with the reason if one fails)."""
+    """Tries model files in a child process under `limits` (`ModelInvalid` with the reason if one fails,
+    `WarmupStarved` if the trial was starved of CPU: the file not blamed)."""
 
     limits: SandboxLimits = field(default_factory=SandboxLimits)
     policy: VettingPolicy = DEFAULT_POLICY
@@ -137,11 +149,21 @@ class Sandbox:
                 out, err = child.communicate(data, timeout=self.limits.wall_s)
             except subprocess.TimeoutExpired:
                 os.killpg(child.pid, signal.SIGKILL)
+                _, status, usage = os.wait4(child.pid, 0)  # reaped here: the kernel counts its CPU time
+                child.returncode = os.waitstatus_to_exitcode(status)
                 child.communicate()
-                raise ModelInvalid(
-                    f"refused by the sandbox ({self._caps()}): loading and warm-up did not finish in time"
-                ) from None
+                raise self._overdue(usage.ru_utime + usage.ru_stime) from None
         return self._verdict(child.returncode, out, err)
+
+    def _overdue(self, cpu_s: float) -> ModelInvalid | WarmupStarved:
+        """A trial killed at its wall limit: refused, unless it ran under STARVED_SHARE of its time (starved)."""
+        limits = self.limits
+        if cpu_s < STARVED_SHARE * min(limits.wall_s, limits.cpu_s):
+            return WarmupStarved(
+                f"the sandbox trial was starved of CPU ({self._caps()}): it ran {cpu_s:.2f} s of CPU time "
+                f"in its {limits.wall_s:g} s; not the file's fault: its next load tries again"
+            )
+        return ModelInvalid(f"refused by the sandbox ({self._caps()}): loading and warm-up did not finish in time")
 
     def _verdict(self, code: int, out: bytes, err: bytes) -> dict[str, float]:
         try:
@@ -150,6 +172,8 @@ class Sandbox:
             answer = None
         if isinstance(answer, dict) and answer.get("ok") is True and code == 0:
             return answer
+        if isinstance(answer, dict) and answer.get("starved") is True and isinstance(answer.get("reason"), str):
+            raise WarmupStarved(f"the sandbox trial was starved of CPU ({self._caps()}): {answer['reason'][:300]}")
         if isinstance(answer, dict) and isinstance(answer.get("reason"), str):
             raise ModelInvalid(f"refused by the sandbox ({self._caps()}): {answer['reason'][:300]}")
         raise ModelInvalid(f"refused by the sandbox ({self._caps()}): {self._death(code, err)}")
@@ -203,7 +227,7 @@ def _child(argv: list[str]) -> int:
     data = sys.stdin.buffer.read()
     import resource
 
-    from shared.errors import RunOverBudget, ScoringError
+    from shared.errors import CpuStarved, RunOverBudget, ScoringError
     from shared.models.onnx import OnnxModel
     from shared.models.probes import attack
     from shared.policies import OrtOptions
@@ -225,6 +249,12 @@ def _child(argv: list[str]) -> int:
         model = OnnxModel.load(data, options, policy, cpu_only=True)
         model.warm(int(max_batch))
         found = attack(model.predict, model.spec, int(max_batch))
+    except WarmupStarved as exc:  # NOTE: runs starved past their grace: the CPU's state, not the file's
+        print(json.dumps({"ok": False, "starved": True, "reason": exc.detail}))
+        return 1
+    except CpuStarved as exc:  # an adversarial run (warm-up's own are `WarmupStarved`)
+        print(json.dumps({"ok": False, "starved": True, "reason": f"scoring the adversarial rows: {exc.detail}"}))
+        return 1
     except RunOverBudget as exc:
         print(json.dumps({"ok": False, "reason": f"{exc.detail} (a bound every replica holds each run to)"}))
         return 1
