@@ -209,7 +209,8 @@ class ModelSourceError(ScoringError):
 
 class WarmupStarved(ModelSourceError):
     """A version's warm-up (or golden check) run starved of CPU each of its tries (shared/models/onnx.py,
-    WARM_TRIES): the replica's state, not the file's. Not a rejection: nothing is recorded against the file
+    WARM_TRIES), or its sandbox trial starved (shared/models/sandbox.py: a starved run, or its wall limit
+    reached on under a quarter of its CPU): the replica's state, not the file's. Not a rejection: nothing is recorded against the file
     and its next load (the next Blob delivery, sync pass or start) tries again. Its code is `cpu_starved`,
     the answer to a run starved at score time; a `ModelSourceError`, so whatever takes a source that cannot
     give a version now (an ensemble's meta-model, a pin's load) takes this too."""

@@ -137,6 +137,7 @@ SERIAL_PATHS = (
     "tests/models/test_starved_runs.py",
     "tests/models/test_starved_warmup.py",
     "tests/models/test_sandbox_starved.py",
+    "tests/models/test_sandbox.py::test_a_trial_past_its_wall_clock_is_killed",  # NOTE: starved, under a quarter of a CPU
     "tests/stores/prediction_log/test_log.py::test_add_never_waits_while_the_sink_fails",
 )
 
