@@ -51,7 +51,7 @@ from collections.abc import Awaitable, Callable
 import msgspec
 
 from shared.domain.spec import Thresholds
-from shared.errors import ControlStoreDown, ModelInvalid, ModelNotFound, RolloutConflict, ScoringError
+from shared.errors import ControlStoreDown, ModelInvalid, ModelNotFound, RolloutConflict, ScoringError, WarmupStarved
 from shared.fleet.keys import (
     LatestRecord,
     PinRecord,
@@ -314,7 +314,11 @@ class Rollout:
                 newest[ref.name] = ref.version
         for name, version in newest.items():
             if version not in self._registry.loaded_versions(name):
-                loaded = await self._registry.load(ModelRef(name, version))
+                try:
+                    loaded = await self._registry.load(ModelRef(name, version))
+                except WarmupStarved as exc:  # NOTE: the CPU's state: the others go on, the next tick tries it again
+                    log.warning("model %s/%s not loaded yet: %s", name, version, exc.detail)
+                    continue
                 if loaded is not None:
                     self._changed(name)
                     await self.installed(loaded)
