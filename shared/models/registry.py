@@ -59,6 +59,7 @@ log = logging.getLogger(__name__)
 
 EventKind = Literal["loaded", "activated", "retired", "failed", "quarantined"]
 CANDIDATES_DEEP = 8  # at start, how many versions past keep_versions are tried for a promoted one
+STARVED_WAIT_S = (15.0, 300.0)  # after a warm-up starved of CPU: the first wait before its next load, the longest
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +118,7 @@ class ModelRegistry:
             k: [] for k in ("loaded", "activated", "retired", "failed", "quarantined")
         }
         self._quarantined: dict[ModelRef, str] = {}  # versions that tripped a bound here or elsewhere -> why
+        self._starved: dict[ModelRef, tuple[float, float]] = {}  # starved at warm-up -> (not before, that wait)
         self._draining: set[asyncio.Task[None]] = set()
         self._lock: asyncio.Lock | None = None
         self.ready = False
@@ -261,17 +263,29 @@ class ModelRegistry:
     async def load(self, ref: ModelRef) -> LoadedModel | None:
         """Read `ref` from the source and install it; None when the file is rejected (or was already).
 
-        `WarmupStarved` (retryable) when its warm-up stayed starved of CPU: not a rejection, the next load tries it."""
+        `WarmupStarved` (retryable) when its warm-up stayed starved of CPU: not a rejection, a later load
+        tries it. Not at once: a starved replica is not given another trial of it for STARVED_WAIT_S,
+        doubling while it stays starved (a trial is work, on a replica already short of CPU)."""
         if ref in self._quarantined:
             return None
+        if (held := self._starved.get(ref)) is not None and (left := held[0] - time.monotonic()) > 0:
+            raise WarmupStarved(
+                f"{ref.name}/{ref.version} was starved of CPU at its warm-up: tried again in {left:.0f} s"
+            )
         stamp = await asyncio.to_thread(self.repository.stamp, ref)
         if self.rejected(ref.name, ref.version, stamp):
             return None
         data = await asyncio.to_thread(self.repository.read, ref)
         try:
-            return await self.install(ref.name, ref.version, data, stamp=stamp)
+            loaded = await self.install(ref.name, ref.version, data, stamp=stamp)
         except ModelInvalid:
             return None
+        except WarmupStarved:
+            wait = min(2 * held[1], STARVED_WAIT_S[1]) if held is not None else STARVED_WAIT_S[0]
+            self._starved[ref] = (time.monotonic() + wait, wait)
+            raise
+        self._starved.pop(ref, None)
+        return loaded
 
     async def install(self, name: str, version: str, data: bytes, *, stamp: str = "") -> LoadedModel:
         """Load, validate and warm a version, then activate it if it is the newest (or pinned).

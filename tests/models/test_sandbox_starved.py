@@ -135,6 +135,12 @@ def _signal(pid: int, signum: int) -> None:
         os.kill(pid, signum)
 
 
+@pytest.fixture(autouse=True)
+def no_starved_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each load tries at once: these tests load again right after a starved one (the wait: test_registry_starved)."""
+    monkeypatch.setattr("shared.models.registry.STARVED_WAIT_S", (0.0, 0.0))
+
+
 @pytest.fixture
 async def registry(tmp_path: Path) -> AsyncIterator[ModelRegistry]:
     """A registry over tmp_path whose trials run under DEADLINE_MS, as its own warm-up does."""

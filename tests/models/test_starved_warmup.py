@@ -59,6 +59,12 @@ def chain_links() -> int:
     return hostile.sized_links(RUN_CPU_S)
 
 
+@pytest.fixture(autouse=True)
+def no_starved_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each load tries at once: these tests load again right after a starved one (the wait: test_registry_starved)."""
+    monkeypatch.setattr("shared.models.registry.STARVED_WAIT_S", (0.0, 0.0))
+
+
 # The child: a registry over a directory holding fraud/1 (the warm chain); it prints "ready", then for each
 # line read on stdin loads fraud/1 once and prints one line of JSON: the outcome, the registry's last_error
 # and rejected() after it, and the wall time of each warm-up run. Every run stopped as starved is printed at
@@ -68,6 +74,7 @@ CHILD = """
 import asyncio, json, sys, time
 from shared.errors import CpuStarved
 from shared.models import bounds, onnx
+from shared.models import registry as registry_module
 from shared.models.registry import ModelRegistry
 from shared.models.repository import DirectoryRepository, ModelRef
 from shared.settings import BatchPolicy, OrtOptions
@@ -90,6 +97,7 @@ def timed(self, matrix, deadline_s=None):
     finally:
         walls.append(round(time.monotonic() - started, 3))
 onnx.OnnxModel.predict = timed
+registry_module.STARVED_WAIT_S = (0.0, 0.0)  # each load tries at once (the wait has its own test)
 
 async def main():
     options = OrtOptions(run_deadline_ms=DEADLINE_MS, use_gpu=False)
