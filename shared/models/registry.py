@@ -25,8 +25,9 @@ by the version active after (`RunOverBudget` is a `BatcherClosed`: callers resub
 
 A version whose warm-up stays starved of CPU (`WarmupStarved`: the replica throttled at its CPU limit,
 shared/models/onnx.py) is not rejected: nothing is recorded against its file, and the error goes to
-the caller (retryable), so the next load of the same file tries again: the Blob trigger's redelivery,
-the next poll or record watch, the next start (`load_all` goes on to the other versions meanwhile).
+the caller (retryable), so a later load of the same file tries again: the Blob trigger's redelivery,
+a poll or record watch once STARVED_WAIT_S has passed (doubling while it stays starved), the next start
+(`load_all` goes on to the other versions meanwhile).
 
 Other parts follow the lifecycle through hooks (`on("activated", callback)`), not by
 reaching in: the reload broadcast, telemetry and caches subscribe to what they need.

@@ -214,6 +214,13 @@ def handler(plane: DataPlane, request_wait_s: float = 5.0) -> grpc.GenericRpcHan
     )
 
 
+async def refuse(context: grpc.aio.ServicerContext[Any, Any], exc: ScoringError, method: str) -> None:
+    """End the call with `exc`: its status and detail, its code (HTTP's) in the `x-error-code` trailing
+    metadata, logged as an answered refusal. Raises (grpc.aio's abort)."""
+    log_answered(exc, "grpc", method=method)
+    await context.abort(grpc.StatusCode[exc.grpc_status], exc.detail, ((ERROR_CODE, exc.code),))
+
+
 def guarded(name: str, behavior: Behavior, request_wait_s: float) -> Callable[..., Awaitable[Message]]:
     """The call's one request message, awaited for at most `request_wait_s` (else `BodyTimeout`);
     our errors become their gRPC status and detail, with their code (HTTP's) in the `x-error-code`
@@ -224,8 +231,7 @@ def guarded(name: str, behavior: Behavior, request_wait_s: float) -> Callable[..
             request = await _first(requests, request_wait_s)
             return await behavior(request, context)
         except ScoringError as exc:
-            log_answered(exc, "grpc", method=name)
-            await context.abort(grpc.StatusCode[exc.grpc_status], exc.detail, ((ERROR_CODE, exc.code),))
+            await refuse(context, exc, name)
         except Exception:
             log.exception("gRPC %s failed", name)
             await context.abort(grpc.StatusCode.INTERNAL, "internal error", ((ERROR_CODE, "internal"),))

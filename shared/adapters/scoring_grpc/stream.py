@@ -23,9 +23,10 @@ an event that is not JSON or not valid (each answered with its code, as HTTP ans
 ends a stream: the client half-closing it (then every pending answer is sent and the status is OK),
 a call without a key (the server's interceptor: UNAUTHENTICATED), what the transport itself
 refuses (a message over the server's message cap, 16 x MAX_BODY_BYTES: RESOURCE_EXHAUSTED), or
-GRPC_STREAM_IDLE_MS without a message read or an answer written (DEADLINE_EXCEEDED, `stream_idle`
-in `x-error-code`): a stream left open and silent, or one whose client stopped reading, gives its
-call slot back (GRPC_MAX_CONCURRENT counts calls, so idle streams would otherwise fill it).
+GRPC_STREAM_IDLE_MS without an answer made or written while none of its events is being scored
+(DEADLINE_EXCEEDED, `stream_idle` in `x-error-code`): a stream left open and silent gives its call
+slot back (GRPC_MAX_CONCURRENT counts calls). One whose client stopped reading is no longer read
+or scored for; its end waits behind its unread answers, and its slot behind its connection's age.
 """
 
 from __future__ import annotations
@@ -36,16 +37,16 @@ import time
 from collections.abc import AsyncIterator, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
-import grpc
-
 from shared.adapters.answered import log_answered
-from shared.adapters.oip.grpc_server import ERROR_CODE
+from shared.adapters.oip.grpc_server import refuse
 from shared.adapters.scoring_grpc import scoring_pb2 as pb
 from shared.adapters.scoring_grpc.codec import Limits, decoded, error_of, event_id_of, parsed, score_event
 from shared.domain.answers import encode
 from shared.errors import BadRequest, ScoringError, StreamIdle, TooManyItems
 
 if TYPE_CHECKING:
+    import grpc
+
     from shared.core.service import ScoringService
 
 __all__ = ["EventStream"]
@@ -74,7 +75,7 @@ class EventStream:
 
     async def run(self, requests: AsyncIterator[bytes]) -> None:
         """Read, score and answer until the client half-closes and every answer is written; end the
-        call if the stream stands idle (nothing read, nothing written) for its limit."""
+        call if the stream stands idle (no answer made or written, none being scored) for its limit."""
         reader = asyncio.ensure_future(self._read(requests))
         reader.add_done_callback(lambda _: self._wake.set())
         writer = asyncio.ensure_future(self._write(reader))
@@ -101,9 +102,8 @@ class EventStream:
         self._ending = True
         self._wake.set()
         await asyncio.wait((writer,))  # NOTE: the writer ends at its next turn, after a pending write
-        exc = StreamIdle(f"nothing read or written for GRPC_STREAM_IDLE_MS ({self._limits.idle_s * 1000:.0f} ms)")
-        log_answered(exc, "grpc", method="ScoreStream")
-        await self._context.abort(grpc.StatusCode[exc.grpc_status], exc.detail, ((ERROR_CODE, exc.code),))
+        idle = StreamIdle(f"nothing read or written for GRPC_STREAM_IDLE_MS ({self._limits.idle_s * 1000:.0f} ms)")
+        await refuse(self._context, idle, "ScoreStream")
 
     async def _read(self, requests: AsyncIterator[bytes]) -> None:
         async for raw in requests:
@@ -200,8 +200,7 @@ class EventStream:
 
     async def _write(self, reader: asyncio.Future[None]) -> None:
         """Answers as they are ready, all those ready in one message; a written answer frees its room.
-        Nothing read or written for the idle limit (waiting here, or in a write the client does not
-        take) ends the call."""
+        Stops at its next turn once the stream is ended idle (`_end_idle`)."""
         while not self._ending:
             if self._ready:
                 ready, self._ready = self._ready, []
